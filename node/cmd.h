@@ -1,0 +1,20 @@
+/* node/cmd.h — the `gwtf` subcommands.
+ *
+ * Each subcommand lives in its own node/cmd_*.c and is listed once in the
+ * table in node/main.c. A command gets argv with argv[0] = its own name, so
+ * getopt_long works as in a standalone program; it returns the process exit
+ * code (0 ok, 1 failure, 2 usage or "nothing found" where documented). */
+#ifndef GWTF_NODE_CMD_H
+#define GWTF_NODE_CMD_H
+
+typedef struct gwtf_cmd {
+  const char *name;
+  const char *summary;
+  int (*run)(int argc, char **argv);
+  void (*help)(void);
+} gwtf_cmd;
+
+int cmd_keygen(int argc, char **argv);
+void cmd_keygen_help(void);
+
+#endif

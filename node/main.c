@@ -1,0 +1,74 @@
+/* node/main.c — `gwtf`: one binary for every peer and every tool. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "node/cmd.h"
+#include "p2p/identity.h"
+
+#ifndef GWTF_VERSION
+#define GWTF_VERSION "0.0.0"
+#endif
+
+static const gwtf_cmd commands[] = {
+    {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
+};
+
+static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
+
+static const gwtf_cmd *find_command(const char *name) {
+  for (size_t i = 0; i < n_commands; i++)
+    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+  return NULL;
+}
+
+static void usage(FILE *fp) {
+  fprintf(fp,
+          "gwtf " GWTF_VERSION " — train one language model together over a peer-to-peer swarm\n\n"
+          "usage: gwtf <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < n_commands; i++) fprintf(fp, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fprintf(fp, "  %-10s %s\n", "help", "show help for a command: gwtf help <command>");
+  fprintf(fp, "\noptions:\n  --version  print the version and exit\n  --help     this text\n");
+}
+
+static int help(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stdout);
+    return 0;
+  }
+  const gwtf_cmd *cmd = find_command(argv[1]);
+  if (!cmd) {
+    fprintf(stderr, "gwtf: no command '%s' (see gwtf help)\n", argv[1]);
+    return 2;
+  }
+  cmd->help();
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+    printf("gwtf %s\n", GWTF_VERSION);
+    return 0;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "help") == 0) return help(argc - 1, argv + 1);
+  const gwtf_cmd *cmd = find_command(argv[1]);
+  if (!cmd) {
+    fprintf(stderr, "gwtf: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+  }
+  if (p2p_crypto_init() != 0) {
+    fprintf(stderr, "gwtf: libsodium failed to initialise\n");
+    return 1;
+  }
+  optind = 1; /* each command parses its own options from argv[0] = its name */
+  return cmd->run(argc - 1, argv + 1);
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — install what is missing, configure and build gwtf.
+#
+#   scripts/setup.sh [--build-dir DIR] [--sanitize] [--cuda AUTO|ON|OFF] [--test-deps]
+#
+# Run as root on a fresh Debian 12 machine (or with sudo available). Installs
+# only the Debian packages that are missing, then builds into DIR (default
+# build/). Quiet when everything is already there; on failure it prints the
+# tail of the log it kept.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir="$here/build"
+sanitize=OFF
+cuda=AUTO
+test_deps=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --build-dir) build_dir=$2; shift 2 ;;
+    --sanitize) sanitize=ON; shift ;;
+    --cuda) cuda=$2; shift 2 ;;
+    --test-deps) test_deps=1; shift ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+packages=(build-essential cmake pkg-config libuv1-dev libsodium-dev libprotobuf-c-dev
+          protobuf-c-compiler libnatpmp-dev libopenblas-dev libjansson-dev libcmocka-dev
+          python3)
+if [ "$test_deps" = 1 ]; then
+  packages+=(valgrind)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then sudo=(sudo); else
+      echo "setup.sh: missing packages (${missing[*]}) and not root; run as root" >&2; exit 1
+    fi
+  fi
+  echo "setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  log=$(mktemp)
+  if ! { "${sudo[@]}" apt-get update -q && \
+         "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+    tail -n 30 "$log" >&2; echo "setup.sh: package installation failed (log: $log)" >&2; exit 1
+  fi
+  rm -f "$log"
+fi
+
+mkdir -p "$build_dir"
+log="$build_dir/setup.log"
+if ! { cmake -S "$here" -B "$build_dir" -DGWTF_SANITIZE="$sanitize" -DGWTF_CUDA="$cuda" &&
+       cmake --build "$build_dir" -j "$(nproc)"; } >"$log" 2>&1; then
+  grep -E 'error|Error' "$log" | head -n 20 >&2 || true
+  tail -n 20 "$log" >&2
+  echo "setup.sh: build failed (full log: $log)" >&2
+  exit 1
+fi

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# scripts/test.sh — install, build and run the whole test suite.
+#
+# 1. a normal build (build/), every ctest test;
+# 2. an ASan+UBSan build (build-san/), every ctest test again;
+# 3. the unit tests of the normal build under valgrind (no leaks allowed).
+# GPU tests print a skip reason when no GPU is present. Exits non-zero on the
+# first failing stage.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$here"
+jobs=$(nproc)
+
+echo "== setup and build (build/)"
+scripts/setup.sh --test-deps
+echo "== tests (build/)"
+(cd build && ctest --output-on-failure -j "$jobs")
+
+# CUDA kernels are compiled by nvcc and are not instrumented by the
+# sanitizers, so the sanitizer build leaves the CUDA backend out.
+echo "== setup and build (build-san/, ASan+UBSan)"
+scripts/setup.sh --test-deps --build-dir "$here/build-san" --sanitize --cuda OFF
+echo "== tests (build-san/, ASan+UBSan)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+(cd build-san && ctest --output-on-failure -j "$jobs")
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+echo "== unit tests under valgrind (build/)"
+(cd build && ctest --output-on-failure -j "$jobs" -L unit -LE novalgrind -T memcheck)
+echo "== all tests passed"

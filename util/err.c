@@ -1,0 +1,27 @@
+#include "util/err.h"
+
+#include <string.h>
+#include <uv.h>
+
+const char *gw_strerror(int code) {
+  switch (code) {
+  case GW_OK: return "success";
+  case GW_EINVAL: return "invalid argument or malformed input";
+  case GW_ENOMEM: return "out of memory";
+  case GW_EPROTO: return "protocol violation";
+  case GW_EIO: return "input/output error";
+  case GW_ETIMEDOUT: return "timed out";
+  case GW_EPERM: return "not permitted";
+  case GW_ENOENT: return "not found";
+  case GW_EEXIST: return "already exists";
+  case GW_ERANGE: return "too large or out of range";
+  case GW_EAUTH: return "authentication failed";
+  case GW_ECLOSED: return "closed";
+  case GW_EAGAIN: return "try again later";
+  case GW_EFULL: return "capacity reached";
+  case GW_EUNSUPPORTED: return "not supported";
+  default: break;
+  }
+  if (code < 0 && code > -4096) return uv_strerror(code); /* UV_E* == -errno on Unix */
+  return "unknown error";
+}
