@@ -3,7 +3,8 @@
  * Each subcommand lives in its own node/cmd_*.c and is listed once in the
  * table in node/main.c. A command gets argv with argv[0] = its own name, so
  * getopt_long works as in a standalone program; it returns the process exit
- * code (0 ok, 1 failure, 2 usage or "nothing found" where documented). */
+ * code (0 ok, 1 failure, 2 usage or "nothing found" where documented).
+ * Two-word commands ("bench dht", "sim flow") get argv[0] = the second word. */
 #ifndef GWTF_NODE_CMD_H
 #define GWTF_NODE_CMD_H
 

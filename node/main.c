@@ -10,24 +10,47 @@
 #define GWTF_VERSION "0.0.0"
 #endif
 
+/* One line per command; two-word names ("bench dht") group related tools. */
 static const gwtf_cmd commands[] = {
     {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
 
-static const gwtf_cmd *find_command(const char *name) {
+/* Commands may be one word ("node") or two ("bench dht"); the longest match
+ * wins. *words is set to how many argv entries the name used. */
+static const gwtf_cmd *find_command(int argc, char **argv, int *words) {
+  char two[128];
+  if (argc >= 2) {
+    snprintf(two, sizeof(two), "%s %s", argv[0], argv[1]);
+    for (size_t i = 0; i < n_commands; i++)
+      if (strcmp(commands[i].name, two) == 0) return (*words = 2), &commands[i];
+  }
   for (size_t i = 0; i < n_commands; i++)
-    if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    if (strcmp(commands[i].name, argv[0]) == 0) return (*words = 1), &commands[i];
   return NULL;
+}
+
+/* "gwtf bench" alone: list the commands that start with that word. */
+static int list_group(const char *word, FILE *fp) {
+  size_t n = strlen(word);
+  int found = 0;
+  for (size_t i = 0; i < n_commands; i++) {
+    if (strncmp(commands[i].name, word, n) == 0 && commands[i].name[n] == ' ') {
+      if (!found) fprintf(fp, "usage: gwtf %s <what> [options]\n\n", word);
+      fprintf(fp, "  gwtf %-14s %s\n", commands[i].name, commands[i].summary);
+      found = 1;
+    }
+  }
+  return found;
 }
 
 static void usage(FILE *fp) {
   fprintf(fp,
           "gwtf " GWTF_VERSION " — train one language model together over a peer-to-peer swarm\n\n"
           "usage: gwtf <command> [options]\n\ncommands:\n");
-  for (size_t i = 0; i < n_commands; i++) fprintf(fp, "  %-10s %s\n", commands[i].name, commands[i].summary);
-  fprintf(fp, "  %-10s %s\n", "help", "show help for a command: gwtf help <command>");
+  for (size_t i = 0; i < n_commands; i++) fprintf(fp, "  %-14s %s\n", commands[i].name, commands[i].summary);
+  fprintf(fp, "  %-14s %s\n", "help", "show help for a command: gwtf help <command>");
   fprintf(fp, "\noptions:\n  --version  print the version and exit\n  --help     this text\n");
 }
 
@@ -36,8 +59,10 @@ static int help(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
-  const gwtf_cmd *cmd = find_command(argv[1]);
+  int words = 0;
+  const gwtf_cmd *cmd = find_command(argc - 1, argv + 1, &words);
   if (!cmd) {
+    if (list_group(argv[1], stdout)) return 0;
     fprintf(stderr, "gwtf: no command '%s' (see gwtf help)\n", argv[1]);
     return 2;
   }
@@ -59,8 +84,10 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (strcmp(argv[1], "help") == 0) return help(argc - 1, argv + 1);
-  const gwtf_cmd *cmd = find_command(argv[1]);
+  int words = 0;
+  const gwtf_cmd *cmd = find_command(argc - 1, argv + 1, &words);
   if (!cmd) {
+    if (list_group(argv[1], stderr)) return 2;
     fprintf(stderr, "gwtf: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
@@ -69,6 +96,6 @@ int main(int argc, char **argv) {
     fprintf(stderr, "gwtf: libsodium failed to initialise\n");
     return 1;
   }
-  optind = 1; /* each command parses its own options from argv[0] = its name */
-  return cmd->run(argc - 1, argv + 1);
+  optind = 1; /* each command parses its own options from argv[0] = its (last) name */
+  return cmd->run(argc - words, argv + words);
 }
