@@ -17,5 +17,9 @@ typedef struct gwtf_cmd {
 
 int cmd_keygen(int argc, char **argv);
 void cmd_keygen_help(void);
+int cmd_data_synth(int argc, char **argv);
+void cmd_data_synth_help(void);
+int cmd_data_info(int argc, char **argv);
+void cmd_data_info_help(void);
 
 #endif
