@@ -49,6 +49,9 @@ struct sim {
   sim_delay_fn delay_fn;
   void *delay_ud;
   sim_stats stats;
+  /* fifo: last delivery time per (from, to), open addressing on the pair */
+  uint64_t *fifo_key, *fifo_at;
+  size_t fifo_n, fifo_cap;
 };
 
 /* ---- event heap ---- */
@@ -167,12 +170,54 @@ static uint64_t pick_delay(sim *s, int from, int to, size_t len) {
   return lo + gw_rng_below(&s->rng, hi - lo + 1);
 }
 
+/* The slot for pair (from, to) in the fifo table, growing it when half full. */
+static uint64_t *fifo_slot(sim *s, int from, int to) {
+  uint64_t key = ((uint64_t)(uint32_t)from << 32 | (uint32_t)to) + 1; /* 0 = empty */
+  if (2 * (s->fifo_n + 1) > s->fifo_cap) {
+    size_t cap = s->fifo_cap ? 2 * s->fifo_cap : 256;
+    uint64_t *keys = calloc(cap, sizeof(*keys)), *at = calloc(cap, sizeof(*at));
+    if (!keys || !at) {
+      free(keys);
+      free(at);
+      return NULL;
+    }
+    for (size_t i = 0; i < s->fifo_cap; i++) {
+      if (!s->fifo_key[i]) continue;
+      size_t j = (size_t)(s->fifo_key[i] * 0x9e3779b97f4a7c15ULL) & (cap - 1);
+      while (keys[j]) j = (j + 1) & (cap - 1);
+      keys[j] = s->fifo_key[i];
+      at[j] = s->fifo_at[i];
+    }
+    free(s->fifo_key);
+    free(s->fifo_at);
+    s->fifo_key = keys;
+    s->fifo_at = at;
+    s->fifo_cap = cap;
+  }
+  size_t j = (size_t)(key * 0x9e3779b97f4a7c15ULL) & (s->fifo_cap - 1);
+  while (s->fifo_key[j] && s->fifo_key[j] != key) j = (j + 1) & (s->fifo_cap - 1);
+  if (!s->fifo_key[j]) {
+    s->fifo_key[j] = key;
+    s->fifo_n++;
+  }
+  return &s->fifo_at[j];
+}
+
 static int deliver_later(sim *s, int from, int to, const uint8_t *buf, size_t len) {
   uint8_t *copy = malloc(len ? len : 1);
   if (!copy) return GW_ENOMEM;
   memcpy(copy, buf, len);
-  sim_event ev = {.at = s->now + pick_delay(s, from, to, len), .kind = EV_MESSAGE, .node = to,
-                  .from = from, .buf = copy, .len = len};
+  uint64_t at = s->now + pick_delay(s, from, to, len);
+  if (s->cfg.fifo && from >= 0) {
+    /* Never before the previous message on this pair; equal times keep
+     * their scheduling order. */
+    uint64_t *last = fifo_slot(s, from, to);
+    if (last) {
+      if (at < *last) at = *last;
+      *last = at;
+    }
+  }
+  sim_event ev = {.at = at, .kind = EV_MESSAGE, .node = to, .from = from, .buf = copy, .len = len};
   int rc = heap_push(s, ev);
   if (rc != 0) free(copy);
   return rc;
@@ -237,6 +282,8 @@ void sim_free(sim *s) {
   if (!s) return;
   for (size_t i = 0; i < s->n_heap; i++) free(s->heap[i].buf);
   free(s->heap);
+  free(s->fifo_key);
+  free(s->fifo_at);
   for (size_t i = 0; i < s->n_nodes; i++) free(s->ctx[i]);
   free(s->nodes);
   free(s->ctx);

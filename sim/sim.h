@@ -41,6 +41,8 @@ typedef struct sim_config {
   uint64_t delay_max_ms; /* default = delay_min_ms */
   double loss;           /* probability that a message is dropped */
   size_t max_message;    /* larger sends are refused with GW_ERANGE (0: no limit) */
+  bool fifo;             /* per (sender, receiver) order is kept, as on a TCP session;
+                            otherwise messages may overtake each other, as datagrams do */
 } sim_config;
 
 typedef struct sim_stats {

@@ -1,0 +1,106 @@
+/* test/train/peer_harness.h — many training peers in one process on the
+ * deterministic sim/ engine, with a tiny exact "model" instead of a
+ * transformer, so that the protocol (forward, backward, repairs, aggregation,
+ * joins, leader failover) can be tested at precise crash moments and its
+ * arithmetic checked against a direct computation.
+ *
+ * The fake model: activations are (B,T,C) floats.
+ *   data node  embed:  out[b,t,c] = tok[b,t]/256 * (1 + e0) + e1 * (c + 1)
+ *              loss:   mean over all elements of (in - tgt[b,t]/256)^2
+ *   relay      block:  out = in * (1 + w0) + w1
+ * Every stage has two parameters; AdamW is replaced by w -= LR * avg_grad. */
+#ifndef GWTF_TEST_PEER_HARNESS_H
+#define GWTF_TEST_PEER_HARNESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/sim.h"
+#include "train/peer.h"
+
+#define H_MAX_NODES 96
+#define H_B 2
+#define H_T 4
+#define H_C 3
+#define H_NP 2 /* parameters per stage */
+#define H_LR 0.1f
+#define H_JOB_MS 5 /* virtual compute time per job */
+
+typedef struct h_state {
+  uint64_t key;
+  float *in;      /* relay: input kept for backward; data: tokens as floats */
+  bool used;
+} h_state;
+
+typedef struct h_job {
+  train_job *job;
+  uint64_t done_at;
+} h_job;
+
+typedef struct h_harness h_harness;
+
+typedef struct h_node {
+  h_harness *h;
+  int index;
+  bool alive;
+  gw_peer peer;
+  train_peer *tp;
+  train_role role;
+  int stage;          /* as known to the harness (after STAGE_ASSIGNED) */
+  uint32_t capacity;
+  bool ready;
+  /* fake model */
+  float w[H_NP], g[H_NP];
+  h_state states[64];
+  /* compute queue */
+  h_job jobs[64];
+  int n_jobs;
+  uint64_t peer_tick_at;
+  uint64_t jobs_done;
+  /* observations */
+  uint8_t last_hash[32];
+  uint64_t hash_iteration; /* iteration+1 of last_hash */
+  double last_loss;
+  uint64_t iterations_done;
+  uint32_t last_done, last_deferred;
+  /* per-iteration hashes, for the agreement check: hash_of[iter] */
+  uint8_t hash_of[64][32];
+  bool have_hash[64];
+  double loss_of[64];
+} h_node;
+
+/* Called before a node's job runs; return true to crash `crash` right then
+ * (before the job completes). */
+typedef bool (*h_job_hook)(h_harness *h, h_node *n, const train_job *job, int *crash);
+
+struct h_harness {
+  sim *s;
+  int n_stages;
+  h_node nodes[H_MAX_NODES];
+  int n_nodes;
+  uint64_t seed;
+  train_recovery recovery;
+  train_tunables tun;
+  h_job_hook hook;
+  void *hook_ud;
+  bool hook_fired;
+  gw_log_sink sink;
+  gw_log log;
+};
+
+void h_init(h_harness *h, int n_stages, uint64_t seed, bool verbose);
+void h_free(h_harness *h);
+/* Adds a peer. stage >= 0 fixes it (data nodes: 0); -1 lets the leader place
+ * it. initial: starts from the seeded init. Returns the node index. */
+int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t iterations, bool initial);
+void h_start(h_harness *h, int index);
+void h_crash(h_harness *h, int index);
+/* Runs until every live data node finished `iterations` or the deadline. */
+bool h_run_until_finished(h_harness *h, uint64_t deadline_ms);
+void h_run_for(h_harness *h, uint64_t ms);
+/* Every live peer of every stage logged the same hash after each iteration. */
+bool h_hashes_agree(h_harness *h, uint64_t iterations, char *why, size_t why_len);
+/* The fake sampler (shared with the direct reference). */
+int h_sample(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs, int32_t *targets);
+
+#endif

@@ -1,0 +1,358 @@
+/* The training protocol in one process, on the deterministic simulator:
+ * fault-free training equals a direct computation; a forward crash is
+ * re-routed; a backward crash is repaired without recomputing anything before
+ * the gap; a leader crash hands over; a joiner is placed, downloads and
+ * trains; the SWARM baseline restarts instead of repairing. */
+#include "testutil.h"
+
+#include <math.h>
+
+#include "util/rng.h"
+
+#include "peer_harness.h"
+
+#define M 4       /* microbatches per iteration */
+#define ITERS 5
+#define STAGES 3
+
+static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
+
+/* ---- the direct reference: the same fake model, one process ---- */
+
+typedef struct ref_model {
+  float w[STAGES + 1][H_NP]; /* stage 0 = the data node's embedding */
+} ref_model;
+
+static void ref_iteration(ref_model *rm, uint64_t it, double *loss_out) {
+  enum { A = H_B * H_T * H_C };
+  float g[STAGES + 1][H_NP] = {{0}};
+  double loss_sum = 0;
+  for (uint32_t j = 0; j < M; j++) {
+    int32_t tok[H_B * H_T], tgt[H_B * H_T];
+    h_sample(NULL, it, j, tok, tgt);
+    float x[STAGES + 1][A], emb_in[A], grad[A];
+    for (int i = 0; i < H_B * H_T; i++)
+      for (int c = 0; c < H_C; c++) {
+        emb_in[i * H_C + c] = (float)tok[i] / 256.0f;
+        x[0][i * H_C + c] = emb_in[i * H_C + c] * (1.0f + rm->w[0][0]) + rm->w[0][1] * (float)(c + 1);
+      }
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < A; k++) x[s][k] = x[s - 1][k] * (1.0f + rm->w[s][0]) + rm->w[s][1];
+    double l = 0;
+    for (int i = 0; i < H_B * H_T; i++)
+      for (int c = 0; c < H_C; c++) {
+        float d = x[STAGES][i * H_C + c] - (float)tgt[i] / 256.0f;
+        l += (double)d * d;
+        grad[i * H_C + c] = 2.0f * d / (float)A;
+      }
+    loss_sum += (float)(l / A);
+    for (int s = STAGES; s >= 1; s--)
+      for (int k = 0; k < A; k++) {
+        g[s][0] += grad[k] * x[s - 1][k];
+        g[s][1] += grad[k];
+        grad[k] *= 1.0f + rm->w[s][0];
+      }
+    for (int i = 0; i < H_B * H_T; i++)
+      for (int c = 0; c < H_C; c++) {
+        g[0][0] += grad[i * H_C + c] * emb_in[i * H_C + c];
+        g[0][1] += grad[i * H_C + c] * (float)(c + 1);
+      }
+  }
+  for (int s = 0; s <= STAGES; s++)
+    for (int k = 0; k < H_NP; k++) rm->w[s][k] -= H_LR * (g[s][k] / (float)M);
+  *loss_out = loss_sum / M;
+}
+
+/* ---- swarms ---- */
+
+/* One data node and two relays per stage, placed by the leader. */
+static int build(h_harness *h, uint64_t seed, int relays_per_stage, uint32_t relay_cap) {
+  h_init(h, STAGES, seed, verbose());
+  int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(h, d);
+  for (int i = 0; i < STAGES * relays_per_stage; i++) h_start(h, h_add(h, TRAIN_RELAY, -1, relay_cap, 0, false));
+  return d;
+}
+
+static void assert_agree(h_harness *h, uint64_t iters) {
+  char why[200] = "";
+  if (!h_hashes_agree(h, iters, why, sizeof(why))) fail_msg("%s", why);
+}
+
+static const train_counters *C(h_harness *h, int i) { return train_peer_counters(h->nodes[i].tp); }
+
+static void test_fault_free_matches_reference(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 1, 2, M);
+  assert_true(h_run_until_finished(&h, 120000));
+  /* the leader placed two relays in every stage */
+  for (int s = 1; s <= STAGES; s++) {
+    int n = 0;
+    for (int i = 0; i < h.n_nodes; i++) n += h.nodes[i].stage == s;
+    assert_int_equal(n, 2);
+  }
+  ref_model rm = {{{0}}};
+  for (uint64_t it = 0; it < ITERS; it++) {
+    double ref;
+    ref_iteration(&rm, it, &ref);
+    double got = h.nodes[d].loss_of[it];
+    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref))) fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
+  }
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
+  assert_int_equal(C(&h, d)->backward_recoveries, 0);
+  /* final weights of every stage equal the reference's */
+  for (int i = 0; i < h.n_nodes; i++)
+    for (int k = 0; k < H_NP; k++) assert_float_equal(h.nodes[i].w[k], rm.w[h.nodes[i].stage][k], 1e-6);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Crash a stage-2 relay the moment it starts a forward in iteration 2. */
+static bool crash_on_forward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  (void)h;
+  if (job->kind != TRAIN_JOB_FORWARD || n->stage != 2 || train_peer_iteration(n->tp) != 2) return false;
+  *crash = n->index;
+  return true;
+}
+
+static void test_forward_crash_reroutes(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 2, 2, M);
+  h.hook = crash_on_forward;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  uint64_t rerouted = 0;
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].stage == 1 && h.nodes[i].alive) rerouted += C(&h, i)->forward_rerouted;
+  assert_true(rerouted >= 1);
+  /* nothing lost, nothing deferred: every iteration trained all M */
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches + C(&h, d)->lost_microbatches, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Crash the stage-2 relay that carried a microbatch when its loss is
+ * computed, i.e. after its forward and before its backward. */
+static bool crash_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  if (job->kind != TRAIN_JOB_LOSS || train_peer_iteration(n->tp) != 2) return false;
+  for (int i = 0; i < h->n_nodes; i++) {
+    h_node *r = &h->nodes[i];
+    if (!r->alive || r->stage != 2) continue;
+    for (int k = 0; k < 64; k++)
+      if (r->states[k].used && r->states[k].key == job->key) {
+        *crash = i;
+        return true;
+      }
+  }
+  return false;
+}
+
+static void run_backward_crash(train_recovery mode, uint64_t seed, h_harness *h, int *d) {
+  h_init(h, STAGES, seed, verbose());
+  h->recovery = mode;
+  *d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(h, *d);
+  for (int i = 0; i < STAGES * 2; i++) h_start(h, h_add(h, TRAIN_RELAY, -1, M, 0, false));
+  h->hook = crash_before_backward;
+  assert_true(h_run_until_finished(h, 120000));
+  assert_true(h->hook_fired);
+}
+
+static void test_backward_crash_repairs_along_path(void **state) {
+  (void)state;
+  h_harness h;
+  int d;
+  run_backward_crash(TRAIN_RECOVER_PATH, 3, &h, &d);
+  /* every microbatch the crashed relay held was repaired, none was lost */
+  uint64_t repaired = C(&h, d)->backward_recoveries;
+  assert_true(repaired >= 1);
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches + C(&h, d)->lost_microbatches, 0);
+  /* Only the lost stage recomputed, once per repaired microbatch: no repair
+   * forward anywhere else, and the data node and stage 1 computed each
+   * microbatch's forward exactly once. */
+  uint64_t recomputed[STAGES + 1] = {0}, forwards[STAGES + 1] = {0};
+  for (int i = 0; i < h.n_nodes; i++) {
+    recomputed[h.nodes[i].stage] += C(&h, i)->forward_recomputed;
+    forwards[h.nodes[i].stage] += C(&h, i)->forward_computed;
+  }
+  assert_int_equal(recomputed[2], repaired);
+  assert_int_equal(recomputed[1] + recomputed[3] + recomputed[0], 0);
+  assert_int_equal(forwards[0], (uint64_t)M * ITERS);
+  assert_int_equal(forwards[1], (uint64_t)M * ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+static void test_swarm_mode_restarts_from_data_node(void **state) {
+  (void)state;
+  h_harness h;
+  int d;
+  run_backward_crash(TRAIN_RECOVER_RESTART, 3, &h, &d);
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  uint64_t forwards1 = 0, recomputed = 0;
+  for (int i = 0; i < h.n_nodes; i++) {
+    if (h.nodes[i].stage == 1) forwards1 += C(&h, i)->forward_computed;
+    recomputed += C(&h, i)->forward_recomputed;
+  }
+  /* every restarted microbatch went through stage 1 again */
+  uint64_t restarted = C(&h, d)->backward_recoveries;
+  assert_true(restarted >= 1);
+  assert_int_equal(forwards1, (uint64_t)M * ITERS + restarted);
+  assert_int_equal(recomputed, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Two data nodes; the leader (lowest ID) crashes in iteration 2. */
+static bool crash_leader(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  if (job->kind != TRAIN_JOB_EMBED || !train_peer_is_leader(n->tp) || train_peer_iteration(n->tp) != 2)
+    return false;
+  (void)h;
+  *crash = n->index;
+  return true;
+}
+
+static void test_leader_crash_hands_over(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 4, verbose());
+  int a = h_add(&h, TRAIN_DATA, 0, 2, ITERS, true);
+  int b = h_add(&h, TRAIN_DATA, 0, 2, ITERS, true);
+  h_start(&h, a);
+  h_start(&h, b);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, 4, 0, false));
+  h.hook = crash_leader;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  int survivor = h.nodes[a].alive ? a : b;
+  assert_true(train_peer_is_leader(h.nodes[survivor].tp));
+  assert_int_equal(train_peer_iteration(h.nodes[survivor].tp), ITERS);
+  assert_true(h.nodes[survivor].iterations_done >= ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* A relay joins after two iterations: it goes to the smallest stage,
+ * downloads the stage's weights (same hash) and carries microbatches. */
+static void test_join_mid_run(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 5, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, 6, true);
+  h_start(&h, d);
+  /* stage 2 gets one relay, the others two */
+  int fixed[5] = {1, 1, 2, 3, 3};
+  for (int i = 0; i < 5; i++) h_start(&h, h_add(&h, TRAIN_RELAY, fixed[i], M, 0, true));
+  while (train_peer_iteration(h.nodes[d].tp) < 2) h_run_for(&h, 100);
+  int j = h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  h_start(&h, j);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(h.nodes[j].stage, 2);
+  assert_true(h.nodes[j].ready);
+  assert_true(C(&h, j)->forward_computed > 0);
+  assert_agree(&h, 6);
+  /* its weights equal its stage peer's */
+  for (int i = 0; i < h.n_nodes; i++)
+    if (i != j && h.nodes[i].stage == 2) assert_memory_equal(h.nodes[i].w, h.nodes[j].w, sizeof(h.nodes[j].w));
+  h_free(&h);
+}
+
+/* The aggregator of stage 2 (its lowest ID) crashes as it starts exporting
+ * its gradient in iteration 1: the others pick the next lowest and agree. */
+static bool crash_aggregator(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  if (job->kind != TRAIN_JOB_GRAD_EXPORT || n->stage != 2 || train_peer_iteration(n->tp) != 1) return false;
+  for (int i = 0; i < h->n_nodes; i++) {
+    h_node *o = &h->nodes[i];
+    if (o != n && o->alive && o->stage == 2 && gw_id_cmp(&o->peer.id, &n->peer.id) < 0) return false;
+  }
+  *crash = n->index;
+  return true;
+}
+
+static void test_aggregator_crash(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 6, 2, M);
+  h.hook = crash_aggregator;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Relays crash at random moments and fresh ones join, keeping at least one
+ * live peer per stage (the paper's assumption): every iteration completes,
+ * every stage agrees on its weights after every aggregation. */
+static void churn_soak(uint64_t seed, double p_crash, bool quiet) {
+  enum { SOAK_ITERS = 20 };
+  h_harness h;
+  h_init(&h, STAGES, seed, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, SOAK_ITERS, true);
+  h_start(&h, d);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  gw_rng rng;
+  gw_rng_seed(&rng, seed * 7919);
+  int crashes = 0;
+  while (!train_peer_finished(h.nodes[d].tp) && sim_now(h.s) < 600000) {
+    h_run_for(&h, 20);
+    /* once the harness has no room for more joiners, the churn stops */
+    if (h.n_nodes >= H_MAX_NODES - 1 || gw_rng_uniform(&rng) > p_crash) continue;
+    int victim = 1 + (int)gw_rng_below(&rng, (uint64_t)(h.n_nodes - 1));
+    h_node *v = &h.nodes[victim];
+    /* the paper's assumption: the stage keeps a live member whose weights
+     * are as new as the victim's */
+    int others = 0;
+    for (int i = 0; i < h.n_nodes; i++) {
+      h_node *o = &h.nodes[i];
+      others += o != v && o->alive && o->ready && o->stage == v->stage &&
+                train_peer_iteration(o->tp) >= train_peer_iteration(v->tp);
+    }
+    if (!v->alive || !v->ready || v->role != TRAIN_RELAY || others < 1) continue;
+    h_crash(&h, victim);
+    crashes++;
+    h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  }
+  const train_counters *c = C(&h, d);
+  if (!quiet)
+    print_message("churn soak (seed %llu): %d crashes, %llu done, %llu deferred, %llu lost, %llu repaired, "
+                  "%.1f s virtual\n",
+                  (unsigned long long)seed, crashes, (unsigned long long)c->microbatches_done,
+                  (unsigned long long)c->deferred_microbatches, (unsigned long long)c->lost_microbatches,
+                  (unsigned long long)c->backward_recoveries, sim_now(h.s) / 1000.0);
+  if (!train_peer_finished(h.nodes[d].tp)) fail_msg("seed %llu: the run did not finish", (unsigned long long)seed);
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), SOAK_ITERS);
+  assert_true(c->microbatches_done > (uint64_t)M * SOAK_ITERS / 2);
+  char why[200] = "";
+  if (!h_hashes_agree(&h, SOAK_ITERS, why, sizeof(why))) fail_msg("seed %llu: %s", (unsigned long long)seed, why);
+  h_free(&h);
+  if (crashes < 3 && !quiet) fail_msg("seed %llu: only %d crashes", (unsigned long long)seed, crashes);
+}
+
+static void test_churn_soak(void **state) {
+  (void)state;
+  churn_soak(7, 0.08, false);
+  /* GWTF_SOAK_SEEDS=N explores N more seeds at a harsher crash rate. */
+  const char *extra = getenv("GWTF_SOAK_SEEDS"), *first = getenv("GWTF_SOAK_FIRST");
+  uint64_t base = first ? strtoull(first, NULL, 10) : 1000;
+  for (long k = 0; extra && k < atol(extra); k++) churn_soak(base + (uint64_t)k, 0.3, true);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_fault_free_matches_reference),
+      cmocka_unit_test(test_forward_crash_reroutes),
+      cmocka_unit_test(test_backward_crash_repairs_along_path),
+      cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
+      cmocka_unit_test(test_leader_crash_hands_over),
+      cmocka_unit_test(test_join_mid_run),
+      cmocka_unit_test(test_aggregator_crash),
+      cmocka_unit_test(test_churn_soak),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,363 @@
+/* train/peer.c — the training peer's core: configuration, message dispatch,
+ * membership, the periodic tick and the helpers the other peer_*.c files
+ * share. The protocol itself is described in train/peer.h. */
+#include "train/peer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+void train_tunables_default(train_tunables *t) {
+  t->tick_ms = 100;
+  t->hop_timeout_ms = 5000;
+  t->probe_timeout_ms = 1000;
+  t->agg_timeout_ms = 10000;
+  t->stall_timeout_ms = 60000;
+  t->hello_period_ms = 2000;
+  t->max_repairs = 4;
+  t->max_reroutes = 4;
+  t->chunk_bytes = 4u << 20;
+}
+
+/* ---- small helpers ---- */
+
+void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]) { gw_id_to_short(id, out); }
+
+bool id_in(const gw_id *list, size_t n, const gw_id *id) {
+  for (size_t i = 0; i < n; i++)
+    if (gw_id_eq(&list[i], id)) return true;
+  return false;
+}
+
+void id_from_bytes(gw_id *out, ProtobufCBinaryData b) {
+  memset(out, 0, sizeof(*out));
+  if (b.len == GW_ID_BYTES) memcpy(out->b, b.data, GW_ID_BYTES);
+}
+
+ProtobufCBinaryData id_bytes(const gw_id *id) {
+  ProtobufCBinaryData b = {GW_ID_BYTES, (uint8_t *)id->b};
+  return b;
+}
+
+size_t peer_act_floats(const train_peer *p) {
+  return (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T * (size_t)p->cfg.shape.C;
+}
+
+void peer_tensor_f32(train_tensor *t, const float *data, int B, int T, int C) {
+  memset(t, 0, sizeof(*t));
+  t->dtype = TRAIN_F32;
+  t->ndim = 3;
+  t->shape[0] = (uint64_t)B;
+  t->shape[1] = (uint64_t)T;
+  t->shape[2] = (uint64_t)C;
+  t->data = data;
+  t->nbytes = (size_t)B * (size_t)T * (size_t)C * sizeof(float);
+}
+
+bool peer_alive(train_peer *p, const gw_id *id) {
+  if (gw_id_eq(id, &p->cfg.self)) return true;
+  return p->io.connected ? p->io.connected(p->io.ud, id) : true;
+}
+
+peer_stage_view *peer_stage(train_peer *p, int stage) {
+  if (stage < 0 || stage > p->cfg.n_stages) return NULL;
+  return &p->members[stage];
+}
+
+int peer_send(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg,
+              const train_tensor *tensor) {
+  uint8_t stack[512];
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  uint8_t *buf = len <= sizeof(stack) ? stack : malloc(len);
+  if (!buf) return GW_ENOMEM;
+  protobuf_c_message_pack(msg, buf);
+  int rc = p->io.send(p->io.ud, to, type, buf, len, tensor);
+  if (buf != stack) free(buf);
+  return rc;
+}
+
+void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const ProtobufCMessage *msg) {
+  peer_stage_view *v = peer_stage(p, stage);
+  if (!v) return;
+  for (size_t i = 0; i < v->n; i++)
+    if (!gw_id_eq(&v->v[i].id, &p->cfg.self)) peer_send(p, &v->v[i].id, type, msg, NULL);
+}
+
+void peer_emit(train_peer *p, train_event_kind kind) {
+  if (!p->io.event) return;
+  train_event ev = {.kind = kind, .stage = p->stage, .iteration = p->iteration, .leader = p->leader};
+  p->io.event(p->io.ud, &ev);
+}
+
+int peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in, size_t in_bytes, void *out,
+                size_t out_bytes) {
+  train_job *job = calloc(1, sizeof(*job));
+  if (!job) return GW_ENOMEM;
+  job->kind = kind;
+  job->key = mb ? mb->key : 0;
+  job->in = in;
+  job->in_bytes = in_bytes;
+  job->out = out;
+  job->out_bytes = out_bytes;
+  job->targets = mb ? mb->targets : NULL;
+  job->owner = mb;
+  int rc = p->io.compute(p->io.ud, job);
+  if (rc != 0) free(job);
+  return rc;
+}
+
+/* Frees the activations the compute layer keeps under key. */
+void peer_release_key(train_peer *p, uint64_t key) {
+  if (p->closing) return;
+  train_job *job = calloc(1, sizeof(*job));
+  if (!job) return;
+  job->kind = TRAIN_JOB_RELEASE;
+  job->key = key;
+  if (p->io.compute(p->io.ud, job) != 0) free(job);
+}
+
+/* ---- lifecycle ---- */
+
+int train_peer_new(train_peer **out, const train_peer_config *cfg, const train_io *io,
+                   const train_router *router, const gw_log *log) {
+  if (cfg->n_stages < 1 || cfg->n_stages > PEER_MAX_STAGES || cfg->capacity == 0) return GW_EINVAL;
+  if (cfg->role == TRAIN_DATA && cfg->stage != 0) return GW_EINVAL;
+  train_peer *p = calloc(1, sizeof(*p));
+  if (!p) return GW_ENOMEM;
+  p->cfg = *cfg;
+  p->io = *io;
+  p->router = *router;
+  if (log)
+    p->log = *log;
+  p->stage = cfg->stage;
+  p->state = PEER_UNASSIGNED;
+  *out = p;
+  return 0;
+}
+
+void train_peer_free(train_peer *p) {
+  if (!p) return;
+  p->closing = true;
+  for (size_t i = 0; i < p->n_mbs; i++)
+    if (p->mbs[i].used) mb_free(p, &p->mbs[i]);
+  free(p->mbs);
+  for (int s = 0; s <= PEER_MAX_STAGES; s++) free(p->members[s].v);
+  free(p->backlog);
+  agg_free(p);
+  join_free(p);
+  free(p);
+}
+
+void train_peer_set_sampler(train_peer *p, train_sample_fn fn, void *ud) {
+  p->sample = fn;
+  p->sample_ud = ud;
+}
+
+void train_peer_set_shape(train_peer *p, const train_shape *shape) { p->cfg.shape = *shape; }
+
+void train_peer_start(train_peer *p, uint64_t now_ms) {
+  p->now = now_ms;
+  p->last_update_ms = now_ms;
+  gw_log_set_stage(&p->log, p->stage);
+  if (p->stage >= 0 && p->cfg.initial_weights) {
+    /* A run's first members start from the shared seeded init. */
+    join_become_ready(p);
+  } else if (p->stage >= 0) {
+    /* A fixed stage that must fetch its weights: ask the leader for peers. */
+    peer_emit(p, TRAIN_EV_STAGE_ASSIGNED);
+  }
+  p->io.want_tick(p->io.ud, now_ms + p->cfg.tun.tick_ms);
+}
+
+/* ---- membership ---- */
+
+void train_peer_set_members(train_peer *p, int stage, const train_member *members, size_t n, uint64_t now_ms) {
+  p->now = now_ms;
+  peer_stage_view *v = peer_stage(p, stage);
+  if (!v) return;
+  if (n > v->cap) {
+    peer_member *nv = realloc(v->v, n * sizeof(*nv));
+    if (!nv) return;
+    v->v = nv;
+    v->cap = n;
+  }
+  v->n = 0;
+  for (size_t i = 0; i < n; i++) {
+    peer_member *m = &v->v[v->n++];
+    memset(m, 0, sizeof(*m));
+    m->id = members[i].id;
+    m->capacity = members[i].capacity;
+    m->load = members[i].load;
+  }
+  if (stage == 0 && p->cfg.role == TRAIN_DATA) leader_check(p);
+}
+
+static void drop_member(train_peer *p, const gw_id *peer) {
+  for (int s = 0; s <= p->cfg.n_stages; s++) {
+    peer_stage_view *v = &p->members[s];
+    for (size_t i = 0; i < v->n; i++) {
+      if (gw_id_eq(&v->v[i].id, peer)) {
+        v->v[i] = v->v[--v->n];
+        break;
+      }
+    }
+  }
+}
+
+void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) {
+  p->now = now_ms;
+  if (gw_id_eq(peer, &p->cfg.self)) return;
+  drop_member(p, peer);
+  if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, peer);
+  mb_peer_down(p, peer);
+  agg_peer_down(p, peer);
+  join_peer_down(p, peer);
+  if (p->cfg.role == TRAIN_DATA) leader_check(p);
+}
+
+void train_peer_set_leader(train_peer *p, const gw_id *leader, uint64_t now_ms) {
+  p->now = now_ms;
+  bool changed = !p->have_leader || !gw_id_eq(&p->leader, leader);
+  p->leader = *leader;
+  p->have_leader = true;
+  if (changed && p->cfg.role == TRAIN_RELAY && p->state == PEER_UNASSIGNED) p->last_join_ms = 0;
+}
+
+/* ---- HELLO ---- */
+
+static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
+  Gwtf__TrainHello h = GWTF__TRAIN_HELLO__INIT;
+  h.role = p->cfg.role == TRAIN_DATA ? GWTF__TRAIN_ROLE__TRAIN_ROLE_DATA : GWTF__TRAIN_ROLE__TRAIN_ROLE_RELAY;
+  h.stage = p->stage;
+  h.capacity = p->cfg.capacity;
+  h.compute_ms = p->counters.forward_computed + p->counters.backward_computed
+                     ? (float)(1000.0 * p->counters.compute_seconds /
+                               (double)(p->counters.forward_computed + p->counters.backward_computed) * 2.0)
+                     : 0.0f;
+  h.iteration = p->iteration;
+  h.step = p->step;
+  *h0 = h;
+}
+
+void peer_send_hellos(train_peer *p) {
+  if (p->stage < 0) return;
+  Gwtf__TrainHello h;
+  fill_hello(p, &h);
+  int S = p->cfg.n_stages;
+  int neighbours[3] = {p->stage, (p->stage + 1) % (S + 1), (p->stage + S) % (S + 1)};
+  for (int k = 0; k < 3; k++) {
+    if (k > 0 && neighbours[k] == p->stage) continue;
+    peer_broadcast_stage(p, neighbours[k], GWTF__TRAIN_MSG__TRAIN_HELLO, &h.base);
+  }
+}
+
+static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
+  if (p->router.peer_info && h->stage >= 0)
+    p->router.peer_info(p->router.ctx, from, h->stage, h->capacity, h->compute_ms);
+  if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
+  /* Same stage, different iteration: whoever is behind missed a round (it
+   * got ready while the stage aggregated) and must fetch the state again. */
+  if (h->iteration > p->iteration) {
+    join_resync(p, h->iteration, "hello");
+  } else if (h->iteration < p->iteration) {
+    Gwtf__TrainHello me = GWTF__TRAIN_HELLO__INIT;
+    fill_hello(p, &me);
+    peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_HELLO, &me.base, NULL);
+  }
+}
+
+/* ---- dispatch ---- */
+
+
+static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint8_t *body, size_t len,
+                     const train_tensor *t) {
+  char who[GW_ID_SHORT_LEN + 1];
+  switch (type) {
+#define CASE(MSG, Type, fn, handler)                           \
+  case GWTF__TRAIN_MSG__##MSG: {                               \
+    Type *m = fn##__unpack(NULL, len, body);                   \
+    if (!m) goto malformed;                                    \
+    handler;                                                   \
+    fn##__free_unpacked(m, NULL);                              \
+    return;                                                    \
+  }
+    CASE(TRAIN_HELLO, Gwtf__TrainHello, gwtf__train_hello, on_hello(p, from, m))
+    CASE(TRAIN_JOIN, Gwtf__TrainJoin, gwtf__train_join, join_on_join(p, from, m))
+    CASE(TRAIN_ASSIGN, Gwtf__TrainAssign, gwtf__train_assign, join_on_assign(p, from, m))
+    CASE(TRAIN_WEIGHTS_REQ, Gwtf__TrainWeightsReq, gwtf__train_weights_req, join_on_weights_req(p, from, m))
+    CASE(TRAIN_WEIGHTS_CHUNK, Gwtf__TrainWeightsChunk, gwtf__train_weights_chunk, join_on_chunk(p, from, m, t))
+    CASE(TRAIN_FORWARD, Gwtf__TrainMicrobatch, gwtf__train_microbatch, mb_on_forward(p, from, m, t))
+    CASE(TRAIN_FORWARD_DONE, Gwtf__TrainAck, gwtf__train_ack, mb_on_forward_done(p, from, m))
+    CASE(TRAIN_DENY, Gwtf__TrainAck, gwtf__train_ack, mb_on_deny(p, from, m))
+    CASE(TRAIN_BACKWARD, Gwtf__TrainMicrobatch, gwtf__train_microbatch, mb_on_backward(p, from, m, t))
+    CASE(TRAIN_BACKWARD_DONE, Gwtf__TrainAck, gwtf__train_ack, mb_on_backward_done(p, from, m))
+    CASE(TRAIN_RECOVER, Gwtf__TrainRecover, gwtf__train_recover, repair_on_recover(p, from, m))
+    CASE(TRAIN_PROBE, Gwtf__TrainAck, gwtf__train_ack, repair_on_probe(p, from, m))
+    CASE(TRAIN_PROBE_REPLY, Gwtf__TrainProbeReply, gwtf__train_probe_reply, repair_on_probe_reply(p, from, m))
+    CASE(TRAIN_REPAIR, Gwtf__TrainRepair, gwtf__train_repair, repair_on_repair(p, from, m))
+    CASE(TRAIN_REPAIR_READY, Gwtf__TrainMicrobatch, gwtf__train_microbatch, repair_on_ready(p, from, m))
+    CASE(TRAIN_ITER_DONE, Gwtf__TrainIterDone, gwtf__train_iter_done, leader_on_iter_done(p, from, m))
+    CASE(TRAIN_BEGIN_AGG, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_begin(p, from, m->iteration))
+    CASE(TRAIN_GRAD, Gwtf__TrainGrad, gwtf__train_grad, agg_on_grad(p, from, m, t))
+    CASE(TRAIN_AVG, Gwtf__TrainGrad, gwtf__train_grad, agg_on_avg(p, from, m, t))
+    CASE(TRAIN_AGG_DONE, Gwtf__TrainAggDone, gwtf__train_agg_done, agg_on_done_msg(p, from, m))
+    CASE(TRAIN_CAN_TAKE, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_can_take(p, from, m->iteration))
+    CASE(TRAIN_LEADER, Gwtf__TrainLeader, gwtf__train_leader, leader_on_leader(p, from, m))
+#undef CASE
+  default:
+    peer_short(from, who);
+    GW_WARN(&p->log, "train.unknown_message", "peer=%s type=%u", who, type);
+    return;
+  }
+malformed:
+  peer_short(from, who);
+  GW_WARN(&p->log, "train.malformed", "peer=%s type=%u bytes=%zu", who, type, len);
+}
+
+void train_peer_on_message(train_peer *p, const gw_id *from, uint32_t type, const uint8_t *body, size_t len,
+                           const train_tensor *tensor, uint64_t now_ms) {
+  p->now = now_ms;
+  dispatch(p, from, type, body, len, tensor);
+}
+
+void train_peer_on_job_done(train_peer *p, train_job *job, uint64_t now_ms) {
+  p->now = now_ms;
+  p->counters.compute_seconds += job->seconds;
+  switch (job->kind) {
+  case TRAIN_JOB_GRAD_EXPORT:
+  case TRAIN_JOB_APPLY:
+  case TRAIN_JOB_SKIP_STEP: agg_job_done(p, job); break;
+  case TRAIN_JOB_SNAPSHOT:
+  case TRAIN_JOB_RESTORE: join_job_done(p, job); break;
+  case TRAIN_JOB_RELEASE: break;
+  default: mb_job_done(p, job); break;
+  }
+  free(job->blob);
+  free(job);
+}
+
+void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
+  p->now = now_ms;
+  if (p->state == PEER_READY && now_ms - p->last_hello_ms >= p->cfg.tun.hello_period_ms) {
+    p->last_hello_ms = now_ms;
+    peer_send_hellos(p);
+  }
+  mb_tick(p);
+  repair_tick(p);
+  agg_tick(p);
+  join_tick(p);
+  if (p->cfg.role == TRAIN_DATA) {
+    leader_check(p);
+    data_tick(p);
+  }
+  p->io.want_tick(p->io.ud, now_ms + p->cfg.tun.tick_ms);
+}
+
+/* ---- queries ---- */
+
+int train_peer_stage(const train_peer *p) { return p->stage; }
+uint64_t train_peer_iteration(const train_peer *p) { return p->iteration; }
+bool train_peer_is_leader(const train_peer *p) { return p->was_leader; }
+bool train_peer_finished(const train_peer *p) { return p->finished; }
+const train_counters *train_peer_counters(const train_peer *p) { return &p->counters; }

@@ -1,0 +1,252 @@
+/* train/peer.h — the training peer: microbatches along flows, crash repair,
+ * within-stage aggregation, joins and leader failover (GWTF §IV, §V-B, §V-D,
+ * §V-E), as a state machine.
+ *
+ * Like dht/ and flow/, the peer never touches a socket, a thread or the wall
+ * clock. Its driver (node/train_runtime.c for real; test/train for in-process
+ * simulations) hands it messages, ticks and finished compute jobs, and it acts
+ * through a train_io: sends (body + optional tensor), compute jobs that run on
+ * a worker thread, and events the driver turns into DHT announcements.
+ *
+ * Messages between two peers must arrive in the order they were sent (they
+ * travel on one encrypted TCP session); across peers there is no order.
+ *
+ * Two policies are pluggable:
+ *   - the router picks next hops: GWTF flows (train/route_flow.c) or SWARM's
+ *     stochastic wiring (train/route_swarm.c);
+ *   - the recovery mode: GWTF repairs a broken backward along the stored path
+ *     (only the lost stage recomputes); SWARM restarts the microbatch from its
+ *     data node.
+ *
+ * The journey of one microbatch (origin D, path D → R1 → R2 → R3 → D):
+ *   FORWARD(act)   D→R1, R1→R2, R2→R3, R3→D; each receiver answers its sender
+ *                  with FORWARD_DONE once its forward is computed and passed
+ *                  on (no answer in time, DENY or a lost session: the sender
+ *                  re-routes to another peer of that stage).
+ *   loss           D computes the loss and the gradient of R3's output.
+ *   BACKWARD(grad) D→R3, R3→R2, R2→R1, R1→D; each receiver answers with
+ *                  BACKWARD_DONE once its own backward is done. Until then the
+ *                  sender keeps the gradient it sent, and every peer keeps the
+ *                  output it produced, so a gap can be rebuilt.
+ *   repair         a sender without BACKWARD_DONE reports RECOVER to D; D
+ *                  probes the path, finds the last live peer L before the gap
+ *                  and the first live peer F after it, and asks L (REPAIR) to
+ *                  re-send its stored output to replacements of the lost
+ *                  stage(s); the last replacement tells F (REPAIR_READY), and F
+ *                  re-sends its stored gradient. Nothing before the gap is
+ *                  recomputed.
+ * Aggregation: when every data node reported ITER_DONE, the leader floods
+ * BEGIN_AGG front to back; each stage's members send their gradient sums to
+ * the stage's lowest live node ID, which averages them weighted by
+ * microbatches (in node-ID order, so the result is bit-identical everywhere)
+ * and sends the average back; every member steps its optimizer and logs its
+ * weight hash. CAN_TAKE then flows back to front and the next iteration starts.
+ */
+#ifndef GWTF_TRAIN_PEER_H
+#define GWTF_TRAIN_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/addr.h"
+#include "util/log.h"
+
+typedef struct train_peer train_peer;
+
+typedef enum train_role { TRAIN_DATA = 1, TRAIN_RELAY = 2 } train_role;
+
+typedef enum train_recovery {
+  TRAIN_RECOVER_PATH = 0,    /* GWTF §V-D: rebuild the gap, resume from the stored gradient */
+  TRAIN_RECOVER_RESTART = 1, /* SWARM: restart the microbatch from its data node */
+} train_recovery;
+
+/* ---- tensors on the wire ---- */
+
+typedef enum train_dtype { TRAIN_F32 = 1, TRAIN_I32 = 4, TRAIN_U8 = 6 } train_dtype;
+
+typedef struct train_tensor {
+  train_dtype dtype;
+  uint32_t ndim;
+  uint64_t shape[4];
+  const void *data;
+  size_t nbytes;
+} train_tensor;
+
+/* ---- compute jobs (run on the driver's worker thread) ---- */
+
+typedef enum train_job_kind {
+  TRAIN_JOB_EMBED = 1,        /* data: tokens [B,T] -> out [B,T,C]                       */
+  TRAIN_JOB_FORWARD,          /* relay: in [B,T,C] -> out [B,T,C], keeps state for key   */
+  TRAIN_JOB_LOSS,             /* data: in [B,T,C], targets -> loss, grad_in [B,T,C];     */
+                              /*       accumulates head gradients                        */
+  TRAIN_JOB_BACKWARD,         /* relay: grad_out -> grad_in, accumulates, frees key      */
+  TRAIN_JOB_EMBED_BACKWARD,   /* data: grad [B,T,C] -> accumulates embedding gradients   */
+  TRAIN_JOB_RELEASE,          /* drop the state kept for key (no gradient)              */
+  TRAIN_JOB_GRAD_EXPORT,      /* copy the accumulated gradient sum into out (n_params)   */
+  TRAIN_JOB_APPLY,            /* optimizer step with gradient `in`, zero grads, hash     */
+  TRAIN_JOB_SKIP_STEP,        /* no microbatches anywhere: zero grads, hash              */
+  TRAIN_JOB_SNAPSHOT,         /* serialize the stage state (weights, optimizer, step)    */
+  TRAIN_JOB_RESTORE,          /* load a serialized state, hash                          */
+} train_job_kind;
+
+typedef struct train_job {
+  train_job_kind kind;
+  uint64_t key;     /* microbatch state key (origin-and-id hash) */
+  const void *in;   /* input tensor or token ids */
+  const int32_t *targets;
+  void *out;        /* output buffer, owned by the peer */
+  size_t in_bytes, out_bytes;
+  /* results, filled by the worker */
+  int rc;
+  float loss;
+  double seconds;   /* compute time, for cost estimates and wasted-compute accounting */
+  uint8_t hash[32]; /* APPLY, SKIP_STEP, RESTORE: weights hash; SNAPSHOT: state hash */
+  void *blob;       /* SNAPSHOT: malloc'd serialized state (the peer frees it) */
+  size_t blob_len;
+  void *owner;      /* the peer's bookkeeping */
+} train_job;
+
+/* ---- routing policy ---- */
+
+typedef struct train_router {
+  void *ctx;
+  /* Next hop for a microbatch of `origin` at this peer. A data node passes
+   * from = NULL and slot = the microbatch's position in the iteration; a relay
+   * passes the peer it came from. Peers in avoid[] must not be chosen.
+   * Returns 0 with *out set, or GW_ENOENT when there is no route. */
+  int (*next_hop)(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slot, const gw_id *avoid,
+                  size_t n_avoid, gw_id *out);
+  /* How many microbatches this data node can start now (its routes). */
+  uint32_t (*slots)(void *ctx);
+  /* A peer failed to answer, denied, or its session dropped. */
+  void (*peer_failed)(void *ctx, const gw_id *peer);
+  /* A peer finished a hop in ms (SWARM's response-time average). */
+  void (*observe)(void *ctx, const gw_id *peer, double ms);
+  /* What a neighbour said about itself in its HELLO (cost model input). */
+  void (*peer_info)(void *ctx, const gw_id *peer, int stage, uint32_t capacity, double compute_ms);
+} train_router;
+
+/* ---- events for the driver ---- */
+
+typedef enum train_event_kind {
+  TRAIN_EV_STAGE_ASSIGNED = 1, /* announce in the stage directory */
+  TRAIN_EV_LEADER_CHANGED,     /* republish the run record when we are the leader */
+  TRAIN_EV_READY,              /* weights in place, taking microbatches */
+  TRAIN_EV_AGGREGATED,         /* weights changed: checkpoint if due */
+  TRAIN_EV_ITERATION_DONE,     /* a data node finished an iteration (summary fields set) */
+} train_event_kind;
+
+typedef struct train_event {
+  train_event_kind kind;
+  int stage;
+  uint64_t iteration;
+  gw_id leader;
+  uint8_t hash[32];
+  /* TRAIN_EV_ITERATION_DONE */
+  double loss, seconds;
+  uint32_t done, deferred;
+} train_event;
+
+typedef struct train_io {
+  void *ud;
+  int (*send)(void *ud, const gw_id *to, uint32_t type, const uint8_t *body, size_t len,
+              const train_tensor *tensor);
+  void (*want_tick)(void *ud, uint64_t at_ms);
+  void (*random)(void *ud, void *buf, size_t len);
+  /* Is there a live session to this peer right now? */
+  bool (*connected)(void *ud, const gw_id *peer);
+  /* Queue a job on the worker; its completion comes back through
+   * train_peer_on_job_done on the driver's thread. */
+  int (*compute)(void *ud, train_job *job);
+  void (*event)(void *ud, const train_event *ev);
+} train_io;
+
+/* ---- configuration ---- */
+
+/* Every timing constant is a tunable; the defaults suit a local swarm of small
+ * models (set them from measured costs for real runs). */
+typedef struct train_tunables {
+  uint64_t tick_ms;              /* housekeeping period (default 100) */
+  uint64_t hop_timeout_ms;       /* no FORWARD_DONE/BACKWARD_DONE by then: peer presumed dead (5000) */
+  uint64_t probe_timeout_ms;     /* repair probes (1000) */
+  uint64_t agg_timeout_ms;       /* waiting for a stage member's gradient or the average (10000) */
+  uint64_t stall_timeout_ms;     /* an iteration with no progress defers what is left (60000) */
+  uint64_t hello_period_ms;      /* HELLO to neighbours (2000) */
+  uint32_t max_repairs;          /* per microbatch before it is declared lost (4) */
+  uint32_t max_reroutes;         /* per hop before DENY goes upstream (4) */
+  size_t chunk_bytes;            /* gradient / weight transfer chunk (4 MiB) */
+} train_tunables;
+
+void train_tunables_default(train_tunables *t);
+
+typedef struct train_shape {
+  int B, T, C;        /* microbatch activation shape */
+  size_t n_params;    /* parameters of this peer's stage part */
+} train_shape;
+
+typedef struct train_peer_config {
+  gw_id self;
+  train_role role;
+  int n_stages;         /* relay stages 1..n_stages; data nodes are stage 0 */
+  int stage;            /* relays: -1 until assigned (or a fixed stage); data nodes: 0 */
+  uint32_t capacity;    /* relays: microbatches held at once; data nodes: microbatches per iteration */
+  train_shape shape;    /* the driver fills n_params once the stage is known (train_peer_set_shape) */
+  uint64_t data_seed;   /* data nodes: sampling seed */
+  uint64_t iterations;  /* data nodes: stop after this many (0 = forever) */
+  train_recovery recovery;
+  train_tunables tun;
+  bool initial_weights; /* this peer may start from its seeded init (the run's first members) */
+} train_peer_config;
+
+/* Data nodes draw their microbatches through this callback (train/data.h). */
+typedef int (*train_sample_fn)(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs,
+                               int32_t *targets);
+
+int train_peer_new(train_peer **out, const train_peer_config *cfg, const train_io *io,
+                   const train_router *router, const gw_log *log);
+void train_peer_free(train_peer *p);
+void train_peer_set_sampler(train_peer *p, train_sample_fn fn, void *ud);
+/* Called once the stage is known (n_params depends on it). */
+void train_peer_set_shape(train_peer *p, const train_shape *shape);
+
+/* ---- driver inputs ---- */
+
+void train_peer_start(train_peer *p, uint64_t now_ms);
+void train_peer_on_message(train_peer *p, const gw_id *from, uint32_t type, const uint8_t *body, size_t len,
+                           const train_tensor *tensor, uint64_t now_ms);
+void train_peer_on_tick(train_peer *p, uint64_t now_ms);
+void train_peer_on_job_done(train_peer *p, train_job *job, uint64_t now_ms);
+/* A stage member as the driver sees it: from the DHT stage directory record
+ * (capacity, and load = flows it carries) and the live sessions. */
+typedef struct train_member {
+  gw_id id;
+  uint32_t capacity, load;
+} train_member;
+
+/* Replaces the driver's view of a stage's live members. */
+void train_peer_set_members(train_peer *p, int stage, const train_member *members, size_t n, uint64_t now_ms);
+void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms);
+/* The leader named in the run record (or by a TRAIN_LEADER message). */
+void train_peer_set_leader(train_peer *p, const gw_id *leader, uint64_t now_ms);
+
+/* ---- queries ---- */
+
+int train_peer_stage(const train_peer *p);
+uint64_t train_peer_iteration(const train_peer *p);
+bool train_peer_is_leader(const train_peer *p);
+bool train_peer_finished(const train_peer *p); /* data node: ran cfg.iterations */
+
+typedef struct train_counters {
+  uint64_t forward_computed, forward_recomputed; /* recomputed: forwards done as part of a repair */
+  uint64_t backward_computed;
+  uint64_t forward_rerouted, denies_sent, denies_received;
+  uint64_t backward_recoveries, lost_microbatches, deferred_microbatches;
+  uint64_t microbatches_done;
+  double compute_seconds, wasted_seconds;
+  uint64_t aggregations;
+} train_counters;
+
+const train_counters *train_peer_counters(const train_peer *p);
+
+#endif

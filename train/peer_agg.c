@@ -1,0 +1,624 @@
+/* train/peer_agg.c — the end of an iteration (GWTF §V-E) and the leader.
+ *
+ * Data nodes report ITER_DONE to the leader (the live data node with the
+ * lowest node ID). When every live data node has reported, the leader floods
+ * BEGIN_AGG front to back. Each stage's members send their gradient sums to
+ * the stage's aggregator — its lowest live node ID — which averages them
+ * weighted by microbatch counts, summing in node-ID order so that every
+ * member receives the same bits, and sends the average back. Every member
+ * steps its optimizer with it and logs the hash of its weights. CAN_TAKE then
+ * flows back to front: a peer sends it upstream once it has stepped and a
+ * peer downstream is ready (the last stage does not wait), and data nodes
+ * start the next iteration when a stage-1 peer is ready.
+ *
+ * Members that crash are dropped from the round when their session goes; an
+ * aggregator that crashes is replaced by the next-lowest ID, and a member that
+ * already applied an average answers late contributors with it, so every live
+ * member ends the round with the same weights. */
+#include "train/peer_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+static size_t chunk_floats(const train_peer *p) {
+  size_t n = p->cfg.tun.chunk_bytes / sizeof(float);
+  return n ? n : 1;
+}
+
+static void tensor_1d(train_tensor *t, const float *data, size_t n) {
+  memset(t, 0, sizeof(*t));
+  t->dtype = TRAIN_F32;
+  t->ndim = 1;
+  t->shape[0] = n;
+  t->data = data;
+  t->nbytes = n * sizeof(float);
+}
+
+static void hash_hex(const uint8_t hash[32], char out[17]) {
+  static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 8; i++) {
+    out[2 * i] = hex[hash[i] >> 4];
+    out[2 * i + 1] = hex[hash[i] & 15];
+  }
+  out[16] = '\0';
+}
+
+void agg_free(train_peer *p) {
+  peer_agg *a = &p->agg;
+  for (uint32_t i = 0; i < a->n_contrib; i++) free(a->contrib[i].buf);
+  a->n_contrib = 0;
+  free(a->mine);
+  free(a->avg);
+  free(a->last_avg);
+  a->mine = a->avg = a->last_avg = NULL;
+}
+
+static void reset_round(peer_agg *a) {
+  for (uint32_t i = 0; i < a->n_contrib; i++) free(a->contrib[i].buf);
+  a->n_contrib = 0;
+  a->n_failed = 0;
+  a->avg_received = 0;
+  a->avg_total_count = 0;
+}
+
+/* ---- who aggregates ---- */
+
+static bool is_failed(const peer_agg *a, const gw_id *id) { return id_in(a->failed, a->n_failed, id); }
+
+static gw_id pick_aggregator(train_peer *p) {
+  gw_id best = p->cfg.self;
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (gw_id_cmp(id, &best) < 0 && peer_alive(p, id) && !is_failed(&p->agg, id)) best = *id;
+  }
+  return best;
+}
+
+static bool i_aggregate(train_peer *p) { return gw_id_eq(&p->agg.aggregator, &p->cfg.self); }
+
+/* ---- beginning a round ---- */
+
+static void flood_begin(train_peer *p, uint64_t iteration) {
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = iteration;
+  peer_broadcast_stage(p, p->stage, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
+  if (p->stage < p->cfg.n_stages)
+    peer_broadcast_stage(p, p->stage + 1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
+}
+
+/* Enters the round for `iteration` (weights frozen, microbatches dropped);
+ * exports our gradient unless an average is already arriving. */
+static void enter_round(train_peer *p, uint64_t iteration, bool export) {
+  peer_agg *a = &p->agg;
+  if (p->aggregating) return;
+  p->aggregating = true;
+  a->iteration = iteration;
+  reset_round(a);
+  mb_abandon_iteration(p, iteration);
+  if (p->cfg.role == TRAIN_DATA) {
+    p->iter_running = false;
+    a->my_count = p->iter_done;
+  } else {
+    a->my_count = p->bwd_count;
+  }
+  GW_INFO(&p->log, "aggregation.begun", "iter=%llu microbatches=%u", (unsigned long long)iteration, a->my_count);
+  size_t n = p->cfg.shape.n_params;
+  if (!export) {
+    a->phase = AGG_COLLECT;
+    return;
+  }
+  free(a->mine);
+  a->mine = malloc(n * sizeof(float));
+  a->phase = AGG_EXPORT;
+  if (!a->mine || peer_submit(p, TRAIN_JOB_GRAD_EXPORT, NULL, NULL, 0, a->mine, n * sizeof(float)) != 0) {
+    GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=export", (unsigned long long)iteration);
+    a->phase = AGG_COLLECT;
+  }
+}
+
+void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration) {
+  (void)from;
+  if (p->begin_agg_seen > iteration) return; /* already flooded */
+  p->begin_agg_seen = iteration + 1;
+  if (p->state != PEER_READY) {
+    if (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) p->missed_agg = iteration + 1;
+    return;
+  }
+  if (iteration != p->iteration) {
+    if (iteration > p->iteration) join_resync(p, iteration, "begin_agg");
+    return;
+  }
+  flood_begin(p, iteration);
+  enter_round(p, iteration, true);
+}
+
+/* ---- sending gradients and averages ---- */
+
+static void send_vector(train_peer *p, const gw_id *to, uint32_t type, const float *v, uint32_t count,
+                        const gw_id *contributors, uint32_t n_contrib, uint32_t total_count, uint64_t iteration) {
+  size_t n = p->cfg.shape.n_params, step = chunk_floats(p);
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+  for (uint32_t i = 0; i < n_contrib; i++) ids[i] = id_bytes(&contributors[i]);
+  for (size_t off = 0; off < n || off == 0; off += step) {
+    Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
+    train_tensor t;
+    size_t len = n - off < step ? n - off : step;
+    g.iteration = iteration;
+    g.stage = p->stage;
+    g.count = count;
+    g.offset = off;
+    g.total = v ? n : 0;
+    g.n_contributors = n_contrib;
+    g.contributors = ids;
+    g.total_count = total_count;
+    if (v) tensor_1d(&t, v + off, len);
+    peer_send(p, to, type, &g.base, v ? &t : NULL);
+    if (!v) break;
+  }
+}
+
+static void send_mine(train_peer *p) {
+  peer_agg *a = &p->agg;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(&a->aggregator, who);
+  GW_DEBUG(&p->log, "aggregation.contribute", "iter=%llu to=%s", (unsigned long long)a->iteration, who);
+  send_vector(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, a->my_count, NULL, 0, 0, a->iteration);
+  a->deadline = p->now + p->cfg.tun.agg_timeout_ms;
+}
+
+static void send_last_avg(train_peer *p, const gw_id *to) {
+  peer_agg *a = &p->agg;
+  /* No microbatch anywhere in the stage: the "average" is a skipped step. */
+  send_vector(p, to, GWTF__TRAIN_MSG__TRAIN_AVG, a->last_avg_total_count ? a->last_avg : NULL, 0,
+              a->last_contributors, a->n_last_contributors, a->last_avg_total_count, a->last_avg_iteration);
+}
+
+/* ---- the aggregator ---- */
+
+static agg_contrib *contrib_for(peer_agg *a, const gw_id *id) {
+  for (uint32_t i = 0; i < a->n_contrib; i++)
+    if (gw_id_eq(&a->contrib[i].id, id)) return &a->contrib[i];
+  if (a->n_contrib == PEER_MAX_CONTRIB) return NULL;
+  agg_contrib *c = &a->contrib[a->n_contrib++];
+  memset(c, 0, sizeof(*c));
+  c->id = *id;
+  return c;
+}
+
+static int cmp_contrib(const void *x, const void *y) {
+  return gw_id_cmp(&((const agg_contrib *)x)->id, &((const agg_contrib *)y)->id);
+}
+
+/* Every live member we know has contributed (or the round timed out). */
+static bool round_complete(train_peer *p) {
+  peer_agg *a = &p->agg;
+  if (a->phase == AGG_EXPORT) return false; /* our own gradient first */
+  if (p->now >= a->deadline) return true;
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
+    bool have = false;
+    for (uint32_t k = 0; k < a->n_contrib; k++)
+      if (gw_id_eq(&a->contrib[k].id, id) && a->contrib[k].complete) have = true;
+    if (!have) return false;
+  }
+  return true;
+}
+
+static void apply_average(train_peer *p, const float *avg, uint32_t total_count);
+
+/* The aggregator's last step: average in node-ID order, send, apply. */
+static void finish_round(train_peer *p) {
+  peer_agg *a = &p->agg;
+  size_t n = p->cfg.shape.n_params;
+  uint32_t kept = 0, total = 0;
+  for (uint32_t i = 0; i < a->n_contrib; i++)
+    if (a->contrib[i].complete) a->contrib[kept++] = a->contrib[i];
+    else free(a->contrib[i].buf);
+  a->n_contrib = kept;
+  qsort(a->contrib, a->n_contrib, sizeof(a->contrib[0]), cmp_contrib);
+  for (uint32_t i = 0; i < a->n_contrib; i++) total += a->contrib[i].count;
+  free(a->last_avg);
+  a->last_avg = NULL;
+  if (total > 0) {
+    a->last_avg = calloc(n, sizeof(float));
+    if (!a->last_avg) return;
+    for (uint32_t i = 0; i < a->n_contrib; i++) {
+      const float *g = a->contrib[i].buf;
+      for (size_t k = 0; k < n; k++) a->last_avg[k] += g[k];
+    }
+    float inv = 1.0f / (float)total;
+    for (size_t k = 0; k < n; k++) a->last_avg[k] *= inv;
+  }
+  a->have_last_avg = true;
+  a->last_avg_iteration = a->iteration;
+  a->last_avg_total_count = total;
+  a->n_last_contributors = a->n_contrib;
+  for (uint32_t i = 0; i < a->n_contrib; i++) a->last_contributors[i] = a->contrib[i].id;
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id)) send_last_avg(p, &v->v[i].id);
+  /* Peers that just fetched our state may not be in our view yet: without
+   * this average they would start the next iteration one step behind. */
+  for (size_t i = 0; i < sizeof(p->served) / sizeof(p->served[0]); i++) {
+    const gw_id *id = &p->served[i].id;
+    bool known = false;
+    for (size_t k = 0; v && k < v->n; k++) known |= gw_id_eq(&v->v[k].id, id);
+    if (p->served[i].at_ms && !known && p->now - p->served[i].at_ms < 4 * p->cfg.tun.agg_timeout_ms &&
+        peer_alive(p, id))
+      send_last_avg(p, id);
+  }
+  apply_average(p, a->last_avg, total);
+}
+
+static void maybe_finish(train_peer *p) {
+  peer_agg *a = &p->agg;
+  if (!p->aggregating || a->phase != AGG_COLLECT || !i_aggregate(p)) return;
+  if (round_complete(p)) finish_round(p);
+}
+
+/* Our own gradient is exported: contribute it. */
+static void contribute(train_peer *p) {
+  peer_agg *a = &p->agg;
+  a->phase = AGG_COLLECT;
+  a->aggregator = pick_aggregator(p);
+  a->deadline = p->now + p->cfg.tun.agg_timeout_ms;
+  if (i_aggregate(p)) {
+    agg_contrib *c = contrib_for(a, &p->cfg.self);
+    if (!c) return;
+    free(c->buf);
+    c->buf = a->mine;
+    a->mine = NULL;
+    c->count = a->my_count;
+    c->received = p->cfg.shape.n_params;
+    c->complete = true;
+    maybe_finish(p);
+  } else {
+    send_mine(p);
+  }
+}
+
+void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
+  peer_agg *a = &p->agg;
+  size_t n = p->cfg.shape.n_params;
+  if (g->stage != p->stage || p->state != PEER_READY) return;
+  if (a->have_last_avg && g->iteration == a->last_avg_iteration && g->offset == 0) {
+    send_last_avg(p, from); /* a member that missed our average */
+    return;
+  }
+  if (g->iteration != p->iteration || g->total != n || !t || t->dtype != TRAIN_F32) return;
+  size_t len = t->nbytes / sizeof(float);
+  if (g->offset > n || len > n - g->offset) return;
+  agg_contrib *c = contrib_for(a, from);
+  if (!c) return;
+  if (!c->buf) c->buf = malloc(n * sizeof(float));
+  if (!c->buf) return;
+  if (g->offset == 0) c->received = 0; /* a re-send starts over */
+  memcpy(c->buf + g->offset, t->data, len * sizeof(float));
+  c->received += len;
+  c->count = g->count;
+  c->complete = c->received == n;
+  /* A member may be ahead of us: its BEGIN_AGG came first. Join the round. */
+  if (!p->aggregating && c->complete) {
+    p->begin_agg_seen = p->iteration + 1;
+    flood_begin(p, p->iteration);
+    enter_round(p, p->iteration, true);
+  }
+  maybe_finish(p);
+}
+
+/* ---- members ---- */
+
+static void apply_average(train_peer *p, const float *avg, uint32_t total_count) {
+  peer_agg *a = &p->agg;
+  a->phase = AGG_APPLY;
+  a->avg_total_count = total_count;
+  size_t n = p->cfg.shape.n_params;
+  int rc = avg ? peer_submit(p, TRAIN_JOB_APPLY, NULL, avg, n * sizeof(float), NULL, 0)
+               : peer_submit(p, TRAIN_JOB_SKIP_STEP, NULL, NULL, 0, NULL, 0);
+  if (rc != 0) GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=apply", (unsigned long long)a->iteration);
+}
+
+void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
+  peer_agg *a = &p->agg;
+  size_t n = p->cfg.shape.n_params;
+  if (g->stage != p->stage || p->state != PEER_READY || g->iteration != p->iteration) return;
+  if (p->aggregating && (a->phase == AGG_APPLY)) return;
+  if (!p->aggregating) {
+    /* The average overtook BEGIN_AGG: we are not in it, but we step with it. */
+    p->begin_agg_seen = p->iteration + 1;
+    flood_begin(p, p->iteration);
+    enter_round(p, p->iteration, false);
+  }
+  a->aggregator = *from;
+  a->n_last_contributors = (uint32_t)(g->n_contributors < PEER_MAX_CONTRIB ? g->n_contributors : PEER_MAX_CONTRIB);
+  for (uint32_t i = 0; i < a->n_last_contributors; i++) id_from_bytes(&a->last_contributors[i], g->contributors[i]);
+  if (g->total_count == 0 || g->total == 0) {
+    free(a->last_avg);
+    a->last_avg = NULL;
+    a->have_last_avg = true;
+    a->last_avg_iteration = g->iteration;
+    a->last_avg_total_count = 0;
+    apply_average(p, NULL, 0);
+    return;
+  }
+  if (g->total != n || !t || t->dtype != TRAIN_F32) return;
+  size_t len = t->nbytes / sizeof(float);
+  if (g->offset > n || len > n - g->offset) return;
+  if (!a->avg) a->avg = malloc(n * sizeof(float));
+  if (!a->avg) return;
+  if (g->offset == 0) a->avg_received = 0;
+  memcpy(a->avg + g->offset, t->data, len * sizeof(float));
+  a->avg_received += len;
+  if (a->avg_received != n) return;
+  /* Keep it: a member that asks the round's aggregator after it crashed may
+   * ask us, and must get exactly these bits. */
+  free(a->last_avg);
+  a->last_avg = a->avg;
+  a->avg = NULL;
+  a->have_last_avg = true;
+  a->last_avg_iteration = g->iteration;
+  a->last_avg_total_count = g->total_count;
+  apply_average(p, a->last_avg, g->total_count);
+}
+
+void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d) {
+  char who[GW_ID_SHORT_LEN + 1], theirs[17], mine[17];
+  if (d->stage != p->stage || d->hash.len != 32 || d->iteration + 1 != p->iteration) return;
+  if (memcmp(d->hash.data, p->agg.last_hash, 32) == 0) return;
+  peer_short(from, who);
+  hash_hex(d->hash.data, theirs);
+  hash_hex(p->agg.last_hash, mine);
+  GW_ERROR(&p->log, "aggregation.hash_mismatch", "iter=%llu peer=%s theirs=%s mine=%s",
+           (unsigned long long)d->iteration, who, theirs, mine);
+}
+
+/* ---- CAN_TAKE ---- */
+
+static void try_can_take(train_peer *p) {
+  if (p->aggregating || p->state != PEER_READY || p->cfg.role == TRAIN_DATA) return;
+  uint64_t j = p->iteration;
+  if (p->can_take_sent > j) return;
+  if (p->stage != p->cfg.n_stages && p->downstream_ready < j) return;
+  p->can_take_sent = j + 1;
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = j;
+  peer_broadcast_stage(p, p->stage - 1, GWTF__TRAIN_MSG__TRAIN_CAN_TAKE, &m.base);
+  GW_DEBUG(&p->log, "can_take.sent", "iter=%llu", (unsigned long long)j);
+}
+
+void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration) {
+  (void)from;
+  if (iteration > p->downstream_ready) p->downstream_ready = iteration;
+  try_can_take(p);
+}
+
+/* ---- results of our jobs ---- */
+
+static void summary(train_peer *p) {
+  char peers[128];
+  size_t off = 0;
+  double secs = (double)(p->now - p->last_update_ms) / 1000.0;
+  for (int s = 1; s <= p->cfg.n_stages && off + 8 < sizeof(peers); s++)
+    off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s%zu", s > 1 ? "," : "", p->members[s].n);
+  double loss = p->iter_done ? p->iter_loss_sum / p->iter_done : NAN;
+  double tokens = (double)p->iter_done * p->cfg.shape.B * p->cfg.shape.T;
+  GW_INFO(&p->log, "iteration.done",
+          "iter=%llu loss=%.6f done=%u deferred=%u secs=%.3f time_per_mb_s=%.4f tokens_per_s=%.1f peers=%s",
+          (unsigned long long)p->agg.iteration, loss, p->iter_done, p->iter_deferred, secs,
+          p->iter_done ? secs / p->iter_done : 0.0, secs > 0 ? tokens / secs : 0.0, peers);
+  if (p->io.event) {
+    train_event ev = {.kind = TRAIN_EV_ITERATION_DONE, .stage = 0, .iteration = p->agg.iteration,
+                      .loss = loss, .seconds = secs, .done = p->iter_done, .deferred = p->iter_deferred};
+    p->io.event(p->io.ud, &ev);
+  }
+  p->last_update_ms = p->now;
+}
+
+static void round_done(train_peer *p, train_job *job) {
+  peer_agg *a = &p->agg;
+  char hash[17];
+  if (job->rc != 0) {
+    GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=step rc=%d", (unsigned long long)a->iteration, job->rc);
+    return;
+  }
+  memcpy(a->last_hash, job->hash, 32);
+  hash_hex(job->hash, hash);
+  if (job->kind == TRAIN_JOB_APPLY) p->step++;
+  p->counters.aggregations++;
+  GW_INFO(&p->log, "aggregation.done", "iter=%llu stage=%d hash=%s step=%llu microbatches=%u total=%u members=%u",
+          (unsigned long long)a->iteration, p->stage, hash, (unsigned long long)p->step, a->my_count,
+          a->avg_total_count, a->n_last_contributors);
+  if (!i_aggregate(p)) {
+    Gwtf__TrainAggDone d = GWTF__TRAIN_AGG_DONE__INIT;
+    d.iteration = a->iteration;
+    d.stage = p->stage;
+    d.hash.len = 32;
+    d.hash.data = a->last_hash;
+    peer_send(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_AGG_DONE, &d.base, NULL);
+  }
+  a->phase = AGG_IDLE;
+  p->aggregating = false;
+  p->iteration = a->iteration + 1;
+  p->bwd_count = 0;
+  if (p->io.event) {
+    train_event ev = {.kind = TRAIN_EV_AGGREGATED, .stage = p->stage, .iteration = p->iteration};
+    memcpy(ev.hash, job->hash, 32);
+    p->io.event(p->io.ud, &ev);
+  }
+  if (p->cfg.role == TRAIN_DATA) {
+    summary(p);
+    p->iter_reported = false;
+  }
+  mb_release_queued(p);
+  try_can_take(p);
+  join_serve_pending(p);
+}
+
+void agg_job_done(train_peer *p, train_job *job) {
+  peer_agg *a = &p->agg;
+  if (job->kind == TRAIN_JOB_GRAD_EXPORT) {
+    if (!p->aggregating || a->phase != AGG_EXPORT) return; /* the average came first */
+    if (job->rc != 0) {
+      GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=export rc=%d", (unsigned long long)a->iteration,
+               job->rc);
+      a->phase = AGG_COLLECT;
+      return;
+    }
+    contribute(p);
+    return;
+  }
+  round_done(p, job);
+}
+
+/* ---- time and failures ---- */
+
+/* Both floods are repeated while they matter, because the set of peers
+ * changes under them: a peer that joined a stage just after BEGIN_AGG went
+ * by never hears of the round, and the peers before it would wait for its
+ * CAN_TAKE forever. Both messages are idempotent. */
+static void reflood(train_peer *p) {
+  if (p->state != PEER_READY || p->aggregating || p->now - p->last_reflood_ms < p->cfg.tun.hop_timeout_ms) return;
+  p->last_reflood_ms = p->now;
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  if (p->iteration > 0 && p->stage < p->cfg.n_stages && p->downstream_ready < p->iteration) {
+    m.iteration = p->iteration - 1;
+    peer_broadcast_stage(p, p->stage + 1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
+  }
+  if (p->cfg.role == TRAIN_RELAY && p->can_take_sent > p->iteration) {
+    m.iteration = p->iteration;
+    peer_broadcast_stage(p, p->stage - 1, GWTF__TRAIN_MSG__TRAIN_CAN_TAKE, &m.base);
+  }
+}
+
+void agg_tick(train_peer *p) {
+  peer_agg *a = &p->agg;
+  reflood(p);
+  if (!p->aggregating || a->phase != AGG_COLLECT) return;
+  if (i_aggregate(p)) {
+    maybe_finish(p);
+    return;
+  }
+  if (p->now < a->deadline && peer_alive(p, &a->aggregator)) return;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(&a->aggregator, who);
+  GW_WARN(&p->log, "aggregation.aggregator_lost", "iter=%llu aggregator=%s", (unsigned long long)a->iteration, who);
+  if (a->n_failed < PEER_MAX_CONTRIB) a->failed[a->n_failed++] = a->aggregator;
+  if (!a->mine) {
+    /* We joined the round through an average that then stopped coming: ask
+     * the next aggregator for it with an empty contribution. */
+    a->mine = calloc(p->cfg.shape.n_params ? p->cfg.shape.n_params : 1, sizeof(float));
+    a->my_count = 0;
+    if (!a->mine) return;
+  }
+  contribute(p);
+}
+
+void agg_peer_down(train_peer *p, const gw_id *peer) {
+  peer_agg *a = &p->agg;
+  if (!p->aggregating || a->phase != AGG_COLLECT) return;
+  if (i_aggregate(p)) maybe_finish(p);
+  else if (gw_id_eq(&a->aggregator, peer)) a->deadline = p->now;
+}
+
+/* ---- the leader ---- */
+
+static void announce_leader(train_peer *p) {
+  Gwtf__TrainLeader l = GWTF__TRAIN_LEADER__INIT;
+  l.leader = id_bytes(&p->cfg.self);
+  l.iteration = p->iteration;
+  for (int s = 0; s <= p->cfg.n_stages; s++) peer_broadcast_stage(p, s, GWTF__TRAIN_MSG__TRAIN_LEADER, &l.base);
+}
+
+static void send_iter_done(train_peer *p) {
+  Gwtf__TrainIterDone d = GWTF__TRAIN_ITER_DONE__INIT;
+  d.iteration = p->iteration;
+  d.done = p->iter_done;
+  d.deferred = p->iter_deferred;
+  d.loss_sum = p->iter_loss_sum;
+  d.seconds = (double)(p->now - p->iter_started_ms) / 1000.0;
+  peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_ITER_DONE, &d.base, NULL);
+}
+
+static void leader_maybe_begin(train_peer *p) {
+  if (!p->was_leader || !p->iter_reported || p->aggregating) return;
+  if (p->reports_iteration != p->iteration) return;
+  peer_stage_view *v = peer_stage(p, 0);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
+    if (!id_in(p->iter_reports, p->n_iter_reports, id)) return;
+  }
+  agg_on_begin(p, &p->cfg.self, p->iteration);
+}
+
+static void note_report(train_peer *p, const gw_id *from, uint64_t iteration) {
+  if (p->reports_iteration != iteration) {
+    p->reports_iteration = iteration;
+    p->n_iter_reports = 0;
+  }
+  if (!id_in(p->iter_reports, p->n_iter_reports, from) && p->n_iter_reports < PEER_MAX_CONTRIB)
+    p->iter_reports[p->n_iter_reports++] = *from;
+}
+
+void data_report_iteration(train_peer *p) {
+  p->iter_reported = true;
+  GW_INFO(&p->log, "iteration.microbatches_done", "iter=%llu done=%u deferred=%u", (unsigned long long)p->iteration,
+          p->iter_done, p->iter_deferred);
+  if (p->was_leader) {
+    note_report(p, &p->cfg.self, p->iteration);
+    leader_maybe_begin(p);
+  } else if (p->have_leader) {
+    send_iter_done(p);
+  }
+}
+
+void leader_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d) {
+  if (!p->was_leader || d->iteration != p->iteration) return;
+  note_report(p, from, d->iteration);
+  leader_maybe_begin(p);
+}
+
+/* Leader = the live data node with the lowest node ID (§V-B). */
+void leader_check(train_peer *p) {
+  if (p->cfg.role != TRAIN_DATA || p->state != PEER_READY) return;
+  gw_id best = p->cfg.self;
+  peer_stage_view *v = peer_stage(p, 0);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (gw_id_cmp(&v->v[i].id, &best) < 0 && peer_alive(p, &v->v[i].id)) best = v->v[i].id;
+  bool me = gw_id_eq(&best, &p->cfg.self);
+  bool changed = !p->have_leader || !gw_id_eq(&p->leader, &best);
+  if (!changed && me == p->was_leader) return;
+  char who[GW_ID_SHORT_LEN + 1];
+  p->leader = best;
+  p->have_leader = true;
+  p->was_leader = me;
+  peer_short(&best, who);
+  if (me) {
+    GW_INFO(&p->log, "leader.elected", "leader=%s iter=%llu", who, (unsigned long long)p->iteration);
+    announce_leader(p);
+    peer_emit(p, TRAIN_EV_LEADER_CHANGED);
+    if (p->iter_reported) note_report(p, &p->cfg.self, p->iteration);
+    leader_maybe_begin(p);
+  } else {
+    GW_INFO(&p->log, "leader.changed", "leader=%s", who);
+    if (p->iter_reported && !p->aggregating) send_iter_done(p);
+  }
+}
+
+void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader *l) {
+  gw_id leader;
+  if (l->leader.len != GW_ID_BYTES) return;
+  id_from_bytes(&leader, l->leader);
+  if (!gw_id_eq(&leader, from)) return; /* a leader speaks for itself */
+  if (p->cfg.role == TRAIN_DATA) {
+    leader_check(p);
+    return;
+  }
+  train_peer_set_leader(p, &leader, p->now);
+}

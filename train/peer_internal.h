@@ -1,0 +1,303 @@
+/* train/peer_internal.h — state shared by the train/peer*.c files. Not a
+ * public interface: everything outside train/ goes through train/peer.h. */
+#ifndef GWTF_TRAIN_PEER_INTERNAL_H
+#define GWTF_TRAIN_PEER_INTERNAL_H
+
+#include "train/peer.h"
+#include "train.pb-c.h"
+
+#define PEER_MAX_STAGES 64
+#define PEER_MAX_PATH (PEER_MAX_STAGES + 2)
+#define PEER_MAX_AVOID 16
+#define PEER_MAX_CONTRIB 64
+
+/* ---- a microbatch as one peer sees it ---- */
+
+typedef enum mb_fwd {
+  FWD_NONE = 0,
+  FWD_EMBED,     /* data: embedding job running */
+  FWD_COMPUTE,   /* relay: forward job running (or queued until aggregation ends) */
+  FWD_QUEUED,    /* relay: arrived for the next iteration while we aggregate */
+  FWD_SENT,      /* waiting for FORWARD_DONE from `next` */
+  FWD_FLIGHT,    /* data: first hop confirmed, waiting for the microbatch to come back */
+  FWD_LOSS,      /* data: loss job running */
+  FWD_DONE,      /* our forward part is finished */
+} mb_fwd;
+
+typedef enum mb_bwd {
+  BWD_NONE = 0,  /* waiting for BACKWARD */
+  BWD_COMPUTE,   /* backward (or embedding backward) job running */
+  BWD_DONE,      /* our backward part is finished, our gradient is counted */
+} mb_bwd;
+
+typedef enum mb_end { MB_LIVE = 0, MB_COMPLETE, MB_DEFERRED, MB_LOST } mb_end;
+
+typedef struct peer_mb {
+  bool used;
+  uint64_t key; /* hash of (origin, id): the compute state key */
+  gw_id origin;
+  uint64_t id, iteration;
+  uint32_t index;   /* data: position in the iteration (the router slot) */
+  uint32_t attempt; /* bumped by a SWARM-style restart */
+  mb_fwd fwd;
+  mb_bwd bwd;
+  mb_end end;
+  gw_id path[PEER_MAX_PATH]; /* origin first; includes us once our forward is done */
+  uint32_t path_len;
+  gw_id prev, next;          /* neighbours on the path */
+  float *in;                 /* relay: received activation until its forward runs */
+  float *out;                /* our output (relay) / embedding (data): kept for re-sends */
+  float *grad;               /* gradient we sent upstream: kept until BACKWARD_DONE */
+  int32_t *tokens, *targets; /* data */
+  bool grad_acked;           /* BACKWARD_DONE received for `grad` */
+  bool has_state;            /* the compute layer holds activations for key */
+  uint64_t fwd_deadline, bwd_deadline;
+  gw_id avoid[PEER_MAX_AVOID];
+  uint32_t n_avoid;
+  uint32_t reroutes, repairs;
+  bool repair;
+  int repair_end_stage;
+  gw_id repair_target;
+  float loss;
+  double compute_s;
+  uint64_t started_ms;
+  /* data node: repair in progress */
+  bool recovering;
+  int probe_stage;           /* stage being probed, walking towards the origin */
+  uint64_t probe_deadline;
+  int gap_last;              /* last stage of the gap */
+  gw_id gap_target;          /* first live peer after the gap (holds the gradient) */
+  uint64_t recover_started_ms;
+} peer_mb;
+
+/* ---- membership ---- */
+
+typedef struct peer_member {
+  gw_id id;
+  uint32_t capacity, load;
+  double compute_ms;
+} peer_member;
+
+typedef struct peer_stage_view {
+  peer_member *v;
+  size_t n, cap;
+} peer_stage_view;
+
+/* ---- aggregation of one iteration ---- */
+
+typedef struct agg_contrib {
+  gw_id id;
+  float *buf;
+  uint32_t count;
+  uint64_t received; /* floats */
+  bool complete;
+} agg_contrib;
+
+typedef enum agg_phase {
+  AGG_IDLE = 0,
+  AGG_EXPORT,    /* GRAD_EXPORT job running */
+  AGG_COLLECT,   /* member: gradient sent, waiting for AVG; aggregator: collecting */
+  AGG_APPLY,     /* APPLY / SKIP_STEP job running */
+} agg_phase;
+
+typedef struct peer_agg {
+  agg_phase phase;
+  uint64_t iteration;
+  gw_id aggregator;
+  gw_id failed[PEER_MAX_CONTRIB]; /* aggregators that did not answer */
+  uint32_t n_failed;
+  float *mine;
+  uint32_t my_count;
+  agg_contrib contrib[PEER_MAX_CONTRIB];
+  uint32_t n_contrib;
+  float *avg;
+  uint64_t avg_received;
+  uint32_t avg_total_count;
+  bool avg_has_tensor;
+  uint64_t deadline;
+  /* the last average we applied, to answer members that ask late */
+  float *last_avg;
+  uint64_t last_avg_iteration;
+  uint32_t last_avg_total_count;
+  bool have_last_avg;
+  gw_id last_contributors[PEER_MAX_CONTRIB];
+  uint32_t n_last_contributors;
+  uint8_t last_hash[32]; /* our weights hash after the last round */
+} peer_agg;
+
+/* ---- joins and weight transfer ---- */
+
+typedef struct peer_download {
+  bool active;
+  gw_id from;
+  uint8_t *buf;
+  uint64_t total, received;
+  uint8_t hash[32];
+  uint64_t step, iteration;
+  uint64_t deadline, started_ms;
+  gw_id tried[PEER_MAX_AVOID];
+  uint32_t n_tried;
+} peer_download;
+
+typedef struct peer_candidate {
+  gw_id id;
+  uint32_t capacity;
+  double compute_ms;
+} peer_candidate;
+
+typedef struct peer_pending_snapshot {
+  gw_id to;
+  int stage; /* the stage it asked for */
+  bool used;
+} peer_pending_snapshot;
+
+/* ---- the peer ---- */
+
+typedef enum peer_state {
+  PEER_UNASSIGNED = 0, /* waiting for the leader to place us */
+  PEER_DOWNLOADING,    /* fetching the stage's weights */
+  PEER_RESTORING,      /* RESTORE job running */
+  PEER_READY,          /* training */
+} peer_state;
+
+struct train_peer {
+  train_peer_config cfg;
+  train_io io;
+  train_router router;
+  gw_log log;
+  train_sample_fn sample;
+  void *sample_ud;
+  uint64_t now;
+
+  peer_state state;
+  int stage;
+  uint64_t iteration;      /* the iteration we train (weights = after iteration-1 aggregations) */
+  uint64_t step;           /* optimizer steps applied */
+  bool aggregating;
+  uint64_t missed_agg;     /* a BEGIN_AGG seen while downloading (+1; 0 = none) */
+  uint64_t resync_target;  /* the iteration the rest of the run is in, when we were behind */
+  uint64_t begin_agg_seen; /* highest BEGIN_AGG iteration flooded (+1) */
+  uint64_t downstream_ready; /* highest CAN_TAKE iteration heard from downstream */
+  uint64_t can_take_sent;    /* highest CAN_TAKE iteration sent upstream (+1) */
+  uint64_t last_reflood_ms;
+
+  peer_mb *mbs;
+  size_t n_mbs;
+  uint32_t held;            /* live microbatches here: never more than cfg.capacity (relays) */
+  uint32_t bwd_count;       /* relays: backward passes done in `iteration` (aggregation weight) */
+
+  peer_stage_view members[PEER_MAX_STAGES + 1];
+  gw_id leader;
+  bool have_leader;
+  bool was_leader;
+
+  /* data node: the iteration in progress */
+  bool iter_running, iter_reported;
+  uint64_t iter_started_ms, last_progress_ms, last_update_ms;
+  uint32_t iter_sent, iter_done, iter_deferred;
+  double iter_loss_sum;
+  uint64_t waiting_flows_since;
+  struct { uint64_t iteration; uint32_t index; } *backlog; /* deferred microbatches, oldest first */
+  size_t n_backlog, cap_backlog;
+  bool finished;
+
+  /* leader */
+  gw_id iter_reports[PEER_MAX_CONTRIB];
+  uint32_t n_iter_reports;
+  uint64_t reports_iteration;
+  peer_candidate candidates[PEER_MAX_CONTRIB];
+  uint32_t n_candidates;
+  uint64_t last_join_ms;
+
+  peer_agg agg;
+  peer_download dl;
+  peer_pending_snapshot snap_queue[8];
+  /* peers we recently sent our state to: they get our next average too,
+   * though they are not in our view of the stage yet */
+  struct { gw_id id; uint64_t at_ms; } served[8];
+  bool snapshot_running;
+  gw_id snapshot_for;
+
+  uint64_t last_hello_ms;
+  train_counters counters;
+  bool closing; /* train_peer_free: no more jobs; the compute layer drops its own state */
+};
+
+/* peer.c */
+int peer_send(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg,
+              const train_tensor *tensor);
+void peer_tensor_f32(train_tensor *t, const float *data, int B, int T, int C);
+size_t peer_act_floats(const train_peer *p);
+bool peer_alive(train_peer *p, const gw_id *id);
+peer_stage_view *peer_stage(train_peer *p, int stage);
+void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const ProtobufCMessage *msg);
+void peer_emit(train_peer *p, train_event_kind kind);
+void peer_send_hellos(train_peer *p);
+void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]);
+int peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in, size_t in_bytes, void *out,
+                size_t out_bytes);
+void peer_release_key(train_peer *p, uint64_t key);
+bool id_in(const gw_id *list, size_t n, const gw_id *id);
+void id_from_bytes(gw_id *out, ProtobufCBinaryData b);
+ProtobufCBinaryData id_bytes(const gw_id *id);
+
+/* peer_mb.c */
+peer_mb *mb_find(train_peer *p, const gw_id *origin, uint64_t id);
+peer_mb *mb_new(train_peer *p, const gw_id *origin, uint64_t id);
+void mb_free(train_peer *p, peer_mb *mb);
+uint64_t mb_key(const gw_id *origin, uint64_t id, uint32_t attempt);
+void mb_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
+void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
+void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
+void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
+void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
+void mb_job_done(train_peer *p, train_job *job);
+void mb_tick(train_peer *p);
+void mb_peer_down(train_peer *p, const gw_id *peer);
+void mb_send_forward(train_peer *p, peer_mb *mb);
+void mb_send_backward(train_peer *p, peer_mb *mb);
+void mb_abandon_iteration(train_peer *p, uint64_t iteration);
+void mb_release_queued(train_peer *p);
+void data_tick(train_peer *p);
+void data_start_iteration(train_peer *p);
+void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
+
+/* peer_repair.c */
+void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecover *r);
+void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *target);
+void repair_on_probe(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
+void repair_on_probe_reply(train_peer *p, const gw_id *from, const Gwtf__TrainProbeReply *r);
+void repair_on_repair(train_peer *p, const gw_id *from, const Gwtf__TrainRepair *r);
+void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m);
+void repair_tick(train_peer *p);
+void repair_report(train_peer *p, peer_mb *mb);
+
+/* peer_agg.c */
+void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration);
+void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
+void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
+void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d);
+void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration);
+void agg_job_done(train_peer *p, train_job *job);
+void agg_tick(train_peer *p);
+void agg_peer_down(train_peer *p, const gw_id *peer);
+void agg_free(train_peer *p);
+void leader_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);
+void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader *l);
+void leader_check(train_peer *p);
+void data_report_iteration(train_peer *p);
+
+/* peer_join.c */
+void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j);
+void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
+void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r);
+void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t);
+void join_job_done(train_peer *p, train_job *job);
+void join_tick(train_peer *p);
+void join_peer_down(train_peer *p, const gw_id *peer);
+void join_become_ready(train_peer *p);
+void join_serve_pending(train_peer *p);
+void join_free(train_peer *p);
+void join_resync(train_peer *p, uint64_t target, const char *why);
+
+#endif

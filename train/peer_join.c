@@ -1,0 +1,424 @@
+/* train/peer_join.c — joining a run (GWTF §V-B) and fetching a stage's state.
+ *
+ * A relay without a stage sends JOIN (its capacity) to the leader. The leader
+ * batches candidates and places them: stages ranked by utilization (flows
+ * through the stage / its capacity; an empty stage first), candidates by
+ * capacity, highest with highest. The placed peer downloads its stage's
+ * weights, optimizer state and step from a stage member in chunks, checks
+ * them against the hash that member announced, restores them, and starts
+ * taking microbatches. A member that is aggregating serves the request once
+ * its weights are final for the iteration. */
+#include "train/peer_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+#define JOIN_RETRY_MS 2000
+#define PLACEMENT_PERIOD_MS 500
+#define MAX_STATE_BYTES (((uint64_t)1) << 36) /* 64 GiB: refuse anything larger */
+
+static void fetch_or_init(train_peer *p);
+
+void join_free(train_peer *p) {
+  free(p->dl.buf);
+  p->dl.buf = NULL;
+}
+
+void join_become_ready(train_peer *p) {
+  p->state = PEER_READY;
+  p->last_update_ms = p->now;
+  GW_INFO(&p->log, "peer.ready", "stage=%d iter=%llu step=%llu", p->stage, (unsigned long long)p->iteration,
+          (unsigned long long)p->step);
+  peer_emit(p, TRAIN_EV_READY);
+  if (p->cfg.role == TRAIN_DATA) leader_check(p);
+  join_serve_pending(p);
+  /* Tell the stage where we are: a member that is ahead answers, and we
+   * catch up if the stage aggregated while we were getting ready. */
+  p->last_hello_ms = p->now;
+  peer_send_hellos(p);
+}
+
+/* We are behind our stage (we missed an aggregation): drop what we hold and
+ * fetch the stage's state again. */
+void join_resync(train_peer *p, uint64_t target, const char *why) {
+  GW_WARN(&p->log, "train.resync", "stage=%d iter=%llu target=%llu reason=%s", p->stage,
+          (unsigned long long)p->iteration, (unsigned long long)target, why);
+  if (target > p->resync_target) p->resync_target = target;
+  mb_abandon_iteration(p, UINT64_MAX);
+  p->iter_running = false;
+  p->iter_reported = false;
+  p->dl.n_tried = 0;
+  p->state = PEER_DOWNLOADING;
+  fetch_or_init(p);
+}
+
+/* ---- the leader places candidates ---- */
+
+void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
+  if (!p->was_leader || j->capacity == 0) return;
+  for (uint32_t i = 0; i < p->n_candidates; i++)
+    if (gw_id_eq(&p->candidates[i].id, from)) return;
+  if (p->n_candidates == PEER_MAX_CONTRIB) return;
+  peer_candidate *c = &p->candidates[p->n_candidates++];
+  c->id = *from;
+  c->capacity = j->capacity;
+  c->compute_ms = j->compute_ms;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  GW_INFO(&p->log, "join.candidate", "peer=%s capacity=%u", who, j->capacity);
+}
+
+typedef struct stage_rank {
+  int stage;
+  double utilization;
+  uint32_t capacity;
+} stage_rank;
+
+static int cmp_rank(const void *x, const void *y) {
+  const stage_rank *a = x, *b = y;
+  if (a->utilization != b->utilization) return a->utilization > b->utilization ? -1 : 1;
+  if (a->capacity != b->capacity) return a->capacity < b->capacity ? -1 : 1; /* the smaller bottleneck first */
+  return a->stage - b->stage;
+}
+
+static int cmp_candidate(const void *x, const void *y) {
+  const peer_candidate *a = x, *b = y;
+  if (a->capacity != b->capacity) return a->capacity > b->capacity ? -1 : 1;
+  return gw_id_cmp(&a->id, &b->id);
+}
+
+static void rank_stages(train_peer *p, stage_rank *ranks) {
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    peer_stage_view *v = &p->members[s];
+    uint32_t cap = 0, load = 0;
+    for (size_t i = 0; i < v->n; i++) {
+      cap += v->v[i].capacity;
+      load += v->v[i].load;
+    }
+    ranks[s - 1].stage = s;
+    ranks[s - 1].capacity = cap;
+    ranks[s - 1].utilization = cap ? (double)load / cap : INFINITY;
+  }
+  qsort(ranks, (size_t)p->cfg.n_stages, sizeof(*ranks), cmp_rank);
+}
+
+static void assign(train_peer *p, const peer_candidate *c, int stage, double utilization) {
+  Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+  peer_stage_view *v = &p->members[stage];
+  size_t n = 0;
+  for (size_t i = 0; i < v->n && n < PEER_MAX_CONTRIB; i++)
+    if (peer_alive(p, &v->v[i].id)) ids[n++] = id_bytes(&v->v[i].id);
+  a.stage = stage;
+  a.iteration = p->iteration;
+  a.step = p->step;
+  a.n_stage_peers = n;
+  a.stage_peers = ids;
+  peer_send(p, &c->id, GWTF__TRAIN_MSG__TRAIN_ASSIGN, &a.base, NULL);
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(&c->id, who);
+  GW_INFO(&p->log, "join.placed", "peer=%s stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
+          utilization);
+  /* Count it in now: the directory shows it only once it has announced. */
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 4;
+    peer_member *nv = realloc(v->v, cap * sizeof(*nv));
+    if (!nv) return;
+    v->v = nv;
+    v->cap = cap;
+  }
+  peer_member *m = &v->v[v->n++];
+  memset(m, 0, sizeof(*m));
+  m->id = c->id;
+  m->capacity = c->capacity;
+}
+
+/* §V-B: the highest-capacity candidate goes to the most utilized stage, the
+ * second to the second, and so on; a new round re-ranks the stages. */
+static void place_candidates(train_peer *p) {
+  if (!p->was_leader || p->n_candidates == 0 || p->now - p->last_join_ms < PLACEMENT_PERIOD_MS) return;
+  p->last_join_ms = p->now;
+  qsort(p->candidates, p->n_candidates, sizeof(p->candidates[0]), cmp_candidate);
+  stage_rank ranks[PEER_MAX_STAGES];
+  uint32_t next = 0;
+  while (next < p->n_candidates) {
+    rank_stages(p, ranks);
+    for (int r = 0; r < p->cfg.n_stages && next < p->n_candidates; r++, next++) {
+      if (peer_alive(p, &p->candidates[next].id))
+        assign(p, &p->candidates[next], ranks[r].stage, ranks[r].utilization);
+    }
+  }
+  p->n_candidates = 0;
+}
+
+/* ---- the candidate ---- */
+
+static void request_weights(train_peer *p, const gw_id *from) {
+  Gwtf__TrainWeightsReq r = GWTF__TRAIN_WEIGHTS_REQ__INIT;
+  r.stage = p->stage;
+  free(p->dl.buf);
+  p->dl.buf = NULL;
+  p->dl.active = true;
+  p->dl.from = *from;
+  p->dl.total = p->dl.received = 0;
+  p->dl.started_ms = p->now;
+  p->dl.deadline = p->now + p->cfg.tun.agg_timeout_ms;
+  if (p->dl.n_tried < PEER_MAX_AVOID) p->dl.tried[p->dl.n_tried++] = *from;
+  p->state = PEER_DOWNLOADING;
+  p->missed_agg = 0;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  GW_INFO(&p->log, "weights.requested", "stage=%d from=%s", p->stage, who);
+  peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, &r.base, NULL);
+}
+
+/* A stage member we have not asked yet; false when there is none. */
+static bool next_source(train_peer *p, gw_id *out) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || id_in(p->dl.tried, p->dl.n_tried, id)) continue;
+    *out = *id;
+    return true;
+  }
+  return false;
+}
+
+static void fetch_or_init(train_peer *p) {
+  gw_id src;
+  if (next_source(p, &src)) {
+    request_weights(p, &src);
+    return;
+  }
+  p->dl.n_tried = 0;
+  if (next_source(p, &src)) {
+    request_weights(p, &src); /* everyone failed once: try them again */
+    return;
+  }
+  /* Nobody serves this stage: its weights are lost (the paper assumes one
+   * live peer per stage). Start from the seeded init and say so. */
+  GW_WARN(&p->log, "stage.reinitialized", "stage=%d reason=no_live_member known=%zu", p->stage, peer_stage(p, p->stage)->n);
+  join_become_ready(p);
+}
+
+void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a) {
+  if (p->state != PEER_UNASSIGNED || (p->have_leader && !gw_id_eq(from, &p->leader))) return;
+  if (a->stage < 1 || a->stage > p->cfg.n_stages) return;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  p->stage = a->stage;
+  p->iteration = a->iteration;
+  p->step = a->step;
+  gw_log_set_stage(&p->log, p->stage);
+  GW_INFO(&p->log, "stage.assigned", "stage=%d by=%s iter=%llu members=%zu", p->stage, who,
+          (unsigned long long)a->iteration, a->n_stage_peers);
+  peer_emit(p, TRAIN_EV_STAGE_ASSIGNED); /* the driver sets our shape and announces us */
+  /* The leader's list is the freshest: start with it. */
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; i < a->n_stage_peers && v; i++) {
+    gw_id id;
+    id_from_bytes(&id, a->stage_peers[i]);
+    bool known = false;
+    for (size_t k = 0; k < v->n; k++) known |= gw_id_eq(&v->v[k].id, &id);
+    if (!known && !gw_id_eq(&id, &p->cfg.self)) {
+      train_member m = {.id = id};
+      train_member *all = malloc((v->n + 1) * sizeof(*all));
+      if (!all) break;
+      for (size_t k = 0; k < v->n; k++) all[k] = (train_member){v->v[k].id, v->v[k].capacity, v->v[k].load};
+      all[v->n] = m;
+      train_peer_set_members(p, p->stage, all, v->n + 1, p->now);
+      free(all);
+    }
+  }
+  if (a->n_stage_peers == 0 && a->iteration == 0 && a->step == 0) {
+    join_become_ready(p); /* a first member: the seeded init is the stage's state */
+    return;
+  }
+  fetch_or_init(p);
+}
+
+/* ---- serving a snapshot ---- */
+
+static void start_snapshot(train_peer *p, const gw_id *to) {
+  p->snapshot_running = true;
+  p->snapshot_for = *to;
+  if (peer_submit(p, TRAIN_JOB_SNAPSHOT, NULL, NULL, 0, NULL, 0) != 0) p->snapshot_running = false;
+}
+
+void join_serve_pending(train_peer *p) {
+  if (p->snapshot_running || p->aggregating || p->state != PEER_READY) return;
+  for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++) {
+    if (!p->snap_queue[i].used) continue;
+    p->snap_queue[i].used = false;
+    if (p->snap_queue[i].stage != p->stage) continue; /* we were placed elsewhere */
+    start_snapshot(p, &p->snap_queue[i].to);
+    return;
+  }
+}
+
+void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r) {
+  /* A member that is itself still getting ready (or whose placement is
+   * still on its way) queues the request and serves it once its weights are
+   * in place (join_become_ready). */
+  if (p->stage >= 0 && r->stage != p->stage) return;
+  for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++) {
+    if (p->snap_queue[i].used && gw_id_eq(&p->snap_queue[i].to, from)) return;
+    if (!p->snap_queue[i].used) {
+      p->snap_queue[i].used = true;
+      p->snap_queue[i].to = *from;
+      p->snap_queue[i].stage = r->stage;
+      join_serve_pending(p);
+      return;
+    }
+  }
+}
+
+static void send_snapshot(train_peer *p, const gw_id *to, const uint8_t *blob, size_t len) {
+  gw_id hash;
+  gw_id_hash(blob, len, &hash);
+  size_t step = p->cfg.tun.chunk_bytes ? p->cfg.tun.chunk_bytes : (1u << 20);
+  for (size_t off = 0; off < len; off += step) {
+    Gwtf__TrainWeightsChunk c = GWTF__TRAIN_WEIGHTS_CHUNK__INIT;
+    train_tensor t = {.dtype = TRAIN_U8, .ndim = 1};
+    size_t n = len - off < step ? len - off : step;
+    c.stage = p->stage;
+    c.step = p->step;
+    c.iteration = p->iteration;
+    c.hash.len = 32;
+    c.hash.data = hash.b;
+    c.offset = off;
+    c.total = len;
+    t.shape[0] = n;
+    t.data = blob + off;
+    t.nbytes = n;
+    if (peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_CHUNK, &c.base, &t) != 0) return;
+  }
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(to, who);
+  GW_INFO(&p->log, "weights.served", "to=%s bytes=%zu iter=%llu", who, len, (unsigned long long)p->iteration);
+  size_t oldest = 0, n = sizeof(p->served) / sizeof(p->served[0]);
+  for (size_t i = 1; i < n; i++)
+    if (p->served[i].at_ms < p->served[oldest].at_ms) oldest = i;
+  p->served[oldest].id = *to;
+  p->served[oldest].at_ms = p->now;
+}
+
+/* ---- receiving it ---- */
+
+void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t) {
+  peer_download *d = &p->dl;
+  if (p->state != PEER_DOWNLOADING || !d->active || !gw_id_eq(from, &d->from) || !t || c->hash.len != 32) return;
+  if (c->stage != p->stage || c->total == 0 || c->total > MAX_STATE_BYTES || c->offset > c->total ||
+      t->nbytes > c->total - c->offset) {
+    GW_WARN(&p->log, "weights.bad_chunk", "offset=%llu total=%llu", (unsigned long long)c->offset,
+            (unsigned long long)c->total);
+    return;
+  }
+  if (c->offset == 0) {
+    free(d->buf);
+    d->buf = malloc(c->total);
+    if (!d->buf) return;
+    d->total = c->total;
+    d->received = 0;
+    memcpy(d->hash, c->hash.data, 32);
+    d->step = c->step;
+    d->iteration = c->iteration;
+  }
+  if (!d->buf || c->total != d->total || memcmp(d->hash, c->hash.data, 32) != 0) return;
+  memcpy(d->buf + c->offset, t->data, t->nbytes);
+  d->received += t->nbytes;
+  d->deadline = p->now + p->cfg.tun.agg_timeout_ms;
+  if (d->received < d->total) return;
+  gw_id got;
+  gw_id_hash(d->buf, d->total, &got);
+  if (memcmp(got.b, d->hash, 32) != 0) {
+    GW_ERROR(&p->log, "weights.hash_mismatch", "bytes=%llu", (unsigned long long)d->total);
+    fetch_or_init(p);
+    return;
+  }
+  p->state = PEER_RESTORING;
+  if (peer_submit(p, TRAIN_JOB_RESTORE, NULL, d->buf, d->total, NULL, 0) != 0) fetch_or_init(p);
+}
+
+void join_job_done(train_peer *p, train_job *job) {
+  if (job->kind == TRAIN_JOB_SNAPSHOT) {
+    p->snapshot_running = false;
+    if (job->rc == 0 && job->blob) send_snapshot(p, &p->snapshot_for, job->blob, job->blob_len);
+    join_serve_pending(p);
+    return;
+  }
+  /* TRAIN_JOB_RESTORE */
+  peer_download *d = &p->dl;
+  if (job->rc != 0) {
+    GW_ERROR(&p->log, "weights.restore_failed", "rc=%d", job->rc);
+    fetch_or_init(p);
+    return;
+  }
+  char who[GW_ID_SHORT_LEN + 1], hash[17];
+  static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 8; i++) {
+    hash[2 * i] = hex[job->hash[i] >> 4];
+    hash[2 * i + 1] = hex[job->hash[i] & 15];
+  }
+  hash[16] = '\0';
+  peer_short(&d->from, who);
+  GW_INFO(&p->log, "weights.downloaded", "from=%s bytes=%llu secs=%.3f iter=%llu step=%llu hash=%s", who,
+          (unsigned long long)d->total, (double)(p->now - d->started_ms) / 1000.0,
+          (unsigned long long)d->iteration, (unsigned long long)d->step, hash);
+  p->iteration = d->iteration;
+  p->step = d->step;
+  free(d->buf);
+  d->buf = NULL;
+  d->active = false;
+  d->n_tried = 0;
+  if (p->missed_agg > p->iteration) {
+    /* The stage aggregated while we downloaded: these weights are stale. */
+    p->state = PEER_DOWNLOADING;
+    fetch_or_init(p);
+    return;
+  }
+  if (p->resync_target > p->iteration) {
+    /* Every member of our stage was behind the run: the stage's newest
+     * weights died with the peers that had them. Carry on from the newest
+     * we could get rather than stall the run, and say so. */
+    GW_WARN(&p->log, "stage.stale_weights", "stage=%d have=%llu run=%llu", p->stage,
+            (unsigned long long)p->iteration, (unsigned long long)p->resync_target);
+    p->iteration = p->resync_target;
+  }
+  p->resync_target = 0;
+  p->begin_agg_seen = p->iteration; /* the next round we flood is this iteration's */
+  join_become_ready(p);
+}
+
+/* ---- time and failures ---- */
+
+void join_tick(train_peer *p) {
+  place_candidates(p);
+  if (p->state == PEER_UNASSIGNED && p->stage < 0 && p->have_leader &&
+      (p->last_join_ms == 0 || p->now - p->last_join_ms >= JOIN_RETRY_MS)) {
+    Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
+    j.capacity = p->cfg.capacity;
+    p->last_join_ms = p->now;
+    peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
+    GW_DEBUG(&p->log, "join.requested", "capacity=%u", p->cfg.capacity);
+  }
+  /* A fixed stage (a data node joining later) fetches from its stage. */
+  if (p->state == PEER_UNASSIGNED && p->stage >= 0 && peer_stage(p, p->stage)->n > 0) fetch_or_init(p);
+  if (p->state == PEER_DOWNLOADING && p->now >= p->dl.deadline) {
+    GW_WARN(&p->log, "weights.timeout", "stage=%d", p->stage);
+    fetch_or_init(p);
+  }
+}
+
+void join_peer_down(train_peer *p, const gw_id *peer) {
+  if (p->state == PEER_DOWNLOADING && gw_id_eq(&p->dl.from, peer)) p->dl.deadline = p->now;
+  for (uint32_t i = 0; i < p->n_candidates; i++) {
+    if (gw_id_eq(&p->candidates[i].id, peer)) {
+      p->candidates[i] = p->candidates[--p->n_candidates];
+      break;
+    }
+  }
+}

@@ -1,0 +1,671 @@
+/* train/peer_mb.c — a microbatch's forward and backward at one peer: the data
+ * node that owns it and the relays it crosses (GWTF §IV, §V-D forward part).
+ *
+ * Every hop is acknowledged: FORWARD_DONE once the receiver's forward is
+ * computed and passed on, BACKWARD_DONE once its backward is. A sender that
+ * hears nothing in time, gets DENY, or loses the session re-routes to another
+ * peer of the same stage (FORWARD) or reports to the origin (BACKWARD, see
+ * train/peer_repair.c). */
+#include "train/peer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+/* ---- bookkeeping ---- */
+
+/* The compute layer keeps activations under this key. The attempt is part of
+ * it so that a restarted microbatch never meets its earlier attempt's state. */
+uint64_t mb_key(const gw_id *origin, uint64_t id, uint32_t attempt) {
+  uint64_t h = 1469598103934665603ULL;
+  for (int i = 0; i < GW_ID_BYTES; i++) h = (h ^ origin->b[i]) * 1099511628211ULL;
+  for (int i = 0; i < 8; i++) h = (h ^ ((id >> (8 * i)) & 0xff)) * 1099511628211ULL;
+  for (int i = 0; i < 4; i++) h = (h ^ ((attempt >> (8 * i)) & 0xff)) * 1099511628211ULL;
+  return h;
+}
+
+peer_mb *mb_find(train_peer *p, const gw_id *origin, uint64_t id) {
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (mb->used && mb->id == id && gw_id_eq(&mb->origin, origin)) return mb;
+  }
+  return NULL;
+}
+
+peer_mb *mb_new(train_peer *p, const gw_id *origin, uint64_t id) {
+  peer_mb *slot = NULL;
+  for (size_t i = 0; i < p->n_mbs && !slot; i++)
+    if (!p->mbs[i].used) slot = &p->mbs[i];
+  if (!slot) {
+    /* Pending jobs point at their microbatch, so the array never moves:
+     * it is sized once for everything a peer may hold. */
+    if (p->n_mbs == 0) {
+      size_t cap = 4 * (size_t)p->cfg.capacity + 16;
+      p->mbs = calloc(cap, sizeof(*p->mbs));
+      if (!p->mbs) return NULL;
+      p->n_mbs = cap;
+      slot = &p->mbs[0];
+    } else {
+      return NULL;
+    }
+  }
+  memset(slot, 0, sizeof(*slot));
+  slot->used = true;
+  slot->origin = *origin;
+  slot->id = id;
+  slot->key = mb_key(origin, id, 0);
+  slot->started_ms = p->now;
+  p->held++;
+  return slot;
+}
+
+static bool mb_busy(const peer_mb *mb) {
+  return mb->fwd == FWD_EMBED || mb->fwd == FWD_COMPUTE || mb->fwd == FWD_LOSS || mb->bwd == BWD_COMPUTE;
+}
+
+void mb_free(train_peer *p, peer_mb *mb) {
+  if (!mb->used) return;
+  bool useful = p->cfg.role == TRAIN_DATA ? mb->end == MB_COMPLETE : mb->bwd == BWD_DONE;
+  if (!useful) p->counters.wasted_seconds += mb->compute_s;
+  if (mb->has_state && !mb_busy(mb)) peer_release_key(p, mb->key);
+  free(mb->in);
+  free(mb->out);
+  free(mb->grad);
+  free(mb->tokens);
+  free(mb->targets);
+  mb->used = false;
+  mb->in = mb->out = mb->grad = NULL;
+  mb->tokens = mb->targets = NULL;
+  p->held--;
+}
+
+static void avoid_add(peer_mb *mb, const gw_id *id) {
+  if (id_in(mb->avoid, mb->n_avoid, id)) return;
+  if (mb->n_avoid < PEER_MAX_AVOID) mb->avoid[mb->n_avoid++] = *id;
+}
+
+static void ack(train_peer *p, const gw_id *to, uint32_t type, const peer_mb *mb, const char *reason) {
+  Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
+  a.id = mb->id;
+  a.origin = id_bytes(&mb->origin);
+  a.iteration = mb->iteration;
+  a.reason = (char *)(reason ? reason : "");
+  peer_send(p, to, type, &a.base, NULL);
+}
+
+static void deny_raw(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch *m, const char *reason) {
+  Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
+  char who[GW_ID_SHORT_LEN + 1];
+  a.id = m->id;
+  a.origin = m->origin;
+  a.iteration = m->iteration;
+  a.reason = (char *)reason;
+  peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_DENY, &a.base, NULL);
+  p->counters.denies_sent++;
+  peer_short(to, who);
+  GW_INFO(&p->log, "deny.sent", "mb=%llx to=%s reason=%s", (unsigned long long)m->id, who, reason);
+}
+
+static void fill_mb_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, const peer_mb *mb) {
+  gwtf__train_microbatch__init(m);
+  m->id = mb->id;
+  m->origin = id_bytes(&mb->origin);
+  m->iteration = mb->iteration;
+  m->attempt = mb->attempt;
+  for (uint32_t i = 0; i < mb->path_len; i++) path[i] = id_bytes(&mb->path[i]);
+  m->n_path = mb->path_len;
+  m->path = path;
+  m->repair = mb->repair;
+  m->repair_end_stage = mb->repair_end_stage;
+  if (mb->repair) m->repair_target = id_bytes(&mb->repair_target);
+}
+
+static bool valid_act(const train_peer *p, const train_tensor *t) {
+  return t && t->dtype == TRAIN_F32 && t->nbytes == peer_act_floats(p) * sizeof(float);
+}
+
+static float *copy_floats(const void *src, size_t n) {
+  float *f = malloc(n * sizeof(float));
+  if (f) memcpy(f, src, n * sizeof(float));
+  return f;
+}
+
+/* ---- forward ---- */
+
+/* Chooses the next hop for mb and sends it our output; DENY goes upstream
+ * (or the origin defers) when no peer of the next stage will do. */
+void mb_send_forward(train_peer *p, peer_mb *mb) {
+  char who[GW_ID_SHORT_LEN + 1];
+  gw_id next;
+  int rc;
+  int next_stage = p->stage == p->cfg.n_stages ? 0 : p->stage + 1;
+  if (next_stage == 0) {
+    next = mb->origin;
+    rc = id_in(mb->avoid, mb->n_avoid, &next) ? GW_ENOENT : 0;
+  } else {
+    const gw_id *from = p->cfg.role == TRAIN_DATA ? NULL : &mb->prev;
+    rc = p->router.next_hop(p->router.ctx, &mb->origin, from, mb->index, mb->avoid, mb->n_avoid, &next);
+  }
+  if (rc != 0 || mb->reroutes > p->cfg.tun.max_reroutes) {
+    if (p->cfg.role == TRAIN_DATA) {
+      GW_INFO(&p->log, "microbatch.no_route", "mb=%llx reroutes=%u", (unsigned long long)mb->id, mb->reroutes);
+      data_mb_finished(p, mb, MB_DEFERRED);
+    } else {
+      Gwtf__TrainMicrobatch m;
+      ProtobufCBinaryData path[PEER_MAX_PATH];
+      fill_mb_msg(&m, path, mb);
+      deny_raw(p, &mb->prev, &m, "no_route");
+      mb_free(p, mb);
+    }
+    return;
+  }
+  mb->next = next;
+  Gwtf__TrainMicrobatch m;
+  ProtobufCBinaryData path[PEER_MAX_PATH];
+  fill_mb_msg(&m, path, mb);
+  train_tensor t;
+  peer_tensor_f32(&t, mb->out, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
+  mb->fwd = FWD_SENT;
+  mb->fwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
+  if (peer_send(p, &next, GWTF__TRAIN_MSG__TRAIN_FORWARD, &m.base, &t) != 0) {
+    /* The session is gone: the tick re-routes at once. */
+    mb->fwd_deadline = p->now;
+  }
+  peer_short(&next, who);
+  GW_DEBUG(&p->log, "forward.sent", "mb=%llx to=%s", (unsigned long long)mb->id, who);
+}
+
+static void reroute(train_peer *p, peer_mb *mb, const char *why) {
+  char was[GW_ID_SHORT_LEN + 1];
+  peer_short(&mb->next, was);
+  avoid_add(mb, &mb->next);
+  mb->reroutes++;
+  p->counters.forward_rerouted++;
+  GW_INFO(&p->log, "forward.rerouted", "mb=%llx from_peer=%s reason=%s attempt=%u", (unsigned long long)mb->id,
+          was, why, mb->reroutes);
+  mb_send_forward(p, mb);
+}
+
+static bool accept_iteration(train_peer *p, const Gwtf__TrainMicrobatch *m, bool *queue, const char **why) {
+  *queue = false;
+  if (m->iteration < p->iteration) return (*why = "stale_iteration"), false;
+  if (m->iteration > p->iteration + 1) return (*why = "future_iteration"), false;
+  if (m->iteration == p->iteration && p->aggregating) return (*why = "aggregating"), false;
+  /* Upstream already started the next iteration: hold it until our own
+   * aggregation has updated the weights it must run on. */
+  if (m->iteration == p->iteration + 1) *queue = true;
+  return true;
+}
+
+static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m,
+                             const train_tensor *t) {
+  gw_id origin;
+  const char *why = NULL;
+  bool queue;
+  if (p->state != PEER_READY) return deny_raw(p, from, m, "not_ready");
+  if (!accept_iteration(p, m, &queue, &why)) return deny_raw(p, from, m, why);
+  if ((int)m->n_path != p->stage || m->n_path > PEER_MAX_PATH) return deny_raw(p, from, m, "bad_path");
+  id_from_bytes(&origin, m->origin);
+  peer_mb *old = mb_find(p, &origin, m->id);
+  if (old) {
+    /* A repair, or a restart from the origin, may send the same microbatch
+     * through us again: start over. A plain copy is a re-route duplicate. */
+    bool again = m->attempt > old->attempt || m->repair;
+    if (!again || mb_busy(old)) return deny_raw(p, from, m, "duplicate");
+    mb_free(p, old);
+  }
+  if (p->held >= p->cfg.capacity) return deny_raw(p, from, m, "full");
+  peer_mb *mb = mb_new(p, &origin, m->id);
+  if (!mb) return deny_raw(p, from, m, "full");
+  mb->iteration = m->iteration;
+  mb->attempt = m->attempt;
+  mb->key = mb_key(&origin, m->id, m->attempt);
+  mb->prev = *from;
+  mb->path_len = (uint32_t)m->n_path;
+  for (size_t i = 0; i < m->n_path; i++) id_from_bytes(&mb->path[i], m->path[i]);
+  mb->repair = m->repair;
+  mb->repair_end_stage = m->repair_end_stage;
+  if (m->repair) id_from_bytes(&mb->repair_target, m->repair_target);
+  size_t n = peer_act_floats(p);
+  mb->in = copy_floats(t->data, n);
+  mb->out = malloc(n * sizeof(float));
+  if (!mb->in || !mb->out) {
+    mb_free(p, mb);
+    return deny_raw(p, from, m, "out_of_memory");
+  }
+  if (queue) {
+    mb->fwd = FWD_QUEUED;
+    return;
+  }
+  mb->fwd = FWD_COMPUTE;
+  if (peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float)) != 0) {
+    mb_free(p, mb);
+    deny_raw(p, from, m, "compute_unavailable");
+  }
+}
+
+/* Microbatches of the next iteration that waited for our aggregation. */
+void mb_release_queued(train_peer *p) {
+  size_t n = peer_act_floats(p);
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (!mb->used || mb->fwd != FWD_QUEUED || mb->iteration != p->iteration) continue;
+    mb->fwd = FWD_COMPUTE;
+    if (peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float)) != 0)
+      mb_free(p, mb);
+  }
+}
+
+static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m,
+                           const train_tensor *t) {
+  peer_mb *mb = mb_find(p, &p->cfg.self, m->id);
+  if (!mb || mb->attempt != m->attempt || (mb->fwd != FWD_SENT && mb->fwd != FWD_FLIGHT)) {
+    /* A duplicate from a re-routed copy, or a microbatch we gave up on: tell
+     * the sender it is done so it stops re-routing; its state goes at the
+     * next aggregation. */
+    Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
+    a.id = m->id;
+    a.origin = m->origin;
+    a.iteration = m->iteration;
+    peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, &a.base, NULL);
+    return;
+  }
+  if (m->n_path != (size_t)p->cfg.n_stages + 1) return;
+  mb->path_len = (uint32_t)m->n_path;
+  for (size_t i = 0; i < m->n_path; i++) id_from_bytes(&mb->path[i], m->path[i]);
+  mb->next = *from;
+  size_t n = peer_act_floats(p);
+  free(mb->in);
+  mb->in = copy_floats(t->data, n);
+  if (!mb->grad) mb->grad = malloc(n * sizeof(float)); /* reused by a restarted attempt */
+  if (!mb->in || !mb->grad) return data_mb_finished(p, mb, MB_DEFERRED);
+  mb->fwd = FWD_LOSS;
+  if (peer_submit(p, TRAIN_JOB_LOSS, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float)) != 0)
+    data_mb_finished(p, mb, MB_DEFERRED);
+}
+
+void mb_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
+  if (m->origin.len != GW_ID_BYTES || m->n_path == 0 || m->n_path > PEER_MAX_PATH || !valid_act(p, t)) {
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(from, who);
+    GW_WARN(&p->log, "train.malformed", "peer=%s what=forward", who);
+    return;
+  }
+  if (p->cfg.role == TRAIN_DATA) {
+    gw_id origin;
+    id_from_bytes(&origin, m->origin);
+    if (gw_id_eq(&origin, &p->cfg.self)) data_on_return(p, from, m, t);
+    return;
+  }
+  relay_on_forward(p, from, m, t);
+}
+
+static peer_mb *mb_from_ack(train_peer *p, const Gwtf__TrainAck *a) {
+  gw_id origin;
+  if (a->origin.len != GW_ID_BYTES) return NULL;
+  id_from_bytes(&origin, a->origin);
+  return mb_find(p, &origin, a->id);
+}
+
+void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
+  peer_mb *mb = mb_from_ack(p, a);
+  if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
+  if (p->router.observe) p->router.observe(p->router.ctx, from, (double)(p->now - mb->started_ms));
+  /* A data node's own microbatch now travels until it comes back; after a
+   * repair it re-sent, it is already back and waits for its backward. */
+  mb->fwd = p->cfg.role == TRAIN_DATA && !mb->repair ? FWD_FLIGHT : FWD_DONE;
+}
+
+void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
+  peer_mb *mb = mb_from_ack(p, a);
+  char who[GW_ID_SHORT_LEN + 1];
+  if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
+  p->counters.denies_received++;
+  peer_short(from, who);
+  GW_INFO(&p->log, "deny.received", "mb=%llx from=%s reason=%s", (unsigned long long)mb->id, who, a->reason);
+  reroute(p, mb, "deny");
+}
+
+/* ---- backward ---- */
+
+void mb_send_backward(train_peer *p, peer_mb *mb) {
+  /* Upstream is the peer before us on the path: the origin for stage 1. */
+  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  if (up < 0 || (uint32_t)up >= mb->path_len) return;
+  Gwtf__TrainMicrobatch m;
+  ProtobufCBinaryData path[PEER_MAX_PATH];
+  fill_mb_msg(&m, path, mb);
+  m.repair = false;
+  train_tensor t;
+  peer_tensor_f32(&t, mb->grad, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
+  mb->grad_acked = false;
+  mb->bwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
+  if (peer_send(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, &t) != 0)
+    mb->bwd_deadline = p->now; /* session gone: report at the next tick */
+}
+
+void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
+  gw_id origin;
+  if (m->origin.len != GW_ID_BYTES || !valid_act(p, t)) return;
+  id_from_bytes(&origin, m->origin);
+  peer_mb *mb = mb_find(p, &origin, m->id);
+  if (!mb || mb->attempt != m->attempt) return;
+  bool ready = p->cfg.role == TRAIN_DATA ? (mb->fwd == FWD_DONE && mb->end == MB_LIVE) : mb->fwd == FWD_DONE;
+  if (!ready || mb->bwd != BWD_NONE) return; /* a duplicate after a repair: the first one wins */
+  size_t n = peer_act_floats(p);
+  free(mb->in);
+  mb->in = copy_floats(t->data, n);
+  if (!mb->in) return;
+  mb->next = *from; /* whoever sent the gradient gets our BACKWARD_DONE */
+  mb->bwd = BWD_COMPUTE;
+  if (p->cfg.role == TRAIN_DATA) {
+    peer_submit(p, TRAIN_JOB_EMBED_BACKWARD, mb, mb->in, n * sizeof(float), NULL, 0);
+    return;
+  }
+  if (!mb->grad) mb->grad = malloc(n * sizeof(float));
+  if (!mb->grad) return;
+  peer_submit(p, TRAIN_JOB_BACKWARD, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float));
+}
+
+void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
+  peer_mb *mb = mb_from_ack(p, a);
+  if (!mb || mb->grad_acked) return;
+  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  /* From the peer upstream, or from the origin when a repair probe found the
+   * backward had already moved past the peer we suspected. */
+  bool from_up = up >= 0 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], from);
+  if (!from_up && !gw_id_eq(&mb->origin, from)) return;
+  mb->grad_acked = true;
+  mb->recovering = false;
+  /* A data node keeps its loss gradient until the microbatch completes: it
+   * is the peer after the gap if every relay of the path is lost. */
+  if (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) mb_free(p, mb);
+}
+
+/* ---- compute results ---- */
+
+static void log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s) {
+  GW_INFO(&p->log, "compute.done", "mb=%llx kind=%s secs=%.4f iter=%llu", (unsigned long long)mb->id, kind, s,
+          (unsigned long long)mb->iteration);
+}
+
+static void relay_forward_done(train_peer *p, peer_mb *mb) {
+  mb->has_state = true;
+  if (mb->repair) p->counters.forward_recomputed++;
+  else p->counters.forward_computed++;
+  free(mb->in);
+  mb->in = NULL;
+  if (mb->path_len < PEER_MAX_PATH) mb->path[mb->path_len++] = p->cfg.self;
+  if (mb->repair && p->stage == mb->repair_end_stage) {
+    /* The gap is rebuilt: the peer after it re-sends its stored gradient. */
+    Gwtf__TrainMicrobatch m;
+    ProtobufCBinaryData path[PEER_MAX_PATH];
+    fill_mb_msg(&m, path, mb);
+    peer_send(p, &mb->repair_target, GWTF__TRAIN_MSG__TRAIN_REPAIR_READY, &m.base, NULL);
+    mb->next = mb->repair_target;
+    mb->fwd = FWD_DONE;
+  } else {
+    mb_send_forward(p, mb);
+    if (!mb->used) return; /* no route: denied upstream and freed */
+  }
+  ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
+}
+
+static void relay_backward_done(train_peer *p, peer_mb *mb) {
+  mb->has_state = false; /* backward frees the activations kept for it */
+  mb->bwd = BWD_DONE;
+  p->counters.backward_computed++;
+  if (mb->iteration == p->iteration) p->bwd_count++;
+  /* Pass the gradient on before confirming ours: if we die in between, the
+   * peer downstream still holds its gradient and reports the gap. */
+  mb_send_backward(p, mb);
+  ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
+}
+
+void mb_job_done(train_peer *p, train_job *job) {
+  peer_mb *mb = job->owner;
+  if (!mb || !mb->used || mb->key != job->key) {
+    /* Abandoned while computing: drop whatever the job left behind. */
+    if (job->kind == TRAIN_JOB_EMBED || job->kind == TRAIN_JOB_FORWARD) peer_release_key(p, job->key);
+    return;
+  }
+  mb->compute_s += job->seconds;
+  if (job->rc != 0) {
+    GW_ERROR(&p->log, "compute.failed", "mb=%llx kind=%d rc=%d", (unsigned long long)mb->id, (int)job->kind,
+             job->rc);
+    if (p->cfg.role == TRAIN_DATA) data_mb_finished(p, mb, MB_DEFERRED);
+    else mb_free(p, mb);
+    return;
+  }
+  switch (job->kind) {
+  case TRAIN_JOB_EMBED:
+    log_compute(p, mb, "embed", job->seconds);
+    mb->has_state = true;
+    p->counters.forward_computed++;
+    mb->path[0] = p->cfg.self;
+    mb->path_len = 1;
+    mb_send_forward(p, mb);
+    break;
+  case TRAIN_JOB_FORWARD:
+    log_compute(p, mb, mb->repair ? "recompute" : "forward", job->seconds);
+    relay_forward_done(p, mb);
+    break;
+  case TRAIN_JOB_LOSS:
+    log_compute(p, mb, "loss", job->seconds);
+    mb->loss = job->loss;
+    mb->fwd = FWD_DONE;
+    ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
+    free(mb->in);
+    mb->in = NULL;
+    mb_send_backward(p, mb);
+    break;
+  case TRAIN_JOB_BACKWARD:
+    log_compute(p, mb, "backward", job->seconds);
+    relay_backward_done(p, mb);
+    break;
+  case TRAIN_JOB_EMBED_BACKWARD:
+    log_compute(p, mb, "embed_backward", job->seconds);
+    mb->has_state = false;
+    mb->bwd = BWD_DONE;
+    p->counters.backward_computed++;
+    ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
+    data_mb_finished(p, mb, MB_COMPLETE);
+    break;
+  default: break;
+  }
+}
+
+/* ---- failures ---- */
+
+void mb_tick(train_peer *p) {
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (!mb->used) continue;
+    if (mb->fwd == FWD_SENT && p->now >= mb->fwd_deadline) {
+      char who[GW_ID_SHORT_LEN + 1];
+      peer_short(&mb->next, who);
+      GW_WARN(&p->log, "peer.presumed_dead", "peer=%s mb=%llx waited_for=forward_done", who,
+              (unsigned long long)mb->id);
+      if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, &mb->next);
+      reroute(p, mb, "timeout");
+      continue;
+    }
+    bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
+                    (p->cfg.role == TRAIN_DATA && mb->fwd == FWD_DONE && mb->grad);
+    if (grad_out && !mb->grad_acked && !mb->recovering && p->now >= mb->bwd_deadline) repair_report(p, mb);
+  }
+}
+
+void mb_peer_down(train_peer *p, const gw_id *peer) {
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (!mb->used) continue;
+    if (mb->fwd == FWD_SENT && gw_id_eq(&mb->next, peer)) {
+      reroute(p, mb, "peer_lost");
+      continue;
+    }
+    int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+    bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
+                    (p->cfg.role == TRAIN_DATA && mb->fwd == FWD_DONE && mb->grad);
+    if (grad_out && !mb->grad_acked && up >= 0 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], peer))
+      mb->bwd_deadline = p->now; /* report at the next tick */
+  }
+}
+
+void mb_abandon_iteration(train_peer *p, uint64_t iteration) {
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (mb->used && mb->iteration <= iteration) mb_free(p, mb);
+  }
+}
+
+/* ---- data node: one iteration ---- */
+
+static int backlog_push(train_peer *p, uint64_t iteration, uint32_t index) {
+  size_t limit = 2 * (size_t)p->cfg.capacity; /* older work is dropped, not hoarded */
+  if (p->n_backlog == limit) {
+    memmove(p->backlog, p->backlog + 1, (p->n_backlog - 1) * sizeof(*p->backlog));
+    p->n_backlog--;
+    p->counters.lost_microbatches++;
+  }
+  if (p->n_backlog == p->cap_backlog) {
+    size_t cap = p->cap_backlog ? 2 * p->cap_backlog : 16;
+    void *nb = realloc(p->backlog, cap * sizeof(*p->backlog));
+    if (!nb) return GW_ENOMEM;
+    p->backlog = nb;
+    p->cap_backlog = cap;
+  }
+  p->backlog[p->n_backlog].iteration = iteration;
+  p->backlog[p->n_backlog].index = index;
+  p->n_backlog++;
+  return 0;
+}
+
+static uint32_t live_mbs(const train_peer *p) {
+  uint32_t n = 0;
+  for (size_t i = 0; i < p->n_mbs; i++)
+    if (p->mbs[i].used && p->mbs[i].iteration == p->iteration) n++;
+  return n;
+}
+
+void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
+  mb->end = how;
+  if (how == MB_COMPLETE) {
+    p->iter_done++;
+    p->iter_loss_sum += mb->loss;
+    p->counters.microbatches_done++;
+    if (mb->repairs > 0) {
+      char dt[32];
+      snprintf(dt, sizeof(dt), "%.3f", (double)(p->now - mb->recover_started_ms) / 1000.0);
+      p->counters.backward_recoveries++;
+      GW_INFO(&p->log, "backward.recovered", "mb=%llx repairs=%u secs=%s", (unsigned long long)mb->id,
+              mb->repairs, dt);
+    }
+  } else if (how == MB_DEFERRED) {
+    p->iter_deferred++;
+    p->counters.deferred_microbatches++;
+    backlog_push(p, mb->id >> 20, (uint32_t)(mb->id & 0xfffff));
+    GW_INFO(&p->log, "microbatch.deferred", "mb=%llx iter=%llu", (unsigned long long)mb->id,
+            (unsigned long long)p->iteration);
+  } else {
+    p->counters.lost_microbatches++;
+    GW_WARN(&p->log, "microbatch.lost", "mb=%llx iter=%llu", (unsigned long long)mb->id,
+            (unsigned long long)p->iteration);
+  }
+  p->last_progress_ms = p->now;
+  mb_free(p, mb);
+  if (p->iter_running && live_mbs(p) == 0) {
+    p->iter_running = false;
+    data_report_iteration(p);
+  }
+}
+
+static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot) {
+  uint64_t id = (orig_iteration << 20) | index;
+  peer_mb *mb = mb_new(p, &p->cfg.self, id);
+  if (!mb) return GW_ENOMEM;
+  size_t bt = (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T;
+  mb->iteration = p->iteration;
+  mb->index = slot;
+  mb->tokens = malloc(bt * sizeof(int32_t));
+  mb->targets = malloc(bt * sizeof(int32_t));
+  mb->out = malloc(peer_act_floats(p) * sizeof(float));
+  if (!mb->tokens || !mb->targets || !mb->out ||
+      p->sample(p->sample_ud, orig_iteration, index, mb->tokens, mb->targets) != 0) {
+    mb_free(p, mb);
+    return GW_EIO;
+  }
+  mb->fwd = FWD_EMBED;
+  if (peer_submit(p, TRAIN_JOB_EMBED, mb, mb->tokens, bt * sizeof(int32_t), mb->out,
+                  peer_act_floats(p) * sizeof(float)) != 0) {
+    mb_free(p, mb);
+    return GW_EIO;
+  }
+  p->iter_sent++;
+  return 0;
+}
+
+static bool every_stage_served(train_peer *p) {
+  for (int s = 1; s <= p->cfg.n_stages; s++)
+    if (p->members[s].n == 0) return false;
+  return true;
+}
+
+void data_start_iteration(train_peer *p) {
+  uint32_t want = p->cfg.capacity;
+  /* No pipeline without a peer in every stage; no microbatch without a route. */
+  uint32_t slots = !every_stage_served(p) ? 0 : p->router.slots ? p->router.slots(p->router.ctx) : want;
+  if (slots == 0) {
+    if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
+    if ((p->now - p->waiting_flows_since) % 5000 < p->cfg.tun.tick_ms)
+      GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
+              (unsigned long long)((p->now - p->waiting_flows_since) / 1000));
+    return;
+  }
+  p->waiting_flows_since = 0;
+  uint32_t n = slots < want ? slots : want;
+  p->iter_running = true;
+  p->iter_reported = false;
+  p->iter_started_ms = p->now;
+  p->last_progress_ms = p->now;
+  p->iter_sent = p->iter_done = p->iter_deferred = 0;
+  p->iter_loss_sum = 0;
+  for (uint32_t k = 0; k < want; k++) backlog_push(p, p->iteration, k);
+  uint32_t slot = 0;
+  while (slot < n && p->n_backlog > 0) {
+    uint64_t it = p->backlog[0].iteration;
+    uint32_t index = p->backlog[0].index;
+    memmove(p->backlog, p->backlog + 1, (p->n_backlog - 1) * sizeof(*p->backlog));
+    p->n_backlog--;
+    if (data_launch(p, it, index, slot) == 0) slot++;
+  }
+  p->iter_deferred = (uint32_t)(p->n_backlog < want ? p->n_backlog : want);
+  GW_INFO(&p->log, "iteration.started", "iter=%llu microbatches=%u routes=%u backlog=%zu",
+          (unsigned long long)p->iteration, slot, slots, p->n_backlog);
+  if (slot == 0) {
+    p->iter_running = false;
+    data_report_iteration(p);
+  }
+}
+
+void data_tick(train_peer *p) {
+  if (p->state != PEER_READY || p->aggregating || p->finished) return;
+  if (p->iter_running) {
+    if (p->now - p->last_progress_ms < p->cfg.tun.stall_timeout_ms) return;
+    GW_WARN(&p->log, "iteration.stalled", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
+            (unsigned long long)(p->cfg.tun.stall_timeout_ms / 1000));
+    for (size_t i = 0; i < p->n_mbs; i++)
+      if (p->mbs[i].used && p->mbs[i].iteration == p->iteration && p->iter_running)
+        data_mb_finished(p, &p->mbs[i], MB_DEFERRED);
+    return;
+  }
+  if (p->iter_reported) return; /* waiting for the leader's aggregation */
+  if (p->iteration > 0 && p->downstream_ready < p->iteration) return; /* no CAN_TAKE yet */
+  if (p->cfg.iterations && p->iteration >= p->cfg.iterations) {
+    p->finished = true;
+    GW_INFO(&p->log, "run.finished", "iterations=%llu", (unsigned long long)p->iteration);
+    return;
+  }
+  data_start_iteration(p);
+}

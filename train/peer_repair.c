@@ -1,0 +1,244 @@
+/* train/peer_repair.c — repairing a backward pass broken by a crash (GWTF §V-D).
+ *
+ * A peer whose gradient was not confirmed (no BACKWARD_DONE from the peer
+ * before it on the path) reports RECOVER to the microbatch's origin. The
+ * origin walks the stored path towards itself, probing each member, to find
+ * the last live peer L before the gap; it then asks L (REPAIR) to re-send its
+ * stored output to replacements of the lost stage(s). The last replacement
+ * tells the peer after the gap (REPAIR_READY), which re-sends its stored
+ * gradient, and the backward pass resumes. Only the lost stages compute
+ * again; nothing before the gap is recomputed.
+ *
+ * With TRAIN_RECOVER_RESTART (the SWARM baseline) the origin instead sends
+ * the microbatch through the whole pipeline again. */
+#include "train/peer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void short_of(const gw_id *id, char *out) { peer_short(id, out); }
+
+/* A peer holding an unconfirmed gradient asks for help (or, on the origin,
+ * starts the repair itself: the last relay lost our loss gradient). */
+void repair_report(train_peer *p, peer_mb *mb) {
+  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  if (up < 0 || (uint32_t)up >= mb->path_len) return;
+  if (p->cfg.role == TRAIN_DATA) {
+    repair_begin(p, mb, up, &p->cfg.self);
+    return;
+  }
+  if (up == 0) {
+    /* The origin itself did not confirm: if it is gone, so is the microbatch. */
+    if (!peer_alive(p, &mb->origin)) mb_free(p, mb);
+    else mb->bwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
+    return;
+  }
+  Gwtf__TrainRecover r = GWTF__TRAIN_RECOVER__INIT;
+  char who[GW_ID_SHORT_LEN + 1];
+  r.id = mb->id;
+  r.origin = id_bytes(&mb->origin);
+  r.iteration = mb->iteration;
+  r.suspect = id_bytes(&mb->path[up]);
+  r.suspect_stage = up;
+  r.reporter = id_bytes(&p->cfg.self);
+  peer_send(p, &mb->origin, GWTF__TRAIN_MSG__TRAIN_RECOVER, &r.base, NULL);
+  short_of(&mb->path[up], who);
+  GW_WARN(&p->log, "peer.presumed_dead", "peer=%s mb=%llx waited_for=backward_done", who,
+          (unsigned long long)mb->id);
+  /* Wait for the rebuilt segment; report again if nothing comes. */
+  mb->bwd_deadline = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+}
+
+/* SWARM baseline: send the stored embedding through the whole pipeline again. */
+static void restart(train_peer *p, peer_mb *mb, const gw_id *suspect) {
+  /* Relays key the new attempt apart from the old one; our own embedding
+   * state stays under our key and is reused. */
+  mb->attempt++;
+  mb->repair = false;
+  mb->recovering = false;
+  mb->bwd = BWD_NONE;
+  mb->grad_acked = false;
+  mb->path_len = 1;
+  mb->n_avoid = 0;
+  if (suspect && mb->n_avoid < PEER_MAX_AVOID) mb->avoid[mb->n_avoid++] = *suspect;
+  p->counters.forward_rerouted++;
+  GW_INFO(&p->log, "backward.restarted", "mb=%llx attempt=%u", (unsigned long long)mb->id, mb->attempt);
+  mb_send_forward(p, mb);
+}
+
+static void probe_next(train_peer *p, peer_mb *mb);
+
+void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *target) {
+  char who[GW_ID_SHORT_LEN + 1];
+  if (mb->recovering || suspect_stage < 1 || suspect_stage > p->cfg.n_stages) return;
+  const gw_id *suspect = &mb->path[suspect_stage];
+  if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, suspect);
+  if (++mb->repairs > p->cfg.tun.max_repairs) {
+    data_mb_finished(p, mb, MB_LOST);
+    return;
+  }
+  if (mb->repairs == 1) mb->recover_started_ms = p->now;
+  short_of(suspect, who);
+  if (p->cfg.recovery == TRAIN_RECOVER_RESTART) {
+    GW_WARN(&p->log, "backward.failed", "mb=%llx suspect=%s stage=%d action=restart", (unsigned long long)mb->id,
+            who, suspect_stage);
+    restart(p, mb, suspect);
+    return;
+  }
+  GW_WARN(&p->log, "backward.recovery_started", "mb=%llx suspect=%s stage=%d repair=%u",
+          (unsigned long long)mb->id, who, suspect_stage, mb->repairs);
+  mb->recovering = true;
+  mb->gap_last = suspect_stage;
+  mb->gap_target = *target;
+  mb->probe_stage = suspect_stage - 1;
+  probe_next(p, mb);
+}
+
+/* Asks L to re-send its output into the gap [first, mb->gap_last]. */
+static void send_repair(train_peer *p, peer_mb *mb, const gw_id *L, int first) {
+  char who[GW_ID_SHORT_LEN + 1];
+  Gwtf__TrainRepair r = GWTF__TRAIN_REPAIR__INIT;
+  ProtobufCBinaryData path[PEER_MAX_PATH], avoid[PEER_MAX_PATH];
+  r.id = mb->id;
+  r.origin = id_bytes(&mb->origin);
+  r.iteration = mb->iteration;
+  r.gap_first_stage = first;
+  r.gap_last_stage = mb->gap_last;
+  r.target = id_bytes(&mb->gap_target);
+  for (int s = 0; s < first; s++) path[s] = id_bytes(&mb->path[s]);
+  r.n_path = (size_t)first;
+  r.path = path;
+  for (int s = first; s <= mb->gap_last; s++) avoid[s - first] = id_bytes(&mb->path[s]);
+  r.n_avoid = (size_t)(mb->gap_last - first + 1);
+  r.avoid = avoid;
+  short_of(L, who);
+  GW_INFO(&p->log, "backward.repair", "mb=%llx resend_from=%s gap=%d..%d", (unsigned long long)mb->id, who, first,
+          mb->gap_last);
+  mb->recovering = false;
+  if (gw_id_eq(L, &p->cfg.self)) {
+    repair_on_repair(p, &p->cfg.self, &r);
+  } else {
+    peer_send(p, L, GWTF__TRAIN_MSG__TRAIN_REPAIR, &r.base, NULL);
+  }
+}
+
+static void probe_next(train_peer *p, peer_mb *mb) {
+  while (mb->probe_stage >= 1) {
+    const gw_id *peer = &mb->path[mb->probe_stage];
+    if (peer_alive(p, peer)) {
+      Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
+      a.id = mb->id;
+      a.origin = id_bytes(&mb->origin);
+      a.iteration = mb->iteration;
+      peer_send(p, peer, GWTF__TRAIN_MSG__TRAIN_PROBE, &a.base, NULL);
+      mb->probe_deadline = p->now + p->cfg.tun.probe_timeout_ms;
+      return;
+    }
+    mb->probe_stage--;
+  }
+  /* Every relay before the gap is gone too: we re-send our own embedding. */
+  send_repair(p, mb, &p->cfg.self, 1);
+}
+
+void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecover *r) {
+  gw_id origin, reporter;
+  if (p->cfg.role != TRAIN_DATA || r->origin.len != GW_ID_BYTES) return;
+  id_from_bytes(&origin, r->origin);
+  id_from_bytes(&reporter, r->reporter);
+  if (!gw_id_eq(&origin, &p->cfg.self) || !gw_id_eq(&reporter, from)) return;
+  peer_mb *mb = mb_find(p, &origin, r->id);
+  if (!mb || mb->fwd != FWD_DONE || mb->bwd != BWD_NONE || mb->end != MB_LIVE) return;
+  if (r->suspect_stage < 1 || r->suspect_stage >= p->cfg.n_stages) return;
+  if (!gw_id_eq(&mb->path[r->suspect_stage + 1], from)) return;
+  repair_begin(p, mb, r->suspect_stage, from);
+}
+
+void repair_on_probe(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
+  gw_id origin;
+  if (a->origin.len != GW_ID_BYTES) return;
+  id_from_bytes(&origin, a->origin);
+  if (!gw_id_eq(&origin, from)) return; /* only the origin probes its microbatches */
+  peer_mb *mb = mb_find(p, &origin, a->id);
+  Gwtf__TrainProbeReply r = GWTF__TRAIN_PROBE_REPLY__INIT;
+  r.id = a->id;
+  r.stage = p->stage;
+  r.has_output = mb && mb->out && (mb->fwd == FWD_DONE || mb->fwd == FWD_SENT) && mb->bwd == BWD_NONE;
+  r.has_grad = mb && mb->bwd != BWD_NONE;
+  peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_PROBE_REPLY, &r.base, NULL);
+}
+
+void repair_on_probe_reply(train_peer *p, const gw_id *from, const Gwtf__TrainProbeReply *r) {
+  peer_mb *mb = mb_find(p, &p->cfg.self, r->id);
+  if (!mb || !mb->recovering || mb->probe_stage < 1 || !gw_id_eq(&mb->path[mb->probe_stage], from)) return;
+  if (r->has_grad && mb->probe_stage == mb->gap_last - 1) {
+    /* The gradient already got past the peer we suspected: nothing is
+     * broken. Release the reporter from its wait on our behalf. */
+    Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
+    a.id = mb->id;
+    a.origin = id_bytes(&mb->origin);
+    a.iteration = mb->iteration;
+    mb->recovering = false;
+    if (!gw_id_eq(&mb->gap_target, &p->cfg.self))
+      peer_send(p, &mb->gap_target, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, &a.base, NULL);
+    GW_INFO(&p->log, "backward.recovery_cancelled", "mb=%llx reason=already_past", (unsigned long long)mb->id);
+    return;
+  }
+  if (r->has_output) {
+    send_repair(p, mb, from, mb->probe_stage + 1);
+    return;
+  }
+  mb->probe_stage--;
+  probe_next(p, mb);
+}
+
+/* On L: re-send our stored output into the gap. */
+void repair_on_repair(train_peer *p, const gw_id *from, const Gwtf__TrainRepair *r) {
+  gw_id origin;
+  if (r->origin.len != GW_ID_BYTES) return;
+  id_from_bytes(&origin, r->origin);
+  if (!gw_id_eq(&origin, from) && !gw_id_eq(&origin, &p->cfg.self)) return;
+  peer_mb *mb = mb_find(p, &origin, r->id);
+  if (!mb || !mb->out || r->gap_first_stage != p->stage + 1 || r->gap_last_stage < r->gap_first_stage ||
+      r->gap_last_stage > p->cfg.n_stages) {
+    GW_WARN(&p->log, "backward.repair_refused", "mb=%llx have=%d", (unsigned long long)r->id, mb != NULL);
+    return;
+  }
+  mb->repair = true;
+  mb->repair_end_stage = r->gap_last_stage;
+  id_from_bytes(&mb->repair_target, r->target);
+  mb->n_avoid = 0;
+  for (size_t i = 0; i < r->n_avoid && mb->n_avoid < PEER_MAX_AVOID; i++)
+    id_from_bytes(&mb->avoid[mb->n_avoid++], r->avoid[i]);
+  mb->path_len = (uint32_t)p->stage + 1; /* the path up to us is still valid */
+  mb->reroutes = 0;
+  mb_send_forward(p, mb);
+}
+
+/* On the peer after the gap: the rebuilt segment is in place. */
+void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m) {
+  gw_id origin;
+  char who[GW_ID_SHORT_LEN + 1];
+  if (m->origin.len != GW_ID_BYTES || m->n_path == 0 || m->n_path > PEER_MAX_PATH) return;
+  id_from_bytes(&origin, m->origin);
+  peer_mb *mb = mb_find(p, &origin, m->id);
+  if (!mb || !mb->grad || mb->grad_acked) return;
+  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  if ((int)m->n_path != up + 1) return;
+  id_from_bytes(&mb->path[up], m->path[up]);
+  if (!gw_id_eq(&mb->path[up], from)) return;
+  for (int s = 0; s < up; s++) id_from_bytes(&mb->path[s], m->path[s]);
+  mb->recovering = false;
+  short_of(from, who);
+  GW_INFO(&p->log, "backward.resumed", "mb=%llx via=%s", (unsigned long long)mb->id, who);
+  mb_send_backward(p, mb);
+}
+
+void repair_tick(train_peer *p) {
+  if (p->cfg.role != TRAIN_DATA) return;
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (!mb->used || !mb->recovering || mb->probe_stage < 1 || p->now < mb->probe_deadline) continue;
+    mb->probe_stage--; /* no answer: presumed dead, keep walking */
+    probe_next(p, mb);
+  }
+}
