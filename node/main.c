@@ -15,6 +15,7 @@ static const gwtf_cmd commands[] = {
     {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
     {"data synth", "write a synthetic fallback corpus", cmd_data_synth, cmd_data_synth_help},
     {"data info", "validate a dataset file and describe it", cmd_data_info, cmd_data_info_help},
+    {"swarm", "run a local training swarm with churn, log streams merged", cmd_swarm, cmd_swarm_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

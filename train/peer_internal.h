@@ -221,6 +221,7 @@ struct train_peer {
   uint64_t last_hello_ms;
   train_counters counters;
   bool closing; /* train_peer_free: no more jobs; the compute layer drops its own state */
+  double wasted_reported; /* counters.wasted_seconds at the last aggregation.done */
 };
 
 /* peer.c */

@@ -1,0 +1,768 @@
+/* `gwtf swarm`: a whole training swarm on this machine, one process per peer.
+ *
+ * It starts the data nodes (the first creates the run) and the relays as
+ * separate `gwtf node` processes on loopback, merges their log streams on
+ * screen (each line prefixed with the peer's name, coloured on a TTY), and
+ * with --churn P kills each relay with probability P per iteration — SIGKILL
+ * at a random moment of the iteration, so crashes land in forward, backward
+ * and aggregation — restarting it a little later with a fresh identity.
+ *
+ * The children log JSON; this process reads their events to follow the run:
+ * iteration.done from the data nodes (loss, microbatches, time), the weight
+ * hash every peer logs after each aggregation (every stage must agree),
+ * forward re-routes, backward recoveries, lost microbatches and the compute
+ * spent on work that never reached an aggregation. At the end it prints a
+ * summary and writes it as JSON (--summary-json).
+ *
+ * Exit status: 0 when every iteration completed and no peer other than the
+ * ones it killed exited abnormally; 1 otherwise. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "node/cmd.h"
+#include "train/data.h"
+#include "util/err.h"
+#include "util/file.h"
+#include "util/rng.h"
+
+#define SWARM_MAX_PEERS 256
+#define SWARM_MAX_ITERS 100000
+#define LINE_MAX_BYTES 8192
+#define STOP_GRACE_MS 5000
+
+typedef struct swarm_opts {
+  int relays, stages, data_nodes, iterations;
+  const char *model, *dataset, *links, *summary_json, *routing, *workdir, *log_level, *device;
+  double churn;
+  uint64_t seed;
+  int capacity, microbatches, batch, seq, threads, base_port, restart_after;
+  double lr;
+  bool quiet;
+} swarm_opts;
+
+typedef struct swarm swarm;
+
+typedef struct peer_proc {
+  swarm *sw;
+  int index;
+  char name[16];
+  bool data;
+  int generation; /* restarts with a fresh identity bump this */
+  int port;
+  uv_process_t proc;
+  uv_pipe_t out;
+  bool running, killed_by_us, pipe_open, process_open;
+  char buf[LINE_MAX_BYTES];
+  size_t buf_len;
+  double unaggregated_compute_s; /* compute since its last aggregation: wasted if killed */
+  uv_timer_t kill_timer, restart_timer;
+  bool kill_pending;
+  int stage;
+} peer_proc;
+
+typedef struct iter_rec {
+  bool seen;
+  double loss_sum, secs_max;
+  int done, deferred, reports;
+} iter_rec;
+
+/* hashes reported after each aggregation, per (iteration, stage) */
+typedef struct hash_rec {
+  uint64_t iteration;
+  int stage;
+  char hash[20];
+} hash_rec;
+
+struct swarm {
+  swarm_opts o;
+  uv_loop_t *loop;
+  gw_rng rng;
+  peer_proc peers[SWARM_MAX_PEERS];
+  int n_peers;
+  char exe[PATH_MAX], workdir[PATH_MAX], dataset[PATH_MAX];
+  bool tty, stopping, failed;
+  int finished_data_nodes;
+  uint64_t leader_iterations;
+  double last_iter_secs;
+  iter_rec *iters;
+  hash_rec *hashes;
+  size_t n_hashes, cap_hashes;
+  bool hashes_agree;
+  int crashes, unexpected_exits;
+  long long reroutes, recoveries, lost;
+  double wasted_s;
+  uint64_t start_ms, end_ms;
+  uv_timer_t stop_timer;
+  uv_signal_t sigint;
+};
+
+static const char *const colours[] = {"\033[36m", "\033[33m", "\033[35m", "\033[32m", "\033[34m", "\033[91m"};
+
+/* ---- output ---- */
+
+static void say(swarm *sw, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(swarm *sw, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("%sswarm%s | ", sw->tty ? "\033[1m" : "", sw->tty ? "\033[0m" : "");
+  vprintf(fmt, ap);
+  printf("\n");
+  fflush(stdout);
+  va_end(ap);
+}
+
+/* Renders one JSON log line of a child as text: "name | time LEVEL node stage event k=v ...". */
+static void render(swarm *sw, peer_proc *p, json_t *ev) {
+  if (sw->o.quiet) return;
+  const char *level = json_string_value(json_object_get(ev, "level"));
+  const char *event = json_string_value(json_object_get(ev, "event"));
+  const char *node = json_string_value(json_object_get(ev, "node"));
+  const char *ts = json_string_value(json_object_get(ev, "ts"));
+  json_t *stage = json_object_get(ev, "stage");
+  char line[LINE_MAX_BYTES], st[16];
+  size_t off = 0;
+  if (json_is_integer(stage))
+    snprintf(st, sizeof(st), "s%lld", (long long)json_integer_value(stage));
+  else
+    snprintf(st, sizeof(st), "-");
+  const char *col = sw->tty ? colours[p->index % 6] : "", *rst = sw->tty ? "\033[0m" : "";
+  off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%-4s%s | %s %-5s %s %s %s%s%s", col, p->name, rst,
+                          ts ? ts + 11 : "", level ? level : "", node ? node : "-", st,
+                          sw->tty ? "\033[1m" : "", event ? event : "?", rst);
+  const char *key;
+  json_t *val;
+  json_object_foreach(ev, key, val) {
+    if (!strcmp(key, "ts") || !strcmp(key, "level") || !strcmp(key, "node") || !strcmp(key, "stage") ||
+        !strcmp(key, "event"))
+      continue;
+    if (off + 64 >= sizeof(line)) break;
+    if (json_is_string(val))
+      off += (size_t)snprintf(line + off, sizeof(line) - off, " %s=%s", key, json_string_value(val));
+    else if (json_is_integer(val))
+      off += (size_t)snprintf(line + off, sizeof(line) - off, " %s=%lld", key, (long long)json_integer_value(val));
+    else if (json_is_real(val))
+      off += (size_t)snprintf(line + off, sizeof(line) - off, " %s=%g", key, json_real_value(val));
+    else if (json_is_boolean(val))
+      off += (size_t)snprintf(line + off, sizeof(line) - off, " %s=%s", key, json_is_true(val) ? "true" : "false");
+  }
+  puts(line);
+}
+
+/* ---- events ---- */
+
+static double num(json_t *ev, const char *key) {
+  json_t *v = json_object_get(ev, key);
+  return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
+static void note_hash(swarm *sw, uint64_t iteration, int stage, const char *hash, peer_proc *p) {
+  for (size_t i = 0; i < sw->n_hashes; i++) {
+    hash_rec *h = &sw->hashes[i];
+    if (h->iteration != iteration || h->stage != stage) continue;
+    if (strcmp(h->hash, hash) != 0) {
+      if (sw->hashes_agree)
+        say(sw, "WEIGHTS DISAGREE: stage %d after iteration %llu: %s has %s, another peer %s", stage,
+            (unsigned long long)iteration, p->name, hash, h->hash);
+      sw->hashes_agree = false;
+    }
+    return;
+  }
+  if (sw->n_hashes == sw->cap_hashes) {
+    size_t cap = sw->cap_hashes ? 2 * sw->cap_hashes : 256;
+    hash_rec *nh = realloc(sw->hashes, cap * sizeof(*nh));
+    if (!nh) return;
+    sw->hashes = nh;
+    sw->cap_hashes = cap;
+  }
+  hash_rec *h = &sw->hashes[sw->n_hashes++];
+  h->iteration = iteration;
+  h->stage = stage;
+  snprintf(h->hash, sizeof(h->hash), "%s", hash);
+}
+
+static void schedule_churn(swarm *sw);
+static void stop_all(swarm *sw);
+
+static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
+  double it = num(ev, "iter");
+  if (!isfinite(it) || it < 0 || it >= SWARM_MAX_ITERS) return;
+  iter_rec *r = &sw->iters[(size_t)it];
+  double done = num(ev, "done"), deferred = num(ev, "deferred"), loss = num(ev, "loss"), secs = num(ev, "secs");
+  r->seen = true;
+  r->reports++;
+  if (isfinite(done)) r->done += (int)done;
+  if (isfinite(deferred)) r->deferred += (int)deferred;
+  if (isfinite(loss) && isfinite(done)) r->loss_sum += loss * done;
+  if (isfinite(secs) && secs > r->secs_max) r->secs_max = secs;
+  if ((uint64_t)it + 1 > sw->leader_iterations) {
+    sw->leader_iterations = (uint64_t)it + 1;
+    if (isfinite(secs)) sw->last_iter_secs = secs;
+    (void)p;
+    schedule_churn(sw);
+  }
+}
+
+static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
+  const char *e = json_string_value(json_object_get(ev, "event"));
+  if (!e) return;
+  json_t *stage = json_object_get(ev, "stage");
+  if (json_is_integer(stage)) p->stage = (int)json_integer_value(stage);
+  if (!strcmp(e, "iteration.done")) {
+    on_iteration_done(sw, p, ev);
+  } else if (!strcmp(e, "aggregation.done")) {
+    const char *hash = json_string_value(json_object_get(ev, "hash"));
+    double it = num(ev, "iter"), st = num(ev, "stage"), wasted = num(ev, "wasted_s");
+    if (hash && isfinite(it) && isfinite(st)) note_hash(sw, (uint64_t)it, (int)st, hash, p);
+    if (isfinite(wasted)) sw->wasted_s += wasted;
+    p->unaggregated_compute_s = 0;
+  } else if (!strcmp(e, "compute.done")) {
+    double s = num(ev, "secs");
+    if (isfinite(s)) p->unaggregated_compute_s += s;
+  } else if (!strcmp(e, "forward.rerouted")) {
+    sw->reroutes++;
+  } else if (!strcmp(e, "backward.recovered")) {
+    sw->recoveries++;
+  } else if (!strcmp(e, "microbatch.lost")) {
+    sw->lost++;
+  } else if (!strcmp(e, "run.finished") && p->data) {
+    if (++sw->finished_data_nodes >= 1 && !sw->stopping) {
+      say(sw, "%s finished its iterations: stopping the swarm", p->name);
+      stop_all(sw);
+    }
+  }
+}
+
+static void on_line(swarm *sw, peer_proc *p, char *line) {
+  json_error_t jerr;
+  json_t *ev = line[0] == '{' ? json_loads(line, 0, &jerr) : NULL;
+  if (!ev) {
+    if (!sw->o.quiet) printf("%-4s | %s\n", p->name, line); /* not a log line: show it as it is */
+    return;
+  }
+  render(sw, p, ev);
+  on_event(sw, p, ev);
+  json_decref(ev);
+}
+
+/* ---- children ---- */
+
+static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  peer_proc *p = h->data;
+  (void)suggested;
+  buf->base = p->buf + p->buf_len;
+  buf->len = sizeof(p->buf) - p->buf_len;
+}
+
+static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
+  peer_proc *p = s->data;
+  (void)buf;
+  if (n < 0) {
+    uv_read_stop(s);
+    return;
+  }
+  p->buf_len += (size_t)n;
+  size_t start = 0;
+  for (size_t i = 0; i < p->buf_len; i++) {
+    if (p->buf[i] != '\n') continue;
+    p->buf[i] = '\0';
+    on_line(p->sw, p, p->buf + start);
+    start = i + 1;
+  }
+  memmove(p->buf, p->buf + start, p->buf_len - start);
+  p->buf_len -= start;
+  if (p->buf_len == sizeof(p->buf)) { /* an absurdly long line: drop it */
+    p->buf_len = 0;
+  }
+}
+
+static void pipe_closed(uv_handle_t *h) {
+  peer_proc *p = h->data;
+  p->pipe_open = false;
+}
+
+static void proc_closed(uv_handle_t *h) {
+  peer_proc *p = h->data;
+  p->process_open = false;
+}
+
+static void start_peer(peer_proc *p);
+
+static void restart_cb(uv_timer_t *t) {
+  peer_proc *p = t->data;
+  if (p->sw->stopping || p->running || p->pipe_open || p->process_open) return;
+  p->generation++;
+  start_peer(p);
+}
+
+static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
+  peer_proc *p = proc->data;
+  swarm *sw = p->sw;
+  p->running = false;
+  /* Abnormal: a non-zero status, or a signal we did not send. */
+  bool expected = (status == 0 && term_signal == 0) || (p->killed_by_us && term_signal == SIGKILL) ||
+                  (sw->stopping && (term_signal == SIGTERM || term_signal == SIGKILL));
+  if (!expected) {
+    sw->unexpected_exits++;
+    say(sw, "%s exited unexpectedly (status %lld, signal %d)", p->name, (long long)status, term_signal);
+  }
+  uv_close((uv_handle_t *)proc, proc_closed);
+  if (p->killed_by_us && !sw->stopping) {
+    /* Its work since its last aggregation never reaches one. */
+    sw->wasted_s += p->unaggregated_compute_s;
+    p->unaggregated_compute_s = 0;
+    uint64_t delay = (uint64_t)(1000.0 * fmax(0.5, sw->last_iter_secs) * sw->o.restart_after);
+    uv_timer_start(&p->restart_timer, restart_cb, delay, 0);
+  }
+}
+
+/* Arguments longer than PATH_MAX are cut; the node then reports the bad path. */
+static void set_arg(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_arg(char *dst, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(dst, PATH_MAX, fmt, ap);
+  va_end(ap);
+}
+
+/* Builds the argument list for peer p's current generation. */
+static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX], int max) {
+  int n = 0;
+#define ARG(...)                         \
+  do {                                   \
+    if (n + 1 < max) {                   \
+      set_arg(store[n], __VA_ARGS__);    \
+      argv[n] = store[n];                \
+      n++;                               \
+    }                                    \
+  } while (0)
+  ARG("%s", sw->exe);
+  ARG("node");
+  ARG("--listen");
+  ARG("127.0.0.1:%d", p->port);
+  ARG("--data-dir");
+  ARG("%s/%s.%d", sw->workdir, p->name, p->generation);
+  ARG("--log-format");
+  ARG("json");
+  ARG("--log-level");
+  ARG("%s", sw->o.log_level);
+  ARG("--nat-pmp");
+  ARG("off");
+  ARG("--routing");
+  ARG("%s", sw->o.routing);
+  ARG("--threads");
+  ARG("%d", sw->o.threads);
+  ARG("--device");
+  ARG("%s", sw->o.device);
+  if (sw->o.links) {
+    ARG("--links");
+    ARG("%s", sw->o.links);
+  }
+  if (p->index == 0) {
+    ARG("--create-run");
+    ARG("swarm");
+    ARG("--model");
+    ARG("%s", sw->o.model);
+    ARG("--stages");
+    ARG("%d", sw->o.stages);
+    ARG("--iterations");
+    ARG("%d", sw->o.iterations);
+    ARG("--microbatches");
+    ARG("%d", sw->o.microbatches);
+    ARG("--batch");
+    ARG("%d", sw->o.batch);
+    ARG("--seq");
+    ARG("%d", sw->o.seq);
+    ARG("--lr");
+    ARG("%g", sw->o.lr);
+    ARG("--seed");
+    ARG("%llu", (unsigned long long)sw->o.seed);
+  } else {
+    ARG("--run");
+    ARG("swarm");
+    ARG("--bootstrap");
+    ARG("127.0.0.1:%d", sw->peers[0].port);
+    if (p->data) {
+      ARG("--role");
+      ARG("data");
+      ARG("--iterations");
+      ARG("%d", sw->o.iterations);
+    } else {
+      ARG("--capacity");
+      ARG("%d", sw->o.capacity);
+    }
+  }
+  if (p->data) {
+    ARG("--dataset");
+    ARG("%s", sw->dataset);
+    ARG("--data-seed");
+    ARG("%llu", (unsigned long long)(sw->o.seed * 1000 + (uint64_t)p->index));
+  }
+#undef ARG
+  argv[n] = NULL;
+  return n;
+}
+
+static void start_peer(peer_proc *p) {
+  swarm *sw = p->sw;
+  static char store[64][PATH_MAX];
+  char *argv[64];
+  peer_args(sw, p, argv, store, 64);
+  uv_pipe_init(sw->loop, &p->out, 0);
+  p->out.data = p;
+  p->pipe_open = true;
+  uv_stdio_container_t stdio[3];
+  stdio[0].flags = UV_IGNORE;
+  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+  stdio[1].data.stream = (uv_stream_t *)&p->out;
+  stdio[2].flags = UV_INHERIT_FD; /* a child's own errors (a crash report) go straight to ours */
+  stdio[2].data.fd = 2;
+  uv_process_options_t opt = {0};
+  opt.file = sw->exe;
+  opt.args = argv;
+  opt.exit_cb = exit_cb;
+  opt.stdio_count = 3;
+  opt.stdio = stdio;
+  p->proc.data = p;
+  p->buf_len = 0;
+  p->killed_by_us = false;
+  p->kill_pending = false;
+  p->unaggregated_compute_s = 0;
+  int rc = uv_spawn(sw->loop, &p->proc, &opt);
+  if (rc != 0) {
+    say(sw, "cannot start %s: %s", p->name, uv_strerror(rc));
+    uv_close((uv_handle_t *)&p->out, pipe_closed);
+    sw->failed = true;
+    return;
+  }
+  p->running = true;
+  p->process_open = true;
+  uv_read_start((uv_stream_t *)&p->out, alloc_cb, read_cb);
+  if (p->generation > 0) say(sw, "%s restarted with a fresh identity (generation %d)", p->name, p->generation);
+}
+
+/* ---- churn ---- */
+
+static void kill_cb(uv_timer_t *t) {
+  peer_proc *p = t->data;
+  swarm *sw = p->sw;
+  p->kill_pending = false;
+  if (!p->running || sw->stopping) return;
+  p->killed_by_us = true;
+  sw->crashes++;
+  say(sw, "churn: killing %s (SIGKILL)", p->name);
+  uv_process_kill(&p->proc, SIGKILL);
+  uv_read_stop((uv_stream_t *)&p->out);
+  uv_close((uv_handle_t *)&p->out, pipe_closed);
+}
+
+/* At each new iteration every live relay dies with probability P, at a
+ * random moment within about one iteration's time. */
+static void schedule_churn(swarm *sw) {
+  if (sw->o.churn <= 0 || sw->stopping) return;
+  for (int i = sw->o.data_nodes; i < sw->n_peers; i++) {
+    peer_proc *p = &sw->peers[i];
+    if (!p->running || p->kill_pending || gw_rng_uniform(&sw->rng) >= sw->o.churn) continue;
+    double window = fmax(0.2, sw->last_iter_secs);
+    uint64_t at = (uint64_t)(1000.0 * window * gw_rng_uniform(&sw->rng));
+    p->kill_pending = true;
+    uv_timer_start(&p->kill_timer, kill_cb, at, 0);
+  }
+}
+
+/* ---- stopping ---- */
+
+static void close_timers(swarm *sw) {
+  for (int i = 0; i < sw->n_peers; i++) {
+    uv_close((uv_handle_t *)&sw->peers[i].kill_timer, NULL);
+    uv_close((uv_handle_t *)&sw->peers[i].restart_timer, NULL);
+  }
+  uv_close((uv_handle_t *)&sw->stop_timer, NULL);
+  uv_close((uv_handle_t *)&sw->sigint, NULL);
+}
+
+static void hard_stop_cb(uv_timer_t *t) {
+  swarm *sw = t->data;
+  for (int i = 0; i < sw->n_peers; i++)
+    if (sw->peers[i].running) {
+      say(sw, "%s did not stop in time: SIGKILL", sw->peers[i].name);
+      uv_process_kill(&sw->peers[i].proc, SIGKILL);
+    }
+}
+
+static void stop_all(swarm *sw) {
+  if (sw->stopping) return;
+  sw->stopping = true;
+  sw->end_ms = uv_now(sw->loop);
+  for (int i = 0; i < sw->n_peers; i++) {
+    peer_proc *p = &sw->peers[i];
+    uv_timer_stop(&p->kill_timer);
+    uv_timer_stop(&p->restart_timer);
+    if (p->running) uv_process_kill(&p->proc, SIGTERM);
+  }
+  uv_timer_start(&sw->stop_timer, hard_stop_cb, STOP_GRACE_MS, 0);
+}
+
+static void sigint_cb(uv_signal_t *s, int signum) {
+  swarm *sw = s->data;
+  (void)signum;
+  say(sw, "interrupted: stopping every peer");
+  sw->failed = true;
+  stop_all(sw);
+}
+
+/* ---- summary ---- */
+
+static json_t *summary_json(swarm *sw, double *tokens_per_s) {
+  json_t *root = json_object(), *iters = json_array();
+  double tokens = 0, secs = 0;
+  for (uint64_t i = 0; i < sw->leader_iterations && i < SWARM_MAX_ITERS; i++) {
+    iter_rec *r = &sw->iters[i];
+    if (!r->seen) continue;
+    json_t *it = json_object();
+    json_object_set_new(it, "iteration", json_integer((json_int_t)i));
+    json_object_set_new(it, "loss", r->done ? json_real(r->loss_sum / r->done) : json_null());
+    json_object_set_new(it, "time_per_microbatch_s", r->done ? json_real(r->secs_max / r->done) : json_null());
+    json_object_set_new(it, "microbatches_done", json_integer(r->done));
+    json_object_set_new(it, "microbatches_deferred", json_integer(r->deferred));
+    json_array_append_new(iters, it);
+    tokens += (double)r->done * sw->o.batch * sw->o.seq;
+    secs += r->secs_max;
+  }
+  *tokens_per_s = secs > 0 ? tokens / secs : 0;
+  json_object_set_new(root, "iterations", iters);
+  json_object_set_new(root, "crashes", json_integer(sw->crashes));
+  json_object_set_new(root, "forward_reroutes", json_integer(sw->reroutes));
+  json_object_set_new(root, "backward_recoveries", json_integer(sw->recoveries));
+  json_object_set_new(root, "lost_microbatches", json_integer(sw->lost));
+  json_object_set_new(root, "wasted_compute_s", json_real(sw->wasted_s));
+  json_object_set_new(root, "throughput_tokens_per_s", json_real(*tokens_per_s));
+  json_object_set_new(root, "stage_hashes_agree", json_boolean(sw->hashes_agree));
+  json_object_set_new(root, "unexpected_exits", json_integer(sw->unexpected_exits));
+  json_object_set_new(root, "routing", json_string(sw->o.routing));
+  json_object_set_new(root, "churn", json_real(sw->o.churn));
+  json_object_set_new(root, "seed", json_integer((json_int_t)sw->o.seed));
+  return root;
+}
+
+static int write_summary(swarm *sw) {
+  double tps;
+  json_t *root = summary_json(sw, &tps);
+  int rc = 0;
+  printf("\n%sswarm summary%s\n", sw->tty ? "\033[1m" : "", sw->tty ? "\033[0m" : "");
+  printf("  %-5s %-10s %-8s %-8s %s\n", "iter", "loss", "done", "deferred", "time/microbatch (s)");
+  json_t *it;
+  size_t i;
+  json_array_foreach(json_object_get(root, "iterations"), i, it) {
+    json_t *loss = json_object_get(it, "loss"), *tpm = json_object_get(it, "time_per_microbatch_s");
+    printf("  %-5lld %-10.4f %-8lld %-8lld %.3f\n", (long long)json_integer_value(json_object_get(it, "iteration")),
+           json_is_number(loss) ? json_number_value(loss) : NAN,
+           (long long)json_integer_value(json_object_get(it, "microbatches_done")),
+           (long long)json_integer_value(json_object_get(it, "microbatches_deferred")),
+           json_is_number(tpm) ? json_number_value(tpm) : NAN);
+  }
+  printf("  crashes %d, forward re-routes %lld, backward recoveries %lld, lost microbatches %lld\n", sw->crashes,
+         sw->reroutes, sw->recoveries, sw->lost);
+  printf("  wasted compute %.2f s, throughput %.1f tokens/s, stage weights agree: %s, unexpected exits: %d\n",
+         sw->wasted_s, tps, sw->hashes_agree ? "yes" : "NO", sw->unexpected_exits);
+  if (sw->o.summary_json) {
+    char *text = json_dumps(root, JSON_INDENT(2));
+    if (!text || gw_file_write_atomic1(sw->o.summary_json, text, strlen(text), 0644) != 0) {
+      fprintf(stderr, "gwtf swarm: cannot write %s\n", sw->o.summary_json);
+      rc = -1;
+    } else {
+      printf("  summary written to %s\n", sw->o.summary_json);
+    }
+    free(text);
+  }
+  json_decref(root);
+  return rc;
+}
+
+/* ---- command line ---- */
+
+void cmd_swarm_help(void) {
+  printf(
+      "usage: gwtf swarm --relays N --stages S --data-nodes D --model PRESET --iterations I\n"
+      "                  [--churn P] [--links FILE] [--seed S] [--summary-json FILE]\n"
+      "                  [--dataset PATH] [--capacity N] [--microbatches M] [--batch B]\n"
+      "                  [--seq T] [--lr X] [--routing gwtf|swarm] [--threads N]\n"
+      "                  [--device cpu|cuda[:N]] [--base-port P] [--workdir DIR]\n"
+      "                  [--log-level LEVEL] [--quiet]\n\n"
+      "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
+      "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
+      "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
+      "probability P per iteration at a random moment and restarted later with a fresh\n"
+      "identity. Prints a summary at the end and writes it as JSON with\n"
+      "--summary-json. Without --dataset a synthetic corpus is generated.\n\n"
+      "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
+      "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
+      "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 47000\n");
+}
+
+static int parse(int argc, char **argv, swarm_opts *o) {
+  static const struct option opts[] = {
+      {"relays", required_argument, 0, 'r'},       {"stages", required_argument, 0, 's'},
+      {"data-nodes", required_argument, 0, 'd'},   {"model", required_argument, 0, 'm'},
+      {"iterations", required_argument, 0, 'i'},   {"churn", required_argument, 0, 'c'},
+      {"links", required_argument, 0, 'l'},        {"seed", required_argument, 0, 'S'},
+      {"summary-json", required_argument, 0, 'j'}, {"dataset", required_argument, 0, 'D'},
+      {"capacity", required_argument, 0, 'C'},    {"microbatches", required_argument, 0, 'M'},
+      {"batch", required_argument, 0, 'B'},        {"seq", required_argument, 0, 'T'},
+      {"lr", required_argument, 0, 'L'},           {"routing", required_argument, 0, 'R'},
+      {"threads", required_argument, 0, 't'},      {"device", required_argument, 0, 'v'},
+      {"base-port", required_argument, 0, 'p'},    {"workdir", required_argument, 0, 'w'},
+      {"log-level", required_argument, 0, 'g'},    {"restart-after", required_argument, 0, 'a'},
+      {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
+      {0}};
+  *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
+                    .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
+                    .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 47000, .lr = 1e-3,
+                    .restart_after = 1};
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'r': o->relays = atoi(optarg); break;
+    case 's': o->stages = atoi(optarg); break;
+    case 'd': o->data_nodes = atoi(optarg); break;
+    case 'm': o->model = optarg; break;
+    case 'i': o->iterations = atoi(optarg); break;
+    case 'c': o->churn = atof(optarg); break;
+    case 'l': o->links = optarg; break;
+    case 'S': o->seed = strtoull(optarg, NULL, 10); break;
+    case 'j': o->summary_json = optarg; break;
+    case 'D': o->dataset = optarg; break;
+    case 'C': o->capacity = atoi(optarg); break;
+    case 'M': o->microbatches = atoi(optarg); break;
+    case 'B': o->batch = atoi(optarg); break;
+    case 'T': o->seq = atoi(optarg); break;
+    case 'L': o->lr = atof(optarg); break;
+    case 'R': o->routing = optarg; break;
+    case 't': o->threads = atoi(optarg); break;
+    case 'v': o->device = optarg; break;
+    case 'p': o->base_port = atoi(optarg); break;
+    case 'w': o->workdir = optarg; break;
+    case 'g': o->log_level = optarg; break;
+    case 'a': o->restart_after = atoi(optarg); break;
+    case 'q': o->quiet = true; break;
+    case 'h': cmd_swarm_help(); return 1;
+    default: cmd_swarm_help(); return 2;
+    }
+  }
+  const char *bad = NULL;
+  if (optind < argc) bad = "unexpected argument";
+  else if (o->stages < 1 || o->stages > 64) bad = "--stages must be in 1..64";
+  else if (o->data_nodes < 1 || o->relays < o->stages) bad = "need at least one data node and one relay per stage";
+  else if (o->data_nodes + o->relays > SWARM_MAX_PEERS) bad = "too many peers";
+  else if (o->iterations < 1 || o->iterations >= SWARM_MAX_ITERS) bad = "--iterations out of range";
+  else if (o->churn < 0 || o->churn >= 1) bad = "--churn must be in [0, 1)";
+  else if (o->capacity < 1 || o->microbatches < 1 || o->batch < 1 || o->seq < 2) bad = "sizes must be positive";
+  else if (strcmp(o->routing, "gwtf") != 0 && strcmp(o->routing, "swarm") != 0) bad = "--routing is gwtf or swarm";
+  else if (o->base_port < 1024 || o->base_port + 2 * SWARM_MAX_PEERS > 65535) bad = "--base-port out of range";
+  else if (o->restart_after < 1) bad = "--restart-after must be at least 1";
+  if (bad) {
+    fprintf(stderr, "gwtf swarm: %s\n", bad);
+    return 2;
+  }
+  return 0;
+}
+
+static int prepare_dirs(swarm *sw) {
+  if (sw->o.workdir) {
+    snprintf(sw->workdir, sizeof(sw->workdir), "%s", sw->o.workdir);
+    if (gw_mkdir_p(sw->workdir, 0700) != 0) return GW_EIO;
+  } else {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(sw->workdir, sizeof(sw->workdir), "%s/gwtf-swarm-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(sw->workdir)) return -errno;
+  }
+  if (sw->o.dataset) {
+    train_dataset ds;
+    char err[512];
+    if (train_dataset_open(sw->o.dataset, &ds, err, sizeof(err)) != 0) {
+      fprintf(stderr, "gwtf swarm: %s\n", err);
+      return GW_EINVAL;
+    }
+    train_dataset_close(&ds);
+    snprintf(sw->dataset, sizeof(sw->dataset), "%s", sw->o.dataset);
+  } else {
+    if (snprintf(sw->dataset, sizeof(sw->dataset), "%s/synthetic.txt", sw->workdir) >= (int)sizeof(sw->dataset))
+      return GW_ERANGE;
+    int rc = train_synth_corpus(sw->dataset, 1000000, sw->o.seed);
+    if (rc != 0) return rc;
+    say(sw, "no --dataset given: generated a synthetic corpus at %s", sw->dataset);
+  }
+  return 0;
+}
+
+int cmd_swarm(int argc, char **argv) {
+  static swarm sw; /* large; one per process */
+  memset(&sw, 0, sizeof(sw));
+  int prc = parse(argc, argv, &sw.o);
+  if (prc != 0) return prc == 1 ? 0 : prc;
+  size_t exe_len = sizeof(sw.exe);
+  if (uv_exepath(sw.exe, &exe_len) != 0) {
+    fprintf(stderr, "gwtf swarm: cannot find my own executable\n");
+    return 1;
+  }
+  sw.tty = isatty(STDOUT_FILENO);
+  sw.hashes_agree = true;
+  gw_rng_seed(&sw.rng, sw.o.seed ^ 0xc4u);
+  sw.iters = calloc(SWARM_MAX_ITERS, sizeof(*sw.iters));
+  if (!sw.iters) return 1;
+  int rc = prepare_dirs(&sw);
+  if (rc != 0) {
+    fprintf(stderr, "gwtf swarm: cannot prepare %s: %s\n", sw.workdir, gw_strerror(rc));
+    free(sw.iters);
+    return 1;
+  }
+  sw.loop = uv_default_loop();
+  say(&sw, "%d data node(s), %d relays, %d stages, model %s, %d iterations, churn %.2f, routing %s, logs in %s",
+      sw.o.data_nodes, sw.o.relays, sw.o.stages, sw.o.model, sw.o.iterations, sw.o.churn, sw.o.routing,
+      sw.workdir);
+  sw.n_peers = sw.o.data_nodes + sw.o.relays;
+  for (int i = 0; i < sw.n_peers; i++) {
+    peer_proc *p = &sw.peers[i];
+    p->sw = &sw;
+    p->index = i;
+    p->data = i < sw.o.data_nodes;
+    p->stage = -1;
+    p->port = sw.o.base_port + i;
+    snprintf(p->name, sizeof(p->name), "%s%d", p->data ? "d" : "r", p->data ? i : i - sw.o.data_nodes);
+    uv_timer_init(sw.loop, &p->kill_timer);
+    uv_timer_init(sw.loop, &p->restart_timer);
+    p->kill_timer.data = p->restart_timer.data = p;
+  }
+  uv_timer_init(sw.loop, &sw.stop_timer);
+  sw.stop_timer.data = &sw;
+  uv_signal_init(sw.loop, &sw.sigint);
+  sw.sigint.data = &sw;
+  uv_signal_start(&sw.sigint, sigint_cb, SIGINT);
+  sw.start_ms = uv_now(sw.loop);
+  for (int i = 0; i < sw.n_peers && !sw.failed; i++) start_peer(&sw.peers[i]);
+  if (sw.failed) stop_all(&sw);
+  while (uv_run(sw.loop, UV_RUN_ONCE)) {
+    bool any = false;
+    for (int i = 0; i < sw.n_peers; i++) any |= sw.peers[i].running || sw.peers[i].pipe_open || sw.peers[i].process_open;
+    if (sw.stopping && !any) break;
+  }
+  close_timers(&sw);
+  uv_run(sw.loop, UV_RUN_DEFAULT);
+  uv_loop_close(sw.loop);
+  bool complete = sw.leader_iterations >= (uint64_t)sw.o.iterations;
+  if (!complete) say(&sw, "only %llu of %d iterations completed", (unsigned long long)sw.leader_iterations, sw.o.iterations);
+  int wrc = write_summary(&sw);
+  free(sw.iters);
+  free(sw.hashes);
+  return complete && !sw.failed && sw.unexpected_exits == 0 && sw.hashes_agree && wrc == 0 ? 0 : 1;
+}
