@@ -113,14 +113,17 @@ typedef struct train_router {
   void *ctx;
   /* Next hop for a microbatch of `origin` at this peer. A data node passes
    * from = NULL and slot = the microbatch's position in the iteration; a relay
-   * passes the peer it came from. Peers in avoid[] must not be chosen.
-   * Returns 0 with *out set, or GW_ENOENT when there is no route. */
-  int (*next_hop)(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slot, const gw_id *avoid,
-                  size_t n_avoid, gw_id *out);
+   * passes the peer it came from and the flow id it came with (in_flow, 0 if
+   * none). Peers in avoid[] must not be chosen. Returns 0 with *out and
+   * *out_flow (the id to send with; 0 if none) set, or GW_ENOENT. */
+  int (*next_hop)(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slot, uint64_t in_flow,
+                  const gw_id *avoid, size_t n_avoid, gw_id *out, uint64_t *out_flow);
   /* How many microbatches this data node can start now (its routes). */
   uint32_t (*slots)(void *ctx);
-  /* A peer failed to answer, denied, or its session dropped. */
+  /* A peer failed to answer or its session dropped. */
   void (*peer_failed)(void *ctx, const gw_id *peer);
+  /* A peer answered DENY: it cannot take more work for now (may be NULL). */
+  void (*peer_denied)(void *ctx, const gw_id *peer);
   /* A peer finished a hop in ms (SWARM's response-time average). */
   void (*observe)(void *ctx, const gw_id *peer, double ms);
   /* What a neighbour said about itself in its HELLO (cost model input). */

@@ -45,6 +45,7 @@ typedef struct peer_mb {
   gw_id path[PEER_MAX_PATH]; /* origin first; includes us once our forward is done */
   uint32_t path_len;
   gw_id prev, next;          /* neighbours on the path */
+  uint64_t flow_in, flow_out; /* flow ids it arrived with / left with */
   float *in;                 /* relay: received activation until its forward runs */
   float *out;                /* our output (relay) / embedding (data): kept for re-sends */
   float *grad;               /* gradient we sent upstream: kept until BACKWARD_DONE */

@@ -119,6 +119,7 @@ static void fill_mb_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, con
   m->repair = mb->repair;
   m->repair_end_stage = mb->repair_end_stage;
   if (mb->repair) m->repair_target = id_bytes(&mb->repair_target);
+  m->flow_id = mb->flow_out;
 }
 
 static bool valid_act(const train_peer *p, const train_tensor *t) {
@@ -145,7 +146,8 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
     rc = id_in(mb->avoid, mb->n_avoid, &next) ? GW_ENOENT : 0;
   } else {
     const gw_id *from = p->cfg.role == TRAIN_DATA ? NULL : &mb->prev;
-    rc = p->router.next_hop(p->router.ctx, &mb->origin, from, mb->index, mb->avoid, mb->n_avoid, &next);
+    rc = p->router.next_hop(p->router.ctx, &mb->origin, from, mb->index, mb->flow_in, mb->avoid, mb->n_avoid,
+                            &next, &mb->flow_out);
   }
   if (rc != 0 || mb->reroutes > p->cfg.tun.max_reroutes) {
     if (p->cfg.role == TRAIN_DATA) {
@@ -221,6 +223,7 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
   mb->iteration = m->iteration;
   mb->attempt = m->attempt;
   mb->key = mb_key(&origin, m->id, m->attempt);
+  mb->flow_in = m->flow_id;
   mb->prev = *from;
   mb->path_len = (uint32_t)m->n_path;
   for (size_t i = 0; i < m->n_path; i++) id_from_bytes(&mb->path[i], m->path[i]);
@@ -322,6 +325,7 @@ void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   char who[GW_ID_SHORT_LEN + 1];
   if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
   p->counters.denies_received++;
+  if (p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
   peer_short(from, who);
   GW_INFO(&p->log, "deny.received", "mb=%llx from=%s reason=%s", (unsigned long long)mb->id, who, a->reason);
   reroute(p, mb, "deny");

@@ -43,8 +43,10 @@ static void refresh_members(h_harness *h) {
 
 /* ---- router: a fixed spread over live next-stage peers ---- */
 
-static int route(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slot, const gw_id *avoid,
-                 size_t n_avoid, gw_id *out) {
+static int route(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slot, uint64_t in_flow,
+                 const gw_id *avoid, size_t n_avoid, gw_id *out, uint64_t *out_flow) {
+  (void)in_flow;
+  *out_flow = 0;
   h_node *me = ctx;
   h_harness *h = me->h;
   int next = (train_peer_stage(me->tp) + 1) % (h->n_stages + 1);
