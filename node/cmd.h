@@ -17,5 +17,9 @@ typedef struct gwtf_cmd {
 
 int cmd_keygen(int argc, char **argv);
 void cmd_keygen_help(void);
+int cmd_sim_flow(int argc, char **argv);
+void cmd_sim_flow_help(void);
+int cmd_sim_gen(int argc, char **argv);
+void cmd_sim_gen_help(void);
 
 #endif
