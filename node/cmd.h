@@ -23,5 +23,9 @@ int cmd_data_info(int argc, char **argv);
 void cmd_data_info_help(void);
 int cmd_swarm(int argc, char **argv);
 void cmd_swarm_help(void);
+int cmd_sim_flow(int argc, char **argv);
+void cmd_sim_flow_help(void);
+int cmd_sim_gen(int argc, char **argv);
+void cmd_sim_gen_help(void);
 
 #endif

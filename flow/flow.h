@@ -1,0 +1,282 @@
+/* flow/flow.h — GWTF decentralized flow routing (paper §IV–V-C) as a pure
+ * protocol state machine.
+ *
+ * One `flow` instance runs in every peer. It decides, with local knowledge
+ * only, which next-stage peer carries each unit of flow (one microbatch in
+ * flight) so that as many microbatches as possible are trained at the lowest
+ * cost. Messages and ticks in, messages out (util/io.h): no sockets, no wall
+ * clock, no globals. The training layer drives it over encrypted sessions
+ * (bodies of MSG_FLOW envelopes, peers addressed by gw_id); sim/ drives the
+ * very same code in `gwtf sim flow` and the tests.
+ *
+ * ---- Model ----
+ * Stages form a ring: stage 0 holds the data nodes (each the source and the
+ * sink of its own flows), stages 1..S hold relays; stage S sends back to
+ * stage 0. A *segment* is one unit of flow on a link up -> down, named by a
+ * random 64-bit id the upstream end drew; both ends store it. A *unit* is one
+ * slot of a relay's capacity, holding at most one incoming and one outgoing
+ * segment for the same target data node:
+ *
+ *   in + out    paired: part of a path;
+ *   out only    unpaired outflow: a path from here to the sink exists and
+ *               waits for an inflow (what previous-stage peers request);
+ *   in only     unpaired inflow: wants a next hop.
+ *
+ * "Sending outflow reduces capacity by 1, even if unpaired": every unit
+ * counts against the capacity. A data node has `capacity` source slots (its
+ * demand) and as many sink slots; it starts with all source slots unpaired.
+ * Paths are built backwards from the sink: a unit's *cost to sink* is its
+ * outgoing link's cost combined (objective sum: added; max: the larger) with
+ * the cost the next hop reported for that segment, and is pushed upstream
+ * whenever it changes.
+ *
+ * ---- Protocol (messages in proto/flow.proto) ----
+ * Request Flow: a relay that is stable (no unpaired unit) and has spare
+ * capacity, a relay with an unpaired inflow, and a data node with an
+ * unpaired source slot pick the next-stage peer j with unpaired outflow for
+ * the target that minimises d(i,j) (+ or max) j's cost to sink, and request
+ * it; j accepts when it still has such a unit at that cost or rejects with
+ * its current cost. One outstanding request per node; a request is re-sent
+ * each tick for `request_retry_ticks` ticks. Offers (count and cost of
+ * unpaired outflow per target) go to previous-stage peers.
+ *
+ * Request Change / Request Redirect: every node tells its same-stage peers
+ * its units and link costs. With probability `p_propose_unmet` (it has
+ * nothing to request) or `p_propose_satisfied` per tick a node proposes the
+ * best change — swapping next hops with a peer's unit of the same target —
+ * or redirect — carrying a peer's unit prev -> peer -> next itself — it can
+ * find, or a random one when none improves. The receiver decides with
+ * simulated annealing: accept when the objective improves, else with
+ * probability e^((cost_cur - cost_new)/T); T starts at `temp_relay` and
+ * becomes `cooling`*T after each accepted change. A peer that rejects is
+ * left alone for `reject_ignore_attempts` proposals. Only complete flows
+ * (units a data node's probe passed recently) count fully in the objective;
+ * standby paths count with weight `dangling_weight`.
+ *
+ * No half-connected flows: the upstream end owns a segment. Every change of
+ * a segment's ends is announced to the other end (notify-switch); an end
+ * that cannot apply the announcement tears the segment down on the new
+ * party's side (cancel/deny), and a node remembers ids it was told to drop
+ * for `tombstone_ticks` so a late announcement cannot revive them. Periodic
+ * audits between neighbours remove what loss left behind and double as
+ * heartbeats: a neighbour silent for `peer_timeout_ticks` is presumed dead
+ * and every segment through it is torn down and rebuilt elsewhere. A relay
+ * whose inflow finds no next hop for `inflow_timeout_ticks` pushes it back
+ * with DENY; an unpaired outflow idle for `outflow_idle_ticks` is cancelled.
+ *
+ * ---- Use ----
+ *   flow_config cfg;
+ *   flow_config_default(&cfg);
+ *   cfg.self = my_id; cfg.role = FLOW_RELAY; cfg.stage = 2; cfg.n_stages = 4;
+ *   cfg.capacity = 3; cfg.io = io; cfg.log = &log;
+ *   flow *f; flow_new(&cfg, &f);
+ *   flow_add_peer(f, &peer, 3);                        // from the DHT stage directory
+ *   flow_set_cost(f, &peer, FLOW_DIR_NEXT, flow_cost_eq1(...));
+ *   flow_start(f, now);                                 // arms the first tick
+ *   ... flow_on_message(f, &from, body, len, now); flow_on_tick(f, now); ...
+ *   flow_next_hop(f, &from, seg, &next, &next_seg);     // route a microbatch
+ */
+#ifndef GWTF_FLOW_FLOW_H
+#define GWTF_FLOW_FLOW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util/addr.h"
+#include "util/id.h"
+#include "util/io.h"
+#include "util/log.h"
+
+typedef struct flow flow;
+
+typedef enum flow_role { FLOW_DATA = 0, FLOW_RELAY = 1 } flow_role;
+
+/* max: the paper's local objective (minimise the largest link cost on each
+ * flow's path; the default). sum: Eq. 2, the sum of link costs over all
+ * flows (used for comparison with the exact optimum). */
+typedef enum flow_objective { FLOW_OBJ_MAX = 0, FLOW_OBJ_SUM = 1 } flow_objective;
+
+typedef enum flow_dir { FLOW_DIR_NEXT = 0, FLOW_DIR_PREV = 1 } flow_dir;
+
+/* Every constant of the protocol. Defaults (flow_tunables_default) are the
+ * paper's or the prototype's (DecCom-Python flowprotocol.py) values; where
+ * neither gives one, the comment says how it was chosen. */
+typedef struct flow_tunables {
+  uint64_t tick_ms;             /* 2000: the prototype's periodic() */
+  int request_retry_ticks;      /* 5: a request is re-sent this many ticks, then dropped */
+  int inflow_timeout_ticks;     /* 12: an unpaired inflow is pushed back (DENY) after this */
+  int outflow_idle_ticks;       /* 12: an unpaired outflow nobody takes is cancelled after this */
+  int reject_ignore_attempts;   /* 5: a same-stage peer that rejected is skipped this many proposals */
+  double temp_relay;            /* 1.7: initial annealing temperature of a relay */
+  double temp_data;             /* 2.0: of a data node (kept for parity; data nodes accept no changes) */
+  double cooling;               /* 0.95: T <- cooling * T after each accepted change */
+  double p_propose_unmet;       /* 0.3: proposal chance per tick with nothing to request */
+  double p_propose_satisfied;   /* 0.1: proposal chance per tick when satisfied */
+  int offer_period_ticks;       /* 6: offers re-sent at least this often (prototype CHANGE broadcast) */
+  int state_period_ticks;       /* 6: state to same-stage peers at least this often (QUERY_FLOWS) */
+  int cost_period_ticks;        /* 12: costs re-sent upstream at least this often (NOTIFY_CHANGE_IN_COST) */
+  int audit_period_ticks;       /* 6: segment audit per neighbour (CHECK_FLOW ran twice per 12 ticks) */
+  int peer_timeout_ticks;       /* 13: silence after which a neighbour is presumed dead: two audits lost, plus one */
+  int probe_period_ticks;       /* 3: data nodes probe their flows (EVAL) */
+  int live_ticks;               /* 7: a unit counts as part of a complete flow this long after a probe */
+  int tombstone_ticks;          /* 10: how long dropped segment ids are remembered */
+  int stable_ticks;             /* 6: ticks without a change to a complete flow before flow_is_stable */
+  double dangling_weight;       /* 0.1: weight of standby (incomplete) paths in the objective */
+  bool chain_requests;          /* true: a request goes out as soon as one is possible, not only on ticks */
+  bool reroute;                 /* true: a paired unit requests a strictly cheaper offered path and
+                                   leaves its old one as standby (extension; see docs/FLOW.md) */
+  flow_objective objective;     /* FLOW_OBJ_MAX */
+} flow_tunables;
+
+void flow_tunables_default(flow_tunables *t);
+/* Sets one tunable by its field name ("temp_relay", "objective" takes
+ * max|sum, booleans take true|false|1|0). GW_ENOENT for an unknown name,
+ * GW_EINVAL for a bad value. */
+int flow_tunables_set(flow_tunables *t, const char *name, const char *value);
+/* Writes "name=value" lines for every tunable into buf (for --help and logs). */
+void flow_tunables_describe(const flow_tunables *t, char *buf, size_t len);
+
+/* Events, also logged as one line each (flow.established, flow.changed,
+ * flow.torn_down, flow.deny, flow.peer_dead). */
+typedef enum flow_event_kind {
+  FLOW_EV_ESTABLISHED = 0, /* a unit became paired (data node: a source slot got a first hop) */
+  FLOW_EV_CHANGED = 1,     /* a change or redirect moved a unit's next hop or took/gave a unit */
+  FLOW_EV_TORN_DOWN = 2,   /* a paired unit lost its inflow or outflow */
+  FLOW_EV_DENY = 3,        /* DENY sent (we cannot place a flow) or received */
+  FLOW_EV_PEER_DEAD = 4,   /* a neighbour was presumed dead or reported failed */
+} flow_event_kind;
+
+typedef struct flow_event {
+  flow_event_kind kind;
+  uint64_t in_seg, out_seg; /* 0 when absent */
+  gw_id peer;               /* the other node concerned (zero when none) */
+  gw_id target;             /* the data node of the flow (zero for PEER_DEAD) */
+  double cost;              /* cost to sink after the event (NAN when unknown) */
+} flow_event;
+
+typedef void (*flow_event_fn)(void *ud, const flow_event *ev);
+
+typedef struct flow_config {
+  gw_id self;
+  flow_role role;
+  int stage;     /* data nodes: 0; relays: 1..n_stages */
+  int n_stages;  /* S, the number of relay stages */
+  int capacity;  /* relay: flows it can carry; data node: flows it wants (its demand) */
+  flow_tunables tun;
+  gw_io io;
+  const gw_log *log;     /* may be NULL: silent */
+  flow_event_fn on_event; /* may be NULL */
+  void *event_ud;
+} flow_config;
+
+/* Defaults: relay, tunables at their defaults, everything else zero. */
+void flow_config_default(flow_config *cfg);
+
+/* Limits that keep one node's state and messages bounded. */
+#define FLOW_MAX_CAPACITY (4096)
+#define FLOW_MAX_PEERS (4096)
+#define FLOW_MAX_MESSAGE ((size_t)256 << 10) /* larger bodies are refused unread */
+
+int flow_new(const flow_config *cfg, flow **out);
+void flow_free(flow *f);
+/* Arms the first tick (at now_ms). */
+int flow_start(flow *f, uint64_t now_ms);
+
+/* ---- driver contract (util/io.h) ---- */
+/* One whole MSG_FLOW body from an authenticated peer. Malformed or hostile
+ * input is dropped with a log line and GW_EPROTO; placement messages
+ * (flow/place.h) are ignored here with 0. */
+int flow_on_message(flow *f, const gw_peer *from, const uint8_t *buf, size_t len, uint64_t now_ms);
+void flow_on_tick(flow *f, uint64_t now_ms);
+
+/* ---- membership and costs (from the DHT stage directory and measurements) ---- */
+/* Learns a peer serving `stage` (0: a data node). Only the previous, the
+ * same and the next stage matter; others are accepted and ignored. A known
+ * peer that was presumed dead is revived. GW_EFULL past FLOW_MAX_PEERS. */
+int flow_add_peer(flow *f, const gw_id *peer, int stage);
+/* The peer left cleanly (or the directory dropped it): its segments are torn
+ * down without waiting for timeouts, and it is forgotten. */
+int flow_remove_peer(flow *f, const gw_id *peer, uint64_t now_ms);
+/* The training layer saw the peer fail (lost session, COMPLETE timeout):
+ * tear down its segments now and avoid it until it is heard from again. */
+int flow_peer_failed(flow *f, const gw_id *peer, uint64_t now_ms);
+/* The peer sent a training-level DENY (it cannot take more work): drop our
+ * segments to it and send it nothing new until it offers spare capacity. */
+int flow_peer_denied(flow *f, const gw_id *peer, uint64_t now_ms);
+/* d(self, peer) for a next-stage peer (FLOW_DIR_NEXT) or d(peer, self) for
+ * a previous-stage peer (FLOW_DIR_PREV); cost < 0 (or never set) means there
+ * is no usable link. A changed cost is propagated like any cost change. */
+int flow_set_cost(flow *f, const gw_id *peer, flow_dir dir, double cost);
+
+/* Eq. 1: d(i,j) = (c_i + c_j)/2 + (λ_ij + λ_ji)/2 + 2·size/(β_ij + β_ji).
+ * Compute times and latencies in seconds, bandwidths in bytes/s, size in
+ * bytes (the activation a microbatch sends). Returns +inf when both
+ * bandwidths are 0 and NAN for negative inputs. */
+double flow_cost_eq1(double c_i, double c_j, double lat_ij, double lat_ji, double bw_ij, double bw_ji, double size);
+
+/* ---- queries (for the training layer and the simulator) ---- */
+
+/* A relay routing a microbatch: the unit whose inflow is segment `in_seg`
+ * from `from`; its next hop and the segment id to send with. GW_ENOENT when
+ * there is no such unit, GW_EAGAIN when it has no next hop right now. */
+int flow_next_hop(const flow *f, const gw_id *from, uint64_t in_seg, gw_id *next, uint64_t *out_seg);
+/* A relay routing "a microbatch of data node `target` arriving from peer
+ * `from`" without a segment id: picks among the matching paired units in
+ * turn (so several flows from one peer share the work). */
+int flow_route(flow *f, const gw_id *target, const gw_id *from, gw_id *next, uint64_t *out_seg);
+
+/* One complete flow of a data node, as the data node knows it. */
+typedef struct flow_path_info {
+  uint64_t seg;   /* the segment to its first hop (the flow's id at this node) */
+  gw_id first_hop;
+  double cost;    /* cost to sink by the protocol's objective */
+  int path_len;   /* 0 until a probe came back; else nodes in path (d, n1..nS, d) */
+  gw_id path[66]; /* filled up to path_len when known; paths longer than 64 relays are not kept */
+  double probed_cost; /* sum of link costs measured by the last probe */
+} flow_path_info;
+
+/* A data node's flows with a first hop; returns how many there are (even
+ * when more than max; only max are written). */
+size_t flow_data_flows(const flow *f, flow_path_info *out, size_t max);
+/* A data node picking a first hop for its next microbatch: its flows in
+ * turn. GW_EAGAIN when it has none. */
+int flow_pick_first_hop(flow *f, gw_id *next, uint64_t *seg);
+
+typedef struct flow_counts {
+  int capacity;
+  int units;            /* relay: units in use; data node: source slots with a first hop */
+  int paired;           /* relay: units with inflow and outflow */
+  int unpaired_in;      /* relay: inflow without next hop; data node: source slots without first hop */
+  int unpaired_out;     /* relay: outflow waiting for an inflow; data node: sink slots in use */
+  int inflow, outflow;  /* segments in, segments out */
+  int live;             /* units that a probe passed recently */
+  int peers_alive;
+  double temperature;
+} flow_counts;
+
+void flow_get_counts(const flow *f, flow_counts *out);
+/* No request pending, no unpaired inflow, no source slot without a first hop
+ * (where a path exists) and no change to a complete flow for stable_ticks. */
+bool flow_is_stable(const flow *f, uint64_t now_ms);
+
+/* ---- introspection for the simulator and tests ---- */
+
+typedef struct flow_unit_view {
+  gw_id target;
+  bool has_in, has_out, live;
+  gw_id prev, next;
+  uint64_t in_seg, out_seg;
+  double cost; /* cost to sink (objective), +inf when no outflow */
+  bool is_source, is_sink; /* data node slots */
+} flow_unit_view;
+
+/* Writes up to max units; returns how many the node has. */
+size_t flow_units(const flow *f, flow_unit_view *out, size_t max);
+const gw_id *flow_self(const flow *f);
+int flow_stage(const flow *f);
+/* Checks the node's own invariants (capacity, unit shapes, segment ids
+ * unique per link, counters consistent). 0 or GW_EINVAL with err filled. */
+int flow_check_local(const flow *f, char *err, size_t err_len);
+
+#endif

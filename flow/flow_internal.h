@@ -1,0 +1,226 @@
+/* flow/flow_internal.h — state shared by the flow_*.c files. Not an API. */
+#ifndef GWTF_FLOW_FLOW_INTERNAL_H
+#define GWTF_FLOW_FLOW_INTERNAL_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "flow/flow.h"
+#include "proto/flow.pb-c.h"
+
+/* Bounds on what one message may carry; larger lists are truncated when
+ * sent and refused when received. */
+#define FLOW_MAX_OFFER_ENTRIES (256)
+#define FLOW_MAX_STATE_UNITS (FLOW_MAX_CAPACITY)
+#define FLOW_MAX_STATE_LINKS (FLOW_MAX_PEERS)
+#define FLOW_MAX_AUDIT_SEGS (2 * FLOW_MAX_CAPACITY)
+#define FLOW_MAX_PATH (64 + 2)
+#define FLOW_TOMBSTONES (256)
+
+/* Costs equal within this tolerance are the same cost (they travel as
+ * doubles through several additions on different nodes). */
+#define FLOW_COST_EPS (1e-9)
+/* Under the max objective, ties on the largest cost are broken by the sum. */
+#define FLOW_MAX_TIE_WEIGHT (1e-3)
+
+typedef enum unit_kind { UNIT_RELAY = 0, UNIT_SOURCE = 1, UNIT_SINK = 2 } unit_kind;
+
+typedef struct funit {
+  bool used;
+  unit_kind kind;
+  gw_id target;
+  bool has_in, has_out;
+  int in_peer, out_peer; /* indices into flow.peers */
+  uint64_t in_seg, out_seg;
+  uint64_t in_since, out_since; /* when the segment was bound (audit grace) */
+  double rest;                  /* next hop's cost to sink for out_seg */
+  double sent_cost;             /* cost last pushed upstream; NAN: never */
+  uint64_t unpaired_since;      /* when it last became unpaired */
+  uint64_t live_until;          /* a probe passed; counts as a complete flow until then */
+  uint64_t locked_txn;          /* nonzero: involved in our pending proposal */
+  /* data node source slots: the path a probe brought back */
+  gw_id *path;
+  int path_len;
+  double probed_cost;
+} funit;
+
+typedef struct foffer {
+  gw_id target;
+  uint32_t count;
+  double cost;
+} foffer;
+
+/* A same-stage peer's unit as its last FlowState described it. */
+typedef struct punit {
+  gw_id target;
+  bool has_in, has_out, live;
+  gw_id prev, next;
+  uint64_t in_seg, out_seg;
+  double in_link, out_link, rest;
+} punit;
+
+typedef struct plink {
+  gw_id peer;
+  double cost;
+} plink;
+
+typedef struct fpeer {
+  bool in_use;
+  gw_id id;
+  int stage;
+  bool alive;             /* false: presumed dead or failed; skipped until heard from */
+  bool denied;            /* it sent DENY full: no requests until it offers spare capacity */
+  double cost_next;       /* d(self, peer); < 0: no link */
+  double cost_prev;       /* d(peer, self); < 0: no link */
+  uint64_t last_heard;
+  /* as a next-stage peer */
+  foffer *offers;
+  int n_offers;
+  uint32_t spare;
+  /* as a same-stage peer */
+  punit *units;
+  int n_units;
+  plink *next_costs;
+  int n_next_costs;
+  int ignore; /* proposals to skip after a rejection */
+} fpeer;
+
+typedef enum req_kind { REQ_NONE = 0, REQ_FLOW, REQ_CHANGE, REQ_REDIRECT } req_kind;
+
+typedef struct pending {
+  req_kind kind;
+  int peer;
+  int ticks_left;
+  uint64_t txn; /* flow: the new segment id; change/redirect: transaction id */
+  gw_id target;
+  int unit;     /* flow: unit that needs the outflow, -1 for a new one; change: our unit */
+  bool reroute; /* flow: the unit has an outflow; the grant replaces it */
+  double cost;  /* flow: expected cost */
+  /* change */
+  uint64_t my_seg, your_seg;
+  int my_next, your_next;
+  /* redirect */
+  uint64_t in_seg, out_seg;
+  int prev, next;
+} pending;
+
+typedef struct tombstone {
+  uint64_t seg;
+  gw_id peer;
+  uint64_t until;
+} tombstone;
+
+struct flow {
+  flow_config cfg;
+  flow_tunables tun;
+  int next_stage, prev_stage;
+  double temperature;
+  uint64_t now;
+  uint64_t ticks;
+  uint32_t phase; /* spreads periodic sends over ticks */
+  bool started;
+
+  fpeer *peers;
+  int n_peers, cap_peers;
+
+  funit *units;
+  int n_units; /* relay: capacity; data node: 2 * capacity (sources, then sinks) */
+
+  pending pend;
+  tombstone tombs[FLOW_TOMBSTONES];
+  int tomb_next;
+
+  bool offer_dirty, state_dirty;
+  uint64_t last_change; /* last change to a complete flow */
+  int rr_route, rr_first;
+};
+
+/* ---- helpers (flow.c) ---- */
+int flow_peer_find(const flow *f, const gw_id *id);
+bool flow_peer_is_next(const flow *f, int p);
+bool flow_peer_is_prev(const flow *f, int p);
+bool flow_peer_is_same(const flow *f, int p);
+/* Usable as a next hop / as an upstream end: alive, right stage, link known. */
+bool flow_peer_usable_next(const flow *f, int p);
+bool flow_peer_usable_prev(const flow *f, int p);
+uint64_t flow_random_u64(flow *f);
+double flow_random_uniform(flow *f);
+void flow_emit(flow *f, flow_event_kind kind, const funit *u, int peer);
+const char *flow_short(const gw_id *id, char *buf); /* buf: GW_ID_SHORT_LEN + 1 */
+
+/* ---- units (flow_units.c) ---- */
+double flow_combine(const flow *f, double link, double rest);
+double flow_unit_cost(const flow *f, const funit *u);
+bool flow_unit_live(const flow *f, const funit *u);
+int flow_unit_alloc(flow *f); /* a free relay unit, or -1 */
+int flow_find_in(const flow *f, int peer, uint64_t seg);
+int flow_find_out(const flow *f, int peer, uint64_t seg);
+int flow_find_out_seg(const flow *f, uint64_t seg);
+void flow_bind_in(flow *f, int u, int peer, uint64_t seg);
+void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest);
+/* Remove a segment locally (the other end is told by the caller, if at all). */
+void flow_drop_in(flow *f, int u);
+void flow_drop_out(flow *f, int u);
+/* Pushes the unit's cost upstream when it changed. */
+void flow_push_cost(flow *f, int u, bool force);
+void flow_tomb_add(flow *f, uint64_t seg, int peer);
+bool flow_tomb_has(const flow *f, uint64_t seg, int peer);
+/* Tears down every segment shared with peer p, without telling p. */
+void flow_peer_teardown(flow *f, int p);
+/* Units counted by the relay capacity rule, and the stability test. */
+int flow_units_used(const flow *f);
+bool flow_relay_stable(const flow *f);
+/* A dangling unit (outflow, no inflow, not live, not locked) we may give up
+ * to host a redirect; -1 when none. */
+int flow_sacrificable(const flow *f);
+/* Frees a unit and cancels its outflow downstream / denies its inflow. */
+void flow_unit_release(flow *f, int u, bool deny_full);
+/* Frees a unit without a word to anyone (its segments were handed over). */
+void flow_unit_forget(flow *f, int u);
+/* Presumes a peer dead (or forgets it): pending work with it is dropped and
+ * its segments are torn down locally. */
+void flow_peer_down(flow *f, int p, bool forget);
+
+/* ---- wire (flow_wire.c): each returns the io's result ---- */
+int flow_send(flow *f, int peer, Gwtf__FlowMessage *m);
+int flow_send_cancel(flow *f, int peer, uint64_t seg);
+int flow_send_deny(flow *f, int peer, uint64_t seg, bool full);
+int flow_send_cost(flow *f, int peer, uint64_t seg, double cost);
+int flow_send_request(flow *f, int peer, uint64_t seg, const gw_id *target, double cost);
+int flow_send_reply(flow *f, int peer, uint64_t seg, const gw_id *target, bool accept, double cost);
+int flow_send_offer(flow *f, int peer);
+int flow_send_state(flow *f, int peer);
+int flow_send_audit(flow *f, int peer, bool reply);
+int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64_t origin_seg, const gw_id *path,
+                    int path_len, double cost);
+int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up);
+int flow_send_switch_down(flow *f, int to, uint64_t seg, int old_down, int new_down, double cost);
+/* Offer summary for target t: unpaired outflow count and cheapest cost. */
+void flow_offer_for(const flow *f, const gw_id *t, uint32_t *count, double *cost);
+uint32_t flow_spare(const flow *f);
+bool flow_id_from_bytes(const ProtobufCBinaryData *b, gw_id *out);
+bool flow_cost_ok(double c);
+
+/* ---- receive (flow_rx.c) ---- */
+void flow_handle(flow *f, int peer, const Gwtf__FlowMessage *m);
+
+/* ---- tick work (flow_tick.c) ---- */
+/* Sends the next Request Flow if there is one to send; true when sent. */
+bool flow_try_request(flow *f);
+/* Considers one Request Change / Redirect; true when a proposal was sent. */
+bool flow_try_propose(flow *f);
+void flow_clear_pending(flow *f);
+/* Annealing acceptance of a move with improvement delta (> 0 = better). */
+bool flow_anneal_accept(flow *f, double delta);
+/* The local objective of a set of affected path costs with weights. */
+double flow_score(const flow *f, const double *cost, const double *weight, int n);
+/* Improvement (> 0 = better) of swapping next hops: a sends to b and c to e
+ * before, a to e and c to b after. rest_x: x's cost to sink. */
+double flow_change_delta(const flow *f, double link_a_b, double link_a_e, double rest_b, double link_c_e,
+                         double link_c_b, double rest_e, double w_a, double w_c);
+/* Improvement of carrying p -> x -> n through y instead. */
+double flow_redirect_delta(const flow *f, double link_p_x, double link_x_n, double link_p_y, double link_y_n,
+                           double rest, double w);
+
+#endif

@@ -1,0 +1,591 @@
+/* flow/flow_rx.c — what each FlowMessage does.
+ *
+ * Ownership rule behind every handler: the upstream end owns a segment. A
+ * node that learns of a segment it cannot keep tells the party that would
+ * otherwise believe in it (cancel downstream, deny upstream), and remembers
+ * ids it could not match (tombstones) so that a late notify-switch cannot
+ * bring them back. Every message is validated before it touches state. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "flow/flow_internal.h"
+
+static void bad_message(flow *f, int p, const char *reason) {
+  char who[GW_ID_SHORT_LEN + 1];
+  GW_WARN(f->cfg.log, "flow.bad_message", "peer=%s reason=%s", flow_short(&f->peers[p].id, who), reason);
+}
+
+/* A peer id from the wire, resolved to a known peer (or -1). */
+static int peer_of(const flow *f, const ProtobufCBinaryData *b) {
+  gw_id id;
+  if (!flow_id_from_bytes(b, &id)) return -1;
+  return flow_peer_find(f, &id);
+}
+
+/* ---- offers ---- */
+
+static void on_offer(flow *f, int p, const Gwtf__FlowOffer *o) {
+  if (!flow_peer_is_next(f, p)) return;
+  if (o->n_entries > FLOW_MAX_OFFER_ENTRIES) { bad_message(f, p, "offer_too_long"); return; }
+  foffer *entries = calloc(o->n_entries + 1, sizeof(*entries));
+  if (!entries) return;
+  int n = 0;
+  for (size_t i = 0; i < o->n_entries; i++) {
+    const Gwtf__FlowOfferEntry *e = o->entries[i];
+    if (!flow_id_from_bytes(&e->target, &entries[n].target) || !flow_cost_ok(e->cost)) {
+      free(entries);
+      { bad_message(f, p, "offer_entry"); return; }
+    }
+    if (e->count == 0) continue;
+    entries[n].count = e->count;
+    entries[n].cost = e->cost;
+    n++;
+  }
+  fpeer *pe = &f->peers[p];
+  free(pe->offers);
+  pe->offers = entries;
+  pe->n_offers = n;
+  pe->spare = o->spare;
+  if (o->spare > 0) pe->denied = false;
+}
+
+/* The reply to a request is also the freshest offer for its target. */
+static void update_offer(flow *f, int p, const gw_id *target, uint32_t count, double cost, uint32_t spare) {
+  fpeer *pe = &f->peers[p];
+  pe->spare = spare;
+  if (spare > 0) pe->denied = false;
+  for (int i = 0; i < pe->n_offers; i++) {
+    if (!gw_id_eq(&pe->offers[i].target, target)) continue;
+    if (count == 0) {
+      pe->offers[i] = pe->offers[--pe->n_offers];
+    } else {
+      pe->offers[i].count = count;
+      pe->offers[i].cost = cost;
+    }
+    return;
+  }
+  if (count == 0) return;
+  foffer *grown = realloc(pe->offers, ((size_t)pe->n_offers + 1) * sizeof(*grown));
+  if (!grown) return;
+  pe->offers = grown;
+  pe->offers[pe->n_offers++] = (foffer){*target, count, cost};
+}
+
+/* ---- Request Flow ---- */
+
+static int best_dangling(const flow *f, const gw_id *target) {
+  int best = -1;
+  double best_cost = INFINITY;
+  for (int u = 0; u < f->n_units; u++) {
+    const funit *un = &f->units[u];
+    if (!un->used || un->kind != UNIT_RELAY || !un->has_out || un->has_in || un->locked_txn) continue;
+    if (!gw_id_eq(&un->target, target) || !f->peers[un->out_peer].alive) continue;
+    double c = flow_unit_cost(f, un);
+    if (c < best_cost) best_cost = c, best = u;
+  }
+  return best;
+}
+
+static int free_sink(const flow *f) {
+  for (int u = 0; u < f->n_units; u++)
+    if (f->units[u].kind == UNIT_SINK && !f->units[u].used) return u;
+  return -1;
+}
+
+static void on_request(flow *f, int p, const Gwtf__FlowRequest *r) {
+  gw_id target;
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->cost) || r->seg == 0)
+    { bad_message(f, p, "request"); return; }
+  int u = flow_find_in(f, p, r->seg);
+  if (u >= 0) { /* a resent request we already granted */
+    flow_send_reply(f, p, r->seg, &target, true, flow_unit_cost(f, &f->units[u]));
+    return;
+  }
+  if (!flow_peer_usable_prev(f, p) || flow_tomb_has(f, r->seg, p)) {
+    flow_send_reply(f, p, r->seg, &target, false, 0);
+    return;
+  }
+  if (f->cfg.role == FLOW_DATA) {
+    u = gw_id_eq(&target, &f->cfg.self) ? free_sink(f) : -1;
+    if (u >= 0) f->units[u].target = target;
+  } else {
+    u = best_dangling(f, &target);
+    /* "If it does have unpaired outflow to that data node at that cost, it
+     * approves it"; a cheaper one is approved too. */
+    if (u >= 0 && flow_unit_cost(f, &f->units[u]) > r->cost + FLOW_COST_EPS * (1 + r->cost)) u = -1;
+  }
+  if (u < 0) {
+    flow_send_reply(f, p, r->seg, &target, false, 0);
+    return;
+  }
+  flow_bind_in(f, u, p, r->seg);
+  double c = flow_unit_cost(f, &f->units[u]);
+  f->units[u].sent_cost = c;
+  flow_send_reply(f, p, r->seg, &target, true, c);
+}
+
+/* The unit a granted request is for: the one that asked, if it still needs
+ * an outflow, else any unit that does, else a new one when there is room. */
+static int unit_for_grant(flow *f, const pending *pd, const gw_id *target) {
+  if (pd->unit >= 0 && pd->unit < f->n_units) {
+    const funit *un = &f->units[pd->unit];
+    if (un->used && !un->has_out && !un->locked_txn && gw_id_eq(&un->target, target) &&
+        (un->kind == UNIT_SOURCE || un->has_in))
+      return pd->unit;
+  }
+  for (int u = 0; u < f->n_units; u++) {
+    const funit *un = &f->units[u];
+    if (un->used && !un->has_out && !un->locked_txn && gw_id_eq(&un->target, target) &&
+        (un->kind == UNIT_SOURCE || (un->kind == UNIT_RELAY && un->has_in)))
+      return u;
+  }
+  if (pd->unit >= 0) return -1; /* it asked for a unit that no longer needs it */
+  int u = flow_unit_alloc(f);
+  if (u >= 0) f->units[u].target = *target;
+  return u;
+}
+
+/* The unit swaps its next hop for the granted one; the old next hop keeps
+ * its path as standby. */
+static void reroute_granted(flow *f, const pending *pd, int p, const Gwtf__FlowReply *r) {
+  funit *un = pd->unit >= 0 ? &f->units[pd->unit] : NULL;
+  bool ok = un && un->used && un->has_out && un->out_peer != p && flow_peer_usable_next(f, p) &&
+            !flow_tomb_has(f, r->seg, p) && gw_id_eq(&un->target, &pd->target);
+  if (!ok) {
+    flow_send_cancel(f, p, r->seg);
+    return;
+  }
+  flow_send_cancel(f, un->out_peer, un->out_seg);
+  flow_bind_out(f, pd->unit, p, r->seg, r->cost);
+}
+
+static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
+  gw_id target;
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->cost)) { bad_message(f, p, "reply"); return; }
+  if (!flow_peer_is_next(f, p)) return;
+  update_offer(f, p, &target, r->count, r->cost, r->spare);
+  bool ours = f->pend.kind == REQ_FLOW && f->pend.peer == p && f->pend.txn == r->seg;
+  if (!ours) {
+    /* A grant we no longer wait for (timed out, or a duplicate): keep it if
+     * it is already ours, otherwise hand it back. */
+    if (r->accept && flow_find_out(f, p, r->seg) < 0) flow_send_cancel(f, p, r->seg);
+    return;
+  }
+  pending pd = f->pend;
+  flow_clear_pending(f);
+  if (r->accept && pd.reroute) {
+    reroute_granted(f, &pd, p, r);
+    return;
+  }
+  if (r->accept) {
+    int u = flow_tomb_has(f, r->seg, p) ? -1 : unit_for_grant(f, &pd, &target);
+    if (u >= 0 && flow_peer_usable_next(f, p))
+      flow_bind_out(f, u, p, r->seg, r->cost);
+    else
+      flow_send_cancel(f, p, r->seg);
+  }
+}
+
+/* ---- teardown and costs ---- */
+
+static void on_cancel(flow *f, int p, const Gwtf__FlowCancel *c) {
+  int u = flow_find_in(f, p, c->seg);
+  if (u >= 0)
+    flow_drop_in(f, u);
+  else
+    flow_tomb_add(f, c->seg, p);
+}
+
+static void on_deny(flow *f, int p, const Gwtf__FlowDeny *d) {
+  int u = flow_find_out(f, p, d->seg);
+  if (d->full) f->peers[p].denied = true;
+  if (u < 0) {
+    flow_tomb_add(f, d->seg, p);
+    return;
+  }
+  if (d->full) flow_emit(f, FLOW_EV_DENY, &f->units[u], p);
+  flow_drop_out(f, u);
+}
+
+static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
+  if (!flow_cost_ok(c->cost)) { bad_message(f, p, "cost"); return; }
+  int u = flow_find_out(f, p, c->seg);
+  if (u < 0) return;
+  f->units[u].rest = c->cost;
+  f->state_dirty = true;
+  if (!f->units[u].has_in) f->offer_dirty = true;
+  flow_push_cost(f, u, false);
+}
+
+/* ---- notify-switch ---- */
+
+static void on_switch_up(flow *f, int p, const Gwtf__FlowSwitchUp *s) {
+  int old_up = peer_of(f, &s->old_up), new_up = peer_of(f, &s->new_up);
+  if (p != old_up && p != new_up) { bad_message(f, p, "switch_up_sender"); return; }
+  int u = old_up >= 0 ? flow_find_in(f, old_up, s->seg) : -1;
+  if (u >= 0 && new_up >= 0 && flow_peer_usable_prev(f, new_up) && !flow_tomb_has(f, s->seg, new_up)) {
+    funit *un = &f->units[u];
+    un->in_peer = new_up;
+    un->in_since = f->now;
+    f->state_dirty = true;
+    flow_emit(f, FLOW_EV_CHANGED, un, new_up);
+    flow_push_cost(f, u, true); /* the new upstream end needs our cost */
+    return;
+  }
+  if (u >= 0) flow_drop_in(f, u);
+  if (new_up >= 0) flow_send_deny(f, new_up, s->seg, false);
+}
+
+static void on_switch_down(flow *f, int p, const Gwtf__FlowSwitchDown *s) {
+  int old_down = peer_of(f, &s->old_down), new_down = peer_of(f, &s->new_down);
+  if (p != old_down) { bad_message(f, p, "switch_down_sender"); return; }
+  if (!flow_cost_ok(s->cost)) { bad_message(f, p, "switch_down_cost"); return; }
+  int u = flow_find_out(f, old_down, s->seg);
+  if (u >= 0 && new_down >= 0 && flow_peer_usable_next(f, new_down) && !flow_tomb_has(f, s->seg, new_down)) {
+    funit *un = &f->units[u];
+    un->out_peer = new_down;
+    un->out_since = f->now;
+    un->rest = s->cost;
+    f->state_dirty = f->offer_dirty = true;
+    flow_emit(f, FLOW_EV_CHANGED, un, new_down);
+    flow_push_cost(f, u, false);
+    return;
+  }
+  if (u >= 0) flow_drop_out(f, u);
+  if (new_down >= 0) flow_send_cancel(f, new_down, s->seg);
+}
+
+/* ---- same-stage state ---- */
+
+static bool parse_unit(const Gwtf__FlowUnitInfo *i, punit *out) {
+  memset(out, 0, sizeof(*out));
+  if (!flow_id_from_bytes(&i->target, &out->target)) return false;
+  out->has_in = i->prev.len > 0;
+  out->has_out = i->next.len > 0;
+  out->live = i->live;
+  if (out->has_in && (!flow_id_from_bytes(&i->prev, &out->prev) || !flow_cost_ok(i->in_link))) return false;
+  if (out->has_out && (!flow_id_from_bytes(&i->next, &out->next) || !flow_cost_ok(i->out_link) ||
+                       !flow_cost_ok(i->rest)))
+    return false;
+  out->in_seg = i->in_seg;
+  out->out_seg = i->out_seg;
+  out->in_link = i->in_link;
+  out->out_link = i->out_link;
+  out->rest = i->rest;
+  return true;
+}
+
+static void on_state(flow *f, int p, const Gwtf__FlowState *st) {
+  if (!flow_peer_is_same(f, p)) return;
+  if (st->n_units > FLOW_MAX_STATE_UNITS || st->n_next_costs > FLOW_MAX_STATE_LINKS)
+    { bad_message(f, p, "state_too_long"); return; }
+  punit *units = calloc(st->n_units + 1, sizeof(*units));
+  plink *links = calloc(st->n_next_costs + 1, sizeof(*links));
+  bool ok = units && links;
+  for (size_t i = 0; ok && i < st->n_units; i++) ok = parse_unit(st->units[i], &units[i]);
+  for (size_t i = 0; ok && i < st->n_next_costs; i++) {
+    links[i].cost = st->next_costs[i]->cost;
+    ok = flow_id_from_bytes(&st->next_costs[i]->peer, &links[i].peer) && flow_cost_ok(links[i].cost);
+  }
+  if (!ok) {
+    free(units);
+    free(links);
+    if (units && links) bad_message(f, p, "state");
+    return;
+  }
+  fpeer *pe = &f->peers[p];
+  free(pe->units);
+  free(pe->next_costs);
+  pe->units = units;
+  pe->n_units = (int)st->n_units;
+  pe->next_costs = links;
+  pe->n_next_costs = (int)st->n_next_costs;
+}
+
+/* ---- Request Change ---- */
+
+static void reply_change(flow *f, int p, const Gwtf__FlowProposeChange *pc, bool accept, double rest) {
+  Gwtf__FlowChangeReply r = GWTF__FLOW_CHANGE_REPLY__INIT;
+  r.txn = pc->txn;
+  r.accept = accept;
+  r.my_seg = pc->my_seg;
+  r.my_next = pc->my_next;
+  r.your_seg = pc->your_seg;
+  r.your_next = pc->your_next;
+  r.target = pc->target;
+  r.rest = rest;
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_CHANGE_REPLY;
+  m.change_reply = &r;
+  flow_send(f, p, &m);
+}
+
+/* We are c: the proposer a sends my_seg to b; our unit sends your_seg to e.
+ * After the swap a sends to e and we send to b. */
+static void on_propose_change(flow *f, int a, const Gwtf__FlowProposeChange *pc) {
+  gw_id target;
+  if (!flow_id_from_bytes(&pc->target, &target) || !flow_cost_ok(pc->my_link) || !flow_cost_ok(pc->my_new_link) ||
+      !flow_cost_ok(pc->my_rest))
+    { bad_message(f, a, "propose_change"); return; }
+  int b = peer_of(f, &pc->my_next), e = peer_of(f, &pc->your_next);
+  int u = e >= 0 ? flow_find_out(f, e, pc->your_seg) : -1;
+  bool busy = f->pend.kind == REQ_CHANGE || f->pend.kind == REQ_REDIRECT;
+  if (busy || !flow_peer_is_same(f, a) || u < 0 || b == e || !flow_peer_usable_next(f, b) ||
+      f->units[u].kind != UNIT_RELAY || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target)) {
+    reply_change(f, a, pc, false, 0);
+    return;
+  }
+  funit *un = &f->units[u];
+  double w_a = pc->my_live ? 1 : f->tun.dangling_weight;
+  double w_c = flow_unit_live(f, un) ? 1 : f->tun.dangling_weight;
+  double delta = flow_change_delta(f, pc->my_link, pc->my_new_link, pc->my_rest, f->peers[e].cost_next,
+                                   f->peers[b].cost_next, un->rest, w_a, w_c);
+  if (!flow_anneal_accept(f, delta)) {
+    reply_change(f, a, pc, false, 0);
+    return;
+  }
+  f->temperature *= f->tun.cooling;
+  double rest_e = un->rest;
+  reply_change(f, a, pc, true, rest_e);
+  flow_send_switch_up(f, b, pc->my_seg, a, -1);
+  flow_send_switch_up(f, e, pc->your_seg, -1, a);
+  un->out_peer = b;
+  un->out_seg = pc->my_seg;
+  un->out_since = f->now;
+  un->rest = pc->my_rest;
+  f->state_dirty = f->offer_dirty = true;
+  flow_emit(f, FLOW_EV_CHANGED, un, b);
+  flow_push_cost(f, u, false);
+}
+
+/* Takes over segment seg -> e that a peer handed to us, on unit u if given,
+ * else on any unit that needs an outflow for target, else a new one. Hands
+ * it back (cancel) when we cannot. */
+static void adopt_out(flow *f, int u, int e, uint64_t seg, const gw_id *target, double rest) {
+  if (e < 0) return;
+  if (!flow_peer_usable_next(f, e) || flow_tomb_has(f, seg, e)) {
+    flow_send_cancel(f, e, seg);
+    return;
+  }
+  if (u < 0) {
+    pending none = {.kind = REQ_NONE, .unit = -1};
+    u = unit_for_grant(f, &none, target);
+  }
+  if (u < 0) {
+    flow_send_cancel(f, e, seg);
+    return;
+  }
+  funit *un = &f->units[u];
+  if (un->has_out) {
+    un->out_peer = e;
+    un->out_seg = seg;
+    un->out_since = f->now;
+    un->rest = rest;
+    f->state_dirty = f->offer_dirty = true;
+    flow_emit(f, FLOW_EV_CHANGED, un, e);
+    flow_push_cost(f, u, false);
+  } else {
+    flow_bind_out(f, u, e, seg, rest);
+  }
+}
+
+/* We are a: c answered our proposal (or a proposal that already timed out). */
+static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
+  gw_id target;
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->rest)) { bad_message(f, c, "change_reply"); return; }
+  bool ours = f->pend.kind == REQ_CHANGE && f->pend.peer == c && f->pend.txn == r->txn;
+  if (ours) flow_clear_pending(f);
+  if (!r->accept) {
+    if (ours) f->peers[c].ignore = f->tun.reject_ignore_attempts;
+    return;
+  }
+  if (ours) f->temperature *= f->tun.cooling;
+  int b = peer_of(f, &r->my_next), e = peer_of(f, &r->your_next);
+  /* c now owns my_seg -> b; whatever we still hold of it goes, silently. */
+  int u = b >= 0 ? flow_find_out(f, b, r->my_seg) : -1;
+  if (u >= 0 && (!flow_peer_usable_next(f, e) || flow_tomb_has(f, r->your_seg, e))) {
+    flow_drop_out(f, u); /* locally only: b's end of my_seg belongs to c now */
+    u = -1;
+  }
+  adopt_out(f, u, e, r->your_seg, &target, r->rest);
+}
+
+/* ---- Request Redirect ---- */
+
+static void reply_redirect(flow *f, int p, const Gwtf__FlowProposeRedirect *pr, bool accept, double rest) {
+  Gwtf__FlowRedirectReply r = GWTF__FLOW_REDIRECT_REPLY__INIT;
+  r.txn = pr->txn;
+  r.accept = accept;
+  r.in_seg = pr->in_seg;
+  r.prev = pr->prev;
+  r.out_seg = pr->out_seg;
+  r.next = pr->next;
+  r.target = pr->target;
+  r.rest = rest;
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_REDIRECT_REPLY;
+  m.redirect_reply = &r;
+  flow_send(f, p, &m);
+}
+
+/* We are x: y offers to carry our unit prev -> x -> next instead of us. */
+static void on_propose_redirect(flow *f, int y, const Gwtf__FlowProposeRedirect *pr) {
+  gw_id target;
+  if (!flow_id_from_bytes(&pr->target, &target) || !flow_cost_ok(pr->new_in_link) || !flow_cost_ok(pr->new_out_link))
+    { bad_message(f, y, "propose_redirect"); return; }
+  int prev = peer_of(f, &pr->prev), next = peer_of(f, &pr->next);
+  int u = prev >= 0 ? flow_find_in(f, prev, pr->in_seg) : -1;
+  bool busy = f->pend.kind == REQ_CHANGE || f->pend.kind == REQ_REDIRECT;
+  if (busy || !flow_peer_is_same(f, y) || u < 0 || !f->units[u].has_out || f->units[u].out_peer != next ||
+      f->units[u].out_seg != pr->out_seg || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target)) {
+    reply_redirect(f, y, pr, false, 0);
+    return;
+  }
+  funit *un = &f->units[u];
+  double w = flow_unit_live(f, un) ? 1 : f->tun.dangling_weight;
+  double delta = flow_redirect_delta(f, f->peers[prev].cost_prev, f->peers[next].cost_next, pr->new_in_link,
+                                     pr->new_out_link, un->rest, w);
+  if (!flow_anneal_accept(f, delta)) {
+    reply_redirect(f, y, pr, false, 0);
+    return;
+  }
+  f->temperature *= f->tun.cooling;
+  double rest = un->rest;
+  reply_redirect(f, y, pr, true, rest);
+  flow_send_switch_up(f, next, pr->out_seg, -1, y);
+  flow_send_switch_down(f, prev, pr->in_seg, -1, y, flow_combine(f, pr->new_out_link, rest));
+  flow_emit(f, FLOW_EV_CHANGED, un, y);
+  flow_unit_forget(f, u);
+}
+
+/* We are y: x answered. On accept we now carry prev -> y -> next, or, when
+ * we cannot, we cancel both ends that x pointed at us. */
+static void on_redirect_reply(flow *f, int x, const Gwtf__FlowRedirectReply *r) {
+  gw_id target;
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->rest)) { bad_message(f, x, "redirect_reply"); return; }
+  bool ours = f->pend.kind == REQ_REDIRECT && f->pend.peer == x && f->pend.txn == r->txn;
+  if (ours) flow_clear_pending(f);
+  if (!r->accept) {
+    if (ours) f->peers[x].ignore = f->tun.reject_ignore_attempts;
+    return;
+  }
+  if (ours) f->temperature *= f->tun.cooling;
+  int prev = peer_of(f, &r->prev), next = peer_of(f, &r->next);
+  bool can = flow_peer_usable_prev(f, prev) && flow_peer_usable_next(f, next) && !flow_tomb_has(f, r->in_seg, prev) &&
+             !flow_tomb_has(f, r->out_seg, next) && flow_find_in(f, prev, r->in_seg) < 0;
+  int u = can ? flow_unit_alloc(f) : -1;
+  if (can && u < 0) {
+    int s = flow_sacrificable(f);
+    if (s >= 0) {
+      flow_unit_release(f, s, false);
+      u = flow_unit_alloc(f);
+    }
+  }
+  if (u < 0) {
+    if (next >= 0) flow_send_cancel(f, next, r->out_seg);
+    if (prev >= 0) flow_send_deny(f, prev, r->in_seg, false);
+    return;
+  }
+  funit *un = &f->units[u];
+  un->target = target;
+  un->has_in = un->has_out = true;
+  un->in_peer = prev;
+  un->in_seg = r->in_seg;
+  un->out_peer = next;
+  un->out_seg = r->out_seg;
+  un->in_since = un->out_since = f->now;
+  un->rest = r->rest;
+  f->state_dirty = f->offer_dirty = true;
+  flow_emit(f, FLOW_EV_CHANGED, un, x);
+  flow_push_cost(f, u, true);
+}
+
+/* ---- audit ---- */
+
+static bool seg_in(const uint64_t *segs, size_t n, uint64_t seg) {
+  for (size_t i = 0; i < n; i++)
+    if (segs[i] == seg) return true;
+  return false;
+}
+
+static void on_audit(flow *f, int p, const Gwtf__FlowAudit *a) {
+  if (a->n_up_segs > FLOW_MAX_AUDIT_SEGS || a->n_down_segs > FLOW_MAX_AUDIT_SEGS)
+    { bad_message(f, p, "audit_too_long"); return; }
+  /* Segments younger than a tick may still have their news in flight. */
+  uint64_t grace = f->tun.tick_ms;
+  for (int u = 0; u < f->n_units; u++) {
+    funit *un = &f->units[u];
+    if (!un->used) continue;
+    if (un->has_in && un->in_peer == p && un->in_since + grace <= f->now &&
+        !seg_in(a->up_segs, a->n_up_segs, un->in_seg))
+      flow_drop_in(f, u);
+    if (un->used && un->has_out && un->out_peer == p && un->out_since + grace <= f->now &&
+        !seg_in(a->down_segs, a->n_down_segs, un->out_seg))
+      flow_drop_out(f, u);
+  }
+  if (a->reply) return;
+  /* They list segments we do not have: our own list lets them drop those. */
+  bool theirs_extra = false;
+  for (size_t i = 0; i < a->n_up_segs && !theirs_extra; i++) theirs_extra = flow_find_in(f, p, a->up_segs[i]) < 0;
+  for (size_t i = 0; i < a->n_down_segs && !theirs_extra; i++)
+    theirs_extra = flow_find_out(f, p, a->down_segs[i]) < 0;
+  if (theirs_extra) flow_send_audit(f, p, true);
+}
+
+/* ---- probes ---- */
+
+static void on_probe(flow *f, int p, const Gwtf__FlowProbe *pr) {
+  gw_id origin, path[FLOW_MAX_PATH];
+  if (pr->n_path == 0 || pr->n_path >= FLOW_MAX_PATH || !flow_id_from_bytes(&pr->origin, &origin) ||
+      !flow_cost_ok(pr->cost))
+    { bad_message(f, p, "probe"); return; }
+  for (size_t i = 0; i < pr->n_path; i++)
+    if (!flow_id_from_bytes(&pr->path[i], &path[i])) { bad_message(f, p, "probe_path"); return; }
+  int u = flow_find_in(f, p, pr->seg);
+  if (u < 0) return;
+  funit *un = &f->units[u];
+  un->live_until = f->now + (uint64_t)f->tun.live_ticks * f->tun.tick_ms;
+  int len = (int)pr->n_path;
+  path[len++] = f->cfg.self;
+  if (un->kind == UNIT_RELAY) {
+    if (un->has_out && len < FLOW_MAX_PATH)
+      flow_send_probe(f, un->out_peer, un->out_seg, &origin, pr->origin_seg, path, len,
+                      pr->cost + f->peers[un->out_peer].cost_next);
+    return;
+  }
+  if (!gw_id_eq(&origin, &f->cfg.self)) return;
+  int s = flow_find_out_seg(f, pr->origin_seg);
+  if (s < 0 || f->units[s].kind != UNIT_SOURCE) return;
+  funit *src = &f->units[s];
+  gw_id *copy = malloc((size_t)len * sizeof(gw_id));
+  if (!copy) return;
+  memcpy(copy, path, (size_t)len * sizeof(gw_id));
+  free(src->path);
+  src->path = copy;
+  src->path_len = len;
+  src->probed_cost = pr->cost;
+}
+
+void flow_handle(flow *f, int p, const Gwtf__FlowMessage *m) {
+  switch (m->msg_case) {
+  case GWTF__FLOW_MESSAGE__MSG_OFFER: on_offer(f, p, m->offer); break;
+  case GWTF__FLOW_MESSAGE__MSG_REQUEST: on_request(f, p, m->request); break;
+  case GWTF__FLOW_MESSAGE__MSG_REPLY: on_reply(f, p, m->reply); break;
+  case GWTF__FLOW_MESSAGE__MSG_CANCEL: on_cancel(f, p, m->cancel); break;
+  case GWTF__FLOW_MESSAGE__MSG_DENY: on_deny(f, p, m->deny); break;
+  case GWTF__FLOW_MESSAGE__MSG_COST: on_cost(f, p, m->cost); break;
+  case GWTF__FLOW_MESSAGE__MSG_SWITCH_UP: on_switch_up(f, p, m->switch_up); break;
+  case GWTF__FLOW_MESSAGE__MSG_SWITCH_DOWN: on_switch_down(f, p, m->switch_down); break;
+  case GWTF__FLOW_MESSAGE__MSG_STATE: on_state(f, p, m->state); break;
+  case GWTF__FLOW_MESSAGE__MSG_PROPOSE_CHANGE: on_propose_change(f, p, m->propose_change); break;
+  case GWTF__FLOW_MESSAGE__MSG_CHANGE_REPLY: on_change_reply(f, p, m->change_reply); break;
+  case GWTF__FLOW_MESSAGE__MSG_PROPOSE_REDIRECT: on_propose_redirect(f, p, m->propose_redirect); break;
+  case GWTF__FLOW_MESSAGE__MSG_REDIRECT_REPLY: on_redirect_reply(f, p, m->redirect_reply); break;
+  case GWTF__FLOW_MESSAGE__MSG_AUDIT: on_audit(f, p, m->audit); break;
+  case GWTF__FLOW_MESSAGE__MSG_PROBE: on_probe(f, p, m->probe); break;
+  case GWTF__FLOW_MESSAGE__MSG_PLACE_QUERY:
+  case GWTF__FLOW_MESSAGE__MSG_PLACE_JOIN:
+  case GWTF__FLOW_MESSAGE__MSG_PLACE_ASSIGN: break; /* flow/place.h handles these */
+  default: bad_message(f, p, "unknown_type"); break;
+  }
+}

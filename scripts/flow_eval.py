@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""scripts/flow_eval.py — the Fig. 7 comparison: gwtf vs the exact optimum vs greedy.
+
+For every Table V setting and seed it generates the instance with
+`gwtf sim gen`, routes it with `gwtf sim flow` (gwtf with objective sum,
+optimal where there is one data node, greedy) and prints per-setting means:
+flows found, total cost, cost per flow, gwtf's gap to the optimum, gwtf's
+advantage over greedy, rounds and messages to converge.
+
+  scripts/flow_eval.py [--gwtf build/node/gwtf] [--seeds 20] [--settings 1,2,3,4,5,6]
+                       [--rounds 120] [--objective sum] [--markdown] [--extra ARGS]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd):
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gwtf", default=os.path.join(here, "..", "build", "node", "gwtf"))
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--settings", default="1,2,3,4,5,6")
+    ap.add_argument("--rounds", type=int, default=120)
+    ap.add_argument("--objective", default="sum")
+    ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--extra", default="", help="more flags for the gwtf run")
+    a = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in [int(x) for x in a.settings.split(",")]:
+            acc = {"n": 0, "opt_flows": 0, "gw_flows": 0, "gr_flows": 0, "opt_cost": 0.0, "gw_cost": 0.0,
+                   "gr_cost": 0.0, "gw_cpf": 0.0, "gr_cpf": 0.0, "opt_cpf": 0.0, "flows_match": 0, "rounds": 0,
+                   "msgs": 0, "settle": 0, "smsgs": 0, "gap": [], "adv": []}
+            has_opt = k <= 4
+            for seed in range(1, a.seeds + 1):
+                inst = os.path.join(tmp, f"s{k}-{seed}.json")
+                subprocess.run([a.gwtf, "sim", "gen", "--setting", str(k), "--seed", str(seed), "--out", inst],
+                               check=True)
+                base = [a.gwtf, "sim", "flow", "--instance", inst, "--json"]
+                gw = run(base + ["--algo", "gwtf", "--objective", a.objective, "--rounds", str(a.rounds), "--seed",
+                                 str(seed), "--trace"] + a.extra.split())
+                gr = run(base + ["--algo", "greedy"])
+                acc["n"] += 1
+                acc["gw_flows"] += gw["num_flows"]
+                acc["gr_flows"] += gr["num_flows"]
+                acc["gw_cost"] += gw["total_cost"]
+                acc["gr_cost"] += gr["total_cost"]
+                gw_cpf = gw["total_cost"] / max(gw["num_flows"], 1)
+                gr_cpf = gr["total_cost"] / max(gr["num_flows"], 1)
+                acc["gw_cpf"] += gw_cpf
+                acc["gr_cpf"] += gr_cpf
+                acc["adv"].append((gr_cpf - gw_cpf) / gr_cpf)
+                acc["rounds"] += gw["converged_round"]
+                acc["msgs"] += gw["messages_to_converge"]
+                acc["settle"] += gw["settled_round"]
+                acc["smsgs"] += gw["messages_to_settle"]
+                if has_opt:
+                    op = run(base + ["--algo", "optimal"])
+                    acc["opt_flows"] += op["num_flows"]
+                    acc["opt_cost"] += op["total_cost"]
+                    acc["opt_cpf"] += op["total_cost"] / max(op["num_flows"], 1)
+                    acc["flows_match"] += op["num_flows"] == gw["num_flows"]
+                    acc["gap"].append((gw["total_cost"] - op["total_cost"]) / op["total_cost"])
+            rows.append((k, has_opt, acc))
+    n = a.seeds
+    hdr = ("setting", "flows opt/gwtf/greedy", "flows=opt", "cost opt", "cost gwtf", "cost greedy",
+           "gwtf vs opt", "worst gap", "per flow gwtf/greedy", "gwtf better", "settled (rounds/msgs)",
+           "last change (rounds/msgs)")
+    lines = []
+    for k, has_opt, acc in rows:
+        opt_f = f"{acc['opt_flows']/n:.1f}" if has_opt else "-"
+        lines.append((str(k), f"{opt_f}/{acc['gw_flows']/n:.1f}/{acc['gr_flows']/n:.1f}",
+                      f"{acc['flows_match']}/{n}" if has_opt else "-",
+                      f"{acc['opt_cost']/n:.1f}" if has_opt else "-", f"{acc['gw_cost']/n:.1f}",
+                      f"{acc['gr_cost']/n:.1f}",
+                      f"+{100*sum(acc['gap'])/n:.2f}%" if has_opt else "-",
+                      f"+{100*max(acc['gap']):.2f}%" if has_opt else "-",
+                      f"{acc['gw_cpf']/n:.2f}/{acc['gr_cpf']/n:.2f}", f"{100*sum(acc['adv'])/n:.1f}%",
+                      f"{acc['settle']/n:.1f} / {acc['smsgs']/n:.0f}", f"{acc['rounds']/n:.1f} / {acc['msgs']/n:.0f}"))
+    if a.markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+        for l in lines:
+            print("| " + " | ".join(l) + " |")
+    else:
+        w = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(hdr)]
+        print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
+        for l in lines:
+            print("  ".join(x.ljust(w[i]) for i, x in enumerate(l)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
