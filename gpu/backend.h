@@ -57,6 +57,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ---- devices -------------------------------------------------------------- */
 
 typedef enum gpu_kind { GPU_CPU = 0, GPU_CUDA = 1 } gpu_kind;
@@ -104,6 +108,12 @@ typedef struct gpu_adamw_args {
   long long step;   /* 1 for the first update; drives bias correction */
 } gpu_adamw_args;
 
+/* What a device is, for logs and MFU. */
+typedef struct gpu_device_info {
+  char name[96];     /* "Intel(R) Xeon(R) ...", "NVIDIA H100 80GB HBM3" */
+  double peak_flops; /* dense fp32 (TF32 where matmuls use it) FLOP/s; 0 = unknown */
+} gpu_device_info;
+
 /* The kernel table. Every backend fills every entry. Shapes are in the
  * comments of the gpu_* wrappers below, which is what callers use. */
 typedef struct gpu_ops {
@@ -118,6 +128,7 @@ typedef struct gpu_ops {
   void (*zero)(gpu_backend *be, void *p, size_t bytes);
   int (*sync)(gpu_backend *be);
   int (*mem_info)(gpu_backend *be, size_t *free_bytes, size_t *total_bytes);
+  int (*device_info)(gpu_backend *be, gpu_device_info *out);
   size_t (*attention_state_floats)(gpu_backend *be, int B, int T, int NH);
   /* kernels */
   void (*matmul_forward)(gpu_backend *be, float *out, const float *inp, const float *weight,
@@ -194,6 +205,12 @@ static inline int gpu_sync(gpu_backend *be) { return be->ops->sync(be); }
 /* Free and total device memory in bytes (CPU: MemAvailable / MemTotal). */
 static inline int gpu_mem_info(gpu_backend *be, size_t *free_bytes, size_t *total_bytes) {
   return be->ops->mem_info(be, free_bytes, total_bytes);
+}
+
+/* Device name and peak throughput (the CUDA backend knows the peak of the
+ * GPUs it has a table entry for; the CPU reports 0 = unknown). */
+static inline int gpu_device_info_get(gpu_backend *be, gpu_device_info *out) {
+  return be->ops->device_info(be, out);
 }
 
 /* ---- kernels ------------------------------------------------------------------ */
@@ -359,5 +376,9 @@ static inline void gpu_adamw_update(gpu_backend *be, float *param, const float *
                                     float *v, size_t n, const gpu_adamw_args *a) {
   be->ops->adamw_update(be, param, grad, m, v, n, a);
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
