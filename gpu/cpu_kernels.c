@@ -8,12 +8,13 @@
 #include "gpu/cpu.h"
 
 /* Deterministic sum over rows of per-chunk partials: out[i] += sum_ch
- * part[ch * width + i], chunks added in order (see gpu/cpu.h). */
-static void reduce_partials(float *out, const float *part, int nchunks, int width, int nt) {
+ * part[ch * stride + i] for i < width, chunks added in order (see gpu/cpu.h). */
+static void reduce_partials(float *out, const float *part, int nchunks, int width, size_t stride,
+                            int nt) {
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int i = 0; i < width; i++) {
     float s = 0.0f;
-    for (int ch = 0; ch < nchunks; ch++) s += part[(size_t)ch * width + i];
+    for (int ch = 0; ch < nchunks; ch++) s += part[(size_t)ch * stride + i];
     out[i] += s;
   }
 }
@@ -78,8 +79,8 @@ void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, fl
       }
     }
   }
-  reduce_partials(dweight, part, nchunks, C, be->threads);
-  reduce_partials(dbias, part + C, nchunks, C, be->threads);
+  reduce_partials(dweight, part, nchunks, C, (size_t)2 * C, be->threads);
+  reduce_partials(dbias, part + C, nchunks, C, (size_t)2 * C, be->threads);
 }
 
 /* ---- rmsnorm ----------------------------------------------------------------- */
@@ -127,7 +128,7 @@ void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, cons
       }
     }
   }
-  reduce_partials(dweight, part, nchunks, C, be->threads);
+  reduce_partials(dweight, part, nchunks, C, (size_t)C, be->threads);
 }
 
 /* ---- activations --------------------------------------------------------------

@@ -17,5 +17,9 @@ typedef struct gwtf_cmd {
 
 int cmd_keygen(int argc, char **argv);
 void cmd_keygen_help(void);
+int cmd_check_stage(int argc, char **argv);
+void cmd_check_stage_help(void);
+int cmd_bench_stage(int argc, char **argv);
+void cmd_bench_stage_help(void);
 
 #endif

@@ -13,6 +13,8 @@
 /* One line per command; two-word names ("bench dht") group related tools. */
 static const gwtf_cmd commands[] = {
     {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
+    {"check stage", "run PyTorch reference fixtures on a backend", cmd_check_stage, cmd_check_stage_help},
+    {"bench stage", "time a stage's forward and backward", cmd_bench_stage, cmd_bench_stage_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
