@@ -27,5 +27,9 @@ int cmd_sim_flow(int argc, char **argv);
 void cmd_sim_flow_help(void);
 int cmd_sim_gen(int argc, char **argv);
 void cmd_sim_gen_help(void);
+int cmd_check_stage(int argc, char **argv);
+void cmd_check_stage_help(void);
+int cmd_bench_stage(int argc, char **argv);
+void cmd_bench_stage_help(void);
 
 #endif

@@ -18,6 +18,8 @@ static const gwtf_cmd commands[] = {
     {"swarm", "run a local training swarm with churn, log streams merged", cmd_swarm, cmd_swarm_help},
     {"sim flow", "route an instance's flows: gwtf protocol (simulated), optimal or greedy", cmd_sim_flow, cmd_sim_flow_help},
     {"sim gen", "write the flow instance of the paper's Table V setting K", cmd_sim_gen, cmd_sim_gen_help},
+    {"check stage", "run PyTorch reference fixtures on a backend", cmd_check_stage, cmd_check_stage_help},
+    {"bench stage", "time a stage's forward and backward", cmd_bench_stage, cmd_bench_stage_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

@@ -1,0 +1,33 @@
+/* gpu/backend_impl.h — what each backend implementation provides to the
+ * dispatcher in gpu/backend.c (internal to gpu/; callers use gpu/backend.h).
+ *
+ * An implementation defines a struct that starts with `gpu_backend base`,
+ * fills a `static const gpu_ops` table with every entry, and exposes one open
+ * function below. The CUDA one exists only in builds with GWTF_HAVE_CUDA
+ * (gpu/CMakeLists.txt adds gpu/cuda_*.cu and the definition together). */
+#ifndef GWTF_GPU_BACKEND_IMPL_H
+#define GWTF_GPU_BACKEND_IMPL_H
+
+#include "gpu/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Writes a printf-style sentence into err when err is not NULL. */
+void gpu_set_err(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* The CPU backend (gpu/cpu_backend.c). threads > 0. */
+int gpu_cpu_open(int threads, gpu_backend **out, char *err, size_t err_len);
+
+#ifdef GWTF_HAVE_CUDA
+/* The CUDA backend (gpu/cuda_*.cu). Returns GW_ENOENT with the driver's
+ * reason in err when there is no usable device `index`. */
+int gpu_cuda_open(int index, gpu_backend **out, char *err, size_t err_len);
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

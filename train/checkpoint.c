@@ -1,0 +1,62 @@
+/* train/checkpoint.c — stage checkpoints on disk. */
+#include "train/checkpoint.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "train/safetensors.h"
+#include "util/err.h"
+#include "util/file.h"
+
+/* Slack over the expected size when reading, so that a file with a longer
+ * header still reaches the parser (which then says what is wrong). */
+#define CKPT_HEADER_SLACK ((size_t)1 << 20)
+
+int ckpt_save(stage *st, const char *path) {
+  size_t len;
+  int rc = stage_state_size(st, &len);
+  if (rc) return rc;
+  uint8_t *buf = malloc(len);
+  if (!buf) return GW_ENOMEM;
+  rc = stage_state_read(st, 0, buf, len);
+  if (!rc) rc = gw_file_write_atomic1(path, buf, len, 0644);
+  free(buf);
+  return rc;
+}
+
+int ckpt_load(stage *st, const char *path, char *err, size_t err_len) {
+  size_t expect;
+  int rc = stage_state_size(st, &expect);
+  if (rc) return rc;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  rc = gw_file_read_all(path, expect + CKPT_HEADER_SLACK, &buf, &len);
+  if (rc) {
+    if (err && err_len)
+      snprintf(err, err_len, "cannot read checkpoint %s: %s", path,
+               rc == GW_ERANGE ? "larger than this stage's state" : gw_strerror(rc));
+    return rc;
+  }
+  rc = stage_state_load(st, buf, len, err, err_len);
+  free(buf);
+  return rc;
+}
+
+int ckpt_step(const char *path, long long *step, char *err, size_t err_len) {
+  st_file f;
+  int rc = st_load(path, SIZE_MAX / 2, &f, err, err_len);
+  if (rc) return rc;
+  const char *s = st_meta(&f, "step");
+  char *end = NULL;
+  errno = 0;
+  long long v = s ? strtoll(s, &end, 10) : -1;
+  if (!s || errno || *end || v < 0) {
+    if (err && err_len) snprintf(err, err_len, "%s has no valid step in its metadata", path);
+    rc = GW_EINVAL;
+  } else {
+    *step = v;
+  }
+  st_free(&f);
+  return rc;
+}
