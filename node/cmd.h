@@ -17,5 +17,9 @@ typedef struct gwtf_cmd {
 
 int cmd_keygen(int argc, char **argv);
 void cmd_keygen_help(void);
+int cmd_node(int argc, char **argv);
+void cmd_node_help(void);
+int cmd_bench_p2p(int argc, char **argv);
+void cmd_bench_p2p_help(void);
 
 #endif

@@ -13,6 +13,8 @@
 /* One line per command; two-word names ("bench dht") group related tools. */
 static const gwtf_cmd commands[] = {
     {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
+    {"node", "run a peer: listen, connect to bootstrap peers, keep sessions", cmd_node, cmd_node_help},
+    {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
