@@ -31,5 +31,9 @@ int cmd_check_stage(int argc, char **argv);
 void cmd_check_stage_help(void);
 int cmd_bench_stage(int argc, char **argv);
 void cmd_bench_stage_help(void);
+int cmd_node(int argc, char **argv);
+void cmd_node_help(void);
+int cmd_bench_p2p(int argc, char **argv);
+void cmd_bench_p2p_help(void);
 
 #endif

@@ -20,6 +20,8 @@ static const gwtf_cmd commands[] = {
     {"sim gen", "write the flow instance of the paper's Table V setting K", cmd_sim_gen, cmd_sim_gen_help},
     {"check stage", "run PyTorch reference fixtures on a backend", cmd_check_stage, cmd_check_stage_help},
     {"bench stage", "time a stage's forward and backward", cmd_bench_stage, cmd_bench_stage_help},
+    {"node", "run a peer: listen, connect to bootstrap peers, keep sessions", cmd_node, cmd_node_help},
+    {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
