@@ -6,6 +6,7 @@
 
 #include "node/cmd.h"
 #include "node/node.h"
+#include "node/train_node.h"
 #include "p2p/frame.h"
 #include "util/err.h"
 
@@ -36,6 +37,7 @@ void cmd_node_help(void) {
          "  --handshake-timeout MS     drop connections that do not authenticate in time\n"
          "                             (default 5000)\n",
          NODE_DEFAULT_PORT, dir);
+  train_node_print_help();
 }
 
 enum {
@@ -108,7 +110,7 @@ static int apply(node_config *cfg, int c, const char *arg) {
   case OPT_HS_TIMEOUT:
     return parse_ms(arg, 100, &cfg->handshake_timeout_ms) == 0 ? 0
                                                                : bad("--handshake-timeout", arg, "milliseconds >= 100");
-  default: cmd_node_help(); return 2;
+  default: return 2;
   }
 }
 
@@ -130,17 +132,35 @@ int cmd_node(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},
       {0},
   };
+  /* the node's own options, then training's */
+  enum { N_NODE_OPTS = sizeof(opts) / sizeof(opts[0]) - 1 };
+  static struct option all[N_NODE_OPTS + 32];
+  size_t n_all = 0;
+  for (size_t i = 0; i < N_NODE_OPTS; i++) all[n_all++] = opts[i];
+  for (size_t i = 0; train_node_options[i].name && n_all + 1 < sizeof(all) / sizeof(all[0]); i++)
+    all[n_all++] = train_node_options[i];
+  memset(&all[n_all], 0, sizeof(all[0]));
   node_config cfg;
   node_config_defaults(&cfg);
+  static train_node_opts topts;
+  train_node_opts_default(&topts);
   int c;
-  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
     if (c == 'h') {
       cmd_node_help();
       return 0;
     }
-    int rc = apply(&cfg, c, optarg);
+    if (c == '?') {
+      fprintf(stderr, "(see gwtf help node)\n");
+      return 2;
+    }
+    int rc = c >= TRAIN_NODE_OPT_BASE ? train_node_parse_opt(&topts, &cfg, c, optarg) : apply(&cfg, c, optarg);
     if (rc != 0) return rc;
   }
+  bool training = false;
+  int trc = train_node_check(&topts, &training);
+  if (trc != 0) return trc;
+  if (training) cfg.train = &topts;
   if (optind < argc) {
     fprintf(stderr, "gwtf node: unexpected argument '%s'\n", argv[optind]);
     return 2;

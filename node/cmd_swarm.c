@@ -46,14 +46,26 @@ typedef struct swarm_opts {
   const char *model, *dataset, *links, *summary_json, *routing, *workdir, *log_level, *device;
   double churn;
   uint64_t seed;
-  int capacity, microbatches, batch, seq, threads, base_port, restart_after;
+  int capacity, microbatches, batch, seq, threads, base_port, restart_after, flow_tick, hop_timeout;
   double lr;
   bool quiet;
 } swarm_opts;
 
 typedef struct swarm swarm;
 
-typedef struct peer_proc {
+typedef struct peer_proc peer_proc;
+
+/* One of a child's output streams: stderr carries its JSON log, stdout the
+ * odd line for people ("to join this node: ..."). */
+typedef struct peer_stream {
+  uv_pipe_t pipe;
+  peer_proc *p;
+  bool open;
+  char buf[LINE_MAX_BYTES];
+  size_t len;
+} peer_stream;
+
+struct peer_proc {
   swarm *sw;
   int index;
   char name[16];
@@ -61,15 +73,14 @@ typedef struct peer_proc {
   int generation; /* restarts with a fresh identity bump this */
   int port;
   uv_process_t proc;
-  uv_pipe_t out;
-  bool running, killed_by_us, pipe_open, process_open;
-  char buf[LINE_MAX_BYTES];
-  size_t buf_len;
+  peer_stream streams[2]; /* stdout, stderr */
+  bool running, killed_by_us, process_open;
   double unaggregated_compute_s; /* compute since its last aggregation: wasted if killed */
   uv_timer_t kill_timer, restart_timer;
   bool kill_pending;
-  int stage;
-} peer_proc;
+  int stage;  /* from its log lines; -1 until placed */
+  bool ready; /* it logged peer.ready: it holds its stage's weights */
+};
 
 typedef struct iter_rec {
   bool seen;
@@ -218,6 +229,8 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   if (!e) return;
   json_t *stage = json_object_get(ev, "stage");
   if (json_is_integer(stage)) p->stage = (int)json_integer_value(stage);
+  if (!strcmp(e, "peer.ready")) p->ready = true;
+  if (!strcmp(e, "train.resync")) p->ready = false;
   if (!strcmp(e, "iteration.done")) {
     on_iteration_done(sw, p, ev);
   } else if (!strcmp(e, "aggregation.done")) {
@@ -258,37 +271,49 @@ static void on_line(swarm *sw, peer_proc *p, char *line) {
 /* ---- children ---- */
 
 static void alloc_cb(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  peer_proc *p = h->data;
+  peer_stream *st = h->data;
   (void)suggested;
-  buf->base = p->buf + p->buf_len;
-  buf->len = sizeof(p->buf) - p->buf_len;
+  buf->base = st->buf + st->len;
+  buf->len = sizeof(st->buf) - st->len;
 }
+
+static void stream_closed(uv_handle_t *h);
 
 static void read_cb(uv_stream_t *s, ssize_t n, const uv_buf_t *buf) {
-  peer_proc *p = s->data;
+  peer_stream *st = s->data;
   (void)buf;
-  if (n < 0) {
+  if (n < 0) { /* EOF: the child is gone and everything it wrote was read */
     uv_read_stop(s);
+    if (!uv_is_closing((uv_handle_t *)s)) uv_close((uv_handle_t *)s, stream_closed);
     return;
   }
-  p->buf_len += (size_t)n;
+  st->len += (size_t)n;
   size_t start = 0;
-  for (size_t i = 0; i < p->buf_len; i++) {
-    if (p->buf[i] != '\n') continue;
-    p->buf[i] = '\0';
-    on_line(p->sw, p, p->buf + start);
+  for (size_t i = 0; i < st->len; i++) {
+    if (st->buf[i] != '\n') continue;
+    st->buf[i] = '\0';
+    on_line(st->p->sw, st->p, st->buf + start);
     start = i + 1;
   }
-  memmove(p->buf, p->buf + start, p->buf_len - start);
-  p->buf_len -= start;
-  if (p->buf_len == sizeof(p->buf)) { /* an absurdly long line: drop it */
-    p->buf_len = 0;
-  }
+  memmove(st->buf, st->buf + start, st->len - start);
+  st->len -= start;
+  if (st->len == sizeof(st->buf)) st->len = 0; /* an absurdly long line: drop it */
 }
 
-static void pipe_closed(uv_handle_t *h) {
-  peer_proc *p = h->data;
-  p->pipe_open = false;
+static void stream_closed(uv_handle_t *h) {
+  peer_stream *st = h->data;
+  st->open = false;
+}
+
+static bool streams_open(const peer_proc *p) { return p->streams[0].open || p->streams[1].open; }
+
+static void close_streams(peer_proc *p) {
+  for (int i = 0; i < 2; i++) {
+    peer_stream *st = &p->streams[i];
+    if (!st->open || uv_is_closing((uv_handle_t *)&st->pipe)) continue;
+    uv_read_stop((uv_stream_t *)&st->pipe);
+    uv_close((uv_handle_t *)&st->pipe, stream_closed);
+  }
 }
 
 static void proc_closed(uv_handle_t *h) {
@@ -300,7 +325,7 @@ static void start_peer(peer_proc *p);
 
 static void restart_cb(uv_timer_t *t) {
   peer_proc *p = t->data;
-  if (p->sw->stopping || p->running || p->pipe_open || p->process_open) return;
+  if (p->sw->stopping || p->running || streams_open(p) || p->process_open) return;
   p->generation++;
   start_peer(p);
 }
@@ -316,7 +341,7 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
     sw->unexpected_exits++;
     say(sw, "%s exited unexpectedly (status %lld, signal %d)", p->name, (long long)status, term_signal);
   }
-  uv_close((uv_handle_t *)proc, proc_closed);
+  uv_close((uv_handle_t *)proc, proc_closed); /* its streams close at their EOF */
   if (p->killed_by_us && !sw->stopping) {
     /* Its work since its last aggregation never reaches one. */
     sw->wasted_s += p->unaggregated_compute_s;
@@ -364,6 +389,14 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
   ARG("%d", sw->o.threads);
   ARG("--device");
   ARG("%s", sw->o.device);
+  ARG("--flow-tick");
+  ARG("%d", sw->o.flow_tick);
+  ARG("--hop-timeout");
+  ARG("%d", sw->o.hop_timeout);
+  ARG("--record-ttl");
+  ARG("%d", 20); /* a killed relay leaves the stage directory within seconds */
+  ARG("--checkpoint-every");
+  ARG("0");
   if (sw->o.links) {
     ARG("--links");
     ARG("%s", sw->o.links);
@@ -418,15 +451,18 @@ static void start_peer(peer_proc *p) {
   static char store[64][PATH_MAX];
   char *argv[64];
   peer_args(sw, p, argv, store, 64);
-  uv_pipe_init(sw->loop, &p->out, 0);
-  p->out.data = p;
-  p->pipe_open = true;
   uv_stdio_container_t stdio[3];
   stdio[0].flags = UV_IGNORE;
-  stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
-  stdio[1].data.stream = (uv_stream_t *)&p->out;
-  stdio[2].flags = UV_INHERIT_FD; /* a child's own errors (a crash report) go straight to ours */
-  stdio[2].data.fd = 2;
+  for (int i = 0; i < 2; i++) {
+    peer_stream *st = &p->streams[i];
+    uv_pipe_init(sw->loop, &st->pipe, 0);
+    st->pipe.data = st;
+    st->p = p;
+    st->len = 0;
+    st->open = true;
+    stdio[1 + i].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1 + i].data.stream = (uv_stream_t *)&st->pipe;
+  }
   uv_process_options_t opt = {0};
   opt.file = sw->exe;
   opt.args = argv;
@@ -434,20 +470,21 @@ static void start_peer(peer_proc *p) {
   opt.stdio_count = 3;
   opt.stdio = stdio;
   p->proc.data = p;
-  p->buf_len = 0;
   p->killed_by_us = false;
+  p->stage = p->data ? 0 : -1; /* a fresh identity is placed anew */
+  p->ready = false;
   p->kill_pending = false;
   p->unaggregated_compute_s = 0;
   int rc = uv_spawn(sw->loop, &p->proc, &opt);
   if (rc != 0) {
     say(sw, "cannot start %s: %s", p->name, uv_strerror(rc));
-    uv_close((uv_handle_t *)&p->out, pipe_closed);
+    close_streams(p);
     sw->failed = true;
     return;
   }
   p->running = true;
   p->process_open = true;
-  uv_read_start((uv_stream_t *)&p->out, alloc_cb, read_cb);
+  for (int i = 0; i < 2; i++) uv_read_start((uv_stream_t *)&p->streams[i].pipe, alloc_cb, read_cb);
   if (p->generation > 0) say(sw, "%s restarted with a fresh identity (generation %d)", p->name, p->generation);
 }
 
@@ -462,8 +499,6 @@ static void kill_cb(uv_timer_t *t) {
   sw->crashes++;
   say(sw, "churn: killing %s (SIGKILL)", p->name);
   uv_process_kill(&p->proc, SIGKILL);
-  uv_read_stop((uv_stream_t *)&p->out);
-  uv_close((uv_handle_t *)&p->out, pipe_closed);
 }
 
 /* At each new iteration every live relay dies with probability P, at a
@@ -473,6 +508,17 @@ static void schedule_churn(swarm *sw) {
   for (int i = sw->o.data_nodes; i < sw->n_peers; i++) {
     peer_proc *p = &sw->peers[i];
     if (!p->running || p->kill_pending || gw_rng_uniform(&sw->rng) >= sw->o.churn) continue;
+    /* GWTF assumes a live peer in every stage (§VII): the last one standing
+     * (counting those already doomed) is spared. */
+    int others = 0;
+    for (int j = sw->o.data_nodes; j < sw->n_peers; j++) {
+      const peer_proc *q = &sw->peers[j];
+      others += j != i && q->running && q->ready && !q->kill_pending && q->stage == p->stage && q->stage > 0;
+    }
+    if (p->stage > 0 && others == 0) {
+      say(sw, "churn: sparing %s, the last live relay of stage %d", p->name, p->stage);
+      continue;
+    }
     double window = fmax(0.2, sw->last_iter_secs);
     uint64_t at = (uint64_t)(1000.0 * window * gw_rng_uniform(&sw->rng));
     p->kill_pending = true;
@@ -598,6 +644,7 @@ void cmd_swarm_help(void) {
       "                  [--dataset PATH] [--capacity N] [--microbatches M] [--batch B]\n"
       "                  [--seq T] [--lr X] [--routing gwtf|swarm] [--threads N]\n"
       "                  [--device cpu|cuda[:N]] [--base-port P] [--workdir DIR]\n"
+      "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
       "                  [--log-level LEVEL] [--quiet]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -607,7 +654,9 @@ void cmd_swarm_help(void) {
       "--summary-json. Without --dataset a synthetic corpus is generated.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
-      "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 47000\n");
+      "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 47000\n"
+      "          --flow-tick 100 (a local swarm converges in seconds; the prototype's 2000 suits\n"
+      "          real networks) --hop-timeout 2000 --restart-after 1\n");
 }
 
 static int parse(int argc, char **argv, swarm_opts *o) {
@@ -623,12 +672,13 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"threads", required_argument, 0, 't'},      {"device", required_argument, 0, 'v'},
       {"base-port", required_argument, 0, 'p'},    {"workdir", required_argument, 0, 'w'},
       {"log-level", required_argument, 0, 'g'},    {"restart-after", required_argument, 0, 'a'},
+      {"flow-tick", required_argument, 0, 'F'},   {"hop-timeout", required_argument, 0, 'H'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 47000, .lr = 1e-3,
-                    .restart_after = 1};
+                    .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -654,6 +704,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'w': o->workdir = optarg; break;
     case 'g': o->log_level = optarg; break;
     case 'a': o->restart_after = atoi(optarg); break;
+    case 'F': o->flow_tick = atoi(optarg); break;
+    case 'H': o->hop_timeout = atoi(optarg); break;
     case 'q': o->quiet = true; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
@@ -670,6 +722,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (strcmp(o->routing, "gwtf") != 0 && strcmp(o->routing, "swarm") != 0) bad = "--routing is gwtf or swarm";
   else if (o->base_port < 1024 || o->base_port + 2 * SWARM_MAX_PEERS > 65535) bad = "--base-port out of range";
   else if (o->restart_after < 1) bad = "--restart-after must be at least 1";
+  else if (o->flow_tick < 10 || o->hop_timeout < 50) bad = "--flow-tick >= 10 ms, --hop-timeout >= 50 ms";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;
@@ -753,7 +806,8 @@ int cmd_swarm(int argc, char **argv) {
   if (sw.failed) stop_all(&sw);
   while (uv_run(sw.loop, UV_RUN_ONCE)) {
     bool any = false;
-    for (int i = 0; i < sw.n_peers; i++) any |= sw.peers[i].running || sw.peers[i].pipe_open || sw.peers[i].process_open;
+    for (int i = 0; i < sw.n_peers; i++)
+      any |= sw.peers[i].running || streams_open(&sw.peers[i]) || sw.peers[i].process_open;
     if (sw.stopping && !any) break;
   }
   close_timers(&sw);

@@ -15,6 +15,7 @@ void train_tunables_default(train_tunables *t) {
   t->agg_timeout_ms = 10000;
   t->stall_timeout_ms = 60000;
   t->hello_period_ms = 2000;
+  t->settle_ms = 30000;
   t->max_repairs = 4;
   t->max_reroutes = 4;
   t->chunk_bytes = 4u << 20;
@@ -253,8 +254,7 @@ void peer_send_hellos(train_peer *p) {
 }
 
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
-  if (p->router.peer_info && h->stage >= 0)
-    p->router.peer_info(p->router.ctx, from, h->stage, h->capacity, h->compute_ms);
+  if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
   if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it
    * got ready while the stage aggregated) and must fetch the state again. */
@@ -304,6 +304,7 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_AGG_DONE, Gwtf__TrainAggDone, gwtf__train_agg_done, agg_on_done_msg(p, from, m))
     CASE(TRAIN_CAN_TAKE, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_can_take(p, from, m->iteration))
     CASE(TRAIN_LEADER, Gwtf__TrainLeader, gwtf__train_leader, leader_on_leader(p, from, m))
+    CASE(TRAIN_RESYNC, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_resync(p, from, m->iteration))
 #undef CASE
   default:
     peer_short(from, who);

@@ -120,14 +120,15 @@ typedef struct train_router {
                   const gw_id *avoid, size_t n_avoid, gw_id *out, uint64_t *out_flow);
   /* How many microbatches this data node can start now (its routes). */
   uint32_t (*slots)(void *ctx);
+  /* Whether the routes have settled (may be NULL: always). A data node's
+   * first iteration waits for it, up to tunables.settle_ms. */
+  bool (*settled)(void *ctx, uint64_t now_ms);
   /* A peer failed to answer or its session dropped. */
   void (*peer_failed)(void *ctx, const gw_id *peer);
   /* A peer answered DENY: it cannot take more work for now (may be NULL). */
   void (*peer_denied)(void *ctx, const gw_id *peer);
   /* A peer finished a hop in ms (SWARM's response-time average). */
   void (*observe)(void *ctx, const gw_id *peer, double ms);
-  /* What a neighbour said about itself in its HELLO (cost model input). */
-  void (*peer_info)(void *ctx, const gw_id *peer, int stage, uint32_t capacity, double compute_ms);
 } train_router;
 
 /* ---- events for the driver ---- */
@@ -163,6 +164,9 @@ typedef struct train_io {
    * train_peer_on_job_done on the driver's thread. */
   int (*compute)(void *ud, train_job *job);
   void (*event)(void *ud, const train_event *ev);
+  /* What a neighbour said about itself in its HELLO: the cost model's
+   * compute time of that peer (may be NULL). */
+  void (*peer_info)(void *ud, const gw_id *peer, int stage, uint32_t capacity, double compute_ms);
 } train_io;
 
 /* ---- configuration ---- */
@@ -176,6 +180,7 @@ typedef struct train_tunables {
   uint64_t agg_timeout_ms;       /* waiting for a stage member's gradient or the average (10000) */
   uint64_t stall_timeout_ms;     /* an iteration with no progress defers what is left (60000) */
   uint64_t hello_period_ms;      /* HELLO to neighbours (2000) */
+  uint64_t settle_ms;            /* the first iteration waits this long at most for routes to settle (30000) */
   uint32_t max_repairs;          /* per microbatch before it is declared lost (4) */
   uint32_t max_reroutes;         /* per hop before DENY goes upstream (4) */
   size_t chunk_bytes;            /* gradient / weight transfer chunk (4 MiB) */

@@ -376,11 +376,21 @@ void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone 
   hash_hex(p->agg.last_hash, mine);
   GW_ERROR(&p->log, "aggregation.hash_mismatch", "iter=%llu peer=%s theirs=%s mine=%s",
            (unsigned long long)d->iteration, who, theirs, mine);
+  /* The aggregator's weights are the stage's: the member that differs
+   * fetches them again rather than drift. */
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = p->iteration;
+  peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_RESYNC, &m.base, NULL);
+}
+
+void agg_on_resync(train_peer *p, const gw_id *from, uint64_t iteration) {
+  if (p->state != PEER_READY || p->aggregating || !gw_id_eq(from, &p->agg.aggregator)) return;
+  join_resync(p, iteration, "hash_mismatch");
 }
 
 /* ---- CAN_TAKE ---- */
 
-static void try_can_take(train_peer *p) {
+void agg_try_can_take(train_peer *p) {
   if (p->aggregating || p->state != PEER_READY || p->cfg.role == TRAIN_DATA) return;
   uint64_t j = p->iteration;
   if (p->can_take_sent > j) return;
@@ -395,7 +405,7 @@ static void try_can_take(train_peer *p) {
 void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration) {
   (void)from;
   if (iteration > p->downstream_ready) p->downstream_ready = iteration;
-  try_can_take(p);
+  agg_try_can_take(p);
 }
 
 /* ---- results of our jobs ---- */
@@ -460,7 +470,7 @@ static void round_done(train_peer *p, train_job *job) {
     p->iter_reported = false;
   }
   mb_release_queued(p);
-  try_can_take(p);
+  agg_try_can_take(p);
   join_serve_pending(p);
 }
 
@@ -503,6 +513,9 @@ static void reflood(train_peer *p) {
 void agg_tick(train_peer *p) {
   peer_agg *a = &p->agg;
   reflood(p);
+  /* A member that became ready without a round of its own (a joiner, a
+   * first member of an empty stage) owes its stage's CAN_TAKE too. */
+  agg_try_can_take(p);
   if (!p->aggregating || a->phase != AGG_COLLECT) return;
   if (i_aggregate(p)) {
     maybe_finish(p);

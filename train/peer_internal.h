@@ -53,6 +53,7 @@ typedef struct peer_mb {
   bool grad_acked;           /* BACKWARD_DONE received for `grad` */
   bool has_state;            /* the compute layer holds activations for key */
   uint64_t fwd_deadline, bwd_deadline;
+  uint64_t trip_deadline; /* data: the microbatch must come back (or finish backward) by then */
   gw_id avoid[PEER_MAX_AVOID];
   uint32_t n_avoid;
   uint32_t reroutes, repairs;
@@ -138,6 +139,8 @@ typedef struct peer_download {
   uint64_t deadline, started_ms;
   gw_id tried[PEER_MAX_AVOID];
   uint32_t n_tried;
+  uint64_t waiting_since;     /* no reachable source yet: waiting since */
+  uint32_t assigned_members;  /* members the leader said the stage had */
 } peer_download;
 
 typedef struct peer_candidate {
@@ -280,6 +283,8 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d);
 void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration);
+void agg_on_resync(train_peer *p, const gw_id *from, uint64_t iteration);
+void agg_try_can_take(train_peer *p);
 void agg_job_done(train_peer *p, train_job *job);
 void agg_tick(train_peer *p);
 void agg_peer_down(train_peer *p, const gw_id *peer);

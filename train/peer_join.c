@@ -19,6 +19,7 @@
 #define JOIN_RETRY_MS 2000
 #define PLACEMENT_PERIOD_MS 500
 #define MAX_STATE_BYTES (((uint64_t)1) << 36) /* 64 GiB: refuse anything larger */
+#define JOIN_SOURCE_WAIT_MS 20000 /* how long a new member waits for a reachable stage peer */
 
 static void fetch_or_init(train_peer *p);
 
@@ -35,6 +36,7 @@ void join_become_ready(train_peer *p) {
   peer_emit(p, TRAIN_EV_READY);
   if (p->cfg.role == TRAIN_DATA) leader_check(p);
   join_serve_pending(p);
+  agg_try_can_take(p);
   /* Tell the stage where we are: a member that is ahead answers, and we
    * catch up if the stage aggregated while we were getting ready. */
   p->last_hello_ms = p->now;
@@ -51,6 +53,8 @@ void join_resync(train_peer *p, uint64_t target, const char *why) {
   p->iter_running = false;
   p->iter_reported = false;
   p->dl.n_tried = 0;
+  p->dl.waiting_since = 0;
+  p->dl.assigned_members = 1; /* we were in a stage with members: wait for one */
   p->state = PEER_DOWNLOADING;
   fetch_or_init(p);
 }
@@ -95,6 +99,9 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
     peer_stage_view *v = &p->members[s];
     uint32_t cap = 0, load = 0;
     for (size_t i = 0; i < v->n; i++) {
+      /* A directory record outlives its peer by up to the record TTL: only
+       * members we can reach count. */
+      if (!peer_alive(p, &v->v[i].id)) continue;
       cap += v->v[i].capacity;
       load += v->v[i].load;
     }
@@ -165,6 +172,7 @@ static void request_weights(train_peer *p, const gw_id *from) {
   p->dl.from = *from;
   p->dl.total = p->dl.received = 0;
   p->dl.started_ms = p->now;
+  p->dl.waiting_since = 0;
   p->dl.deadline = p->now + p->cfg.tun.agg_timeout_ms;
   if (p->dl.n_tried < PEER_MAX_AVOID) p->dl.tried[p->dl.n_tried++] = *from;
   p->state = PEER_DOWNLOADING;
@@ -187,6 +195,15 @@ static bool next_source(train_peer *p, gw_id *out) {
   return false;
 }
 
+/* Members of our stage we know of, connected or not (a new member may not
+ * have a session to them yet). */
+static size_t known_sources(train_peer *p) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  size_t n = 0;
+  for (size_t i = 0; v && i < v->n; i++) n += !gw_id_eq(&v->v[i].id, &p->cfg.self);
+  return n;
+}
+
 static void fetch_or_init(train_peer *p) {
   gw_id src;
   if (next_source(p, &src)) {
@@ -198,9 +215,21 @@ static void fetch_or_init(train_peer *p) {
     request_weights(p, &src); /* everyone failed once: try them again */
     return;
   }
+  /* The stage has members but we cannot reach one yet (sessions are being
+   * set up, or the directory has not shown them to us): wait, bounded. */
+  if (!p->dl.waiting_since) p->dl.waiting_since = p->now;
+  bool expect_members = known_sources(p) > 0 || p->dl.assigned_members > 0;
+  if (expect_members && p->now - p->dl.waiting_since < JOIN_SOURCE_WAIT_MS) {
+    p->state = PEER_DOWNLOADING;
+    p->dl.active = false;
+    p->dl.deadline = p->now + 2 * p->cfg.tun.tick_ms; /* look again soon (join_tick) */
+    return;
+  }
   /* Nobody serves this stage: its weights are lost (the paper assumes one
    * live peer per stage). Start from the seeded init and say so. */
-  GW_WARN(&p->log, "stage.reinitialized", "stage=%d reason=no_live_member known=%zu", p->stage, peer_stage(p, p->stage)->n);
+  GW_WARN(&p->log, "stage.reinitialized", "stage=%d reason=no_live_member waited_ms=%llu", p->stage,
+          (unsigned long long)(p->now - p->dl.waiting_since));
+  p->dl.waiting_since = 0;
   join_become_ready(p);
 }
 
@@ -237,6 +266,8 @@ void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a
     join_become_ready(p); /* a first member: the seeded init is the stage's state */
     return;
   }
+  p->dl.assigned_members = (uint32_t)a->n_stage_peers;
+  p->dl.waiting_since = 0;
   fetch_or_init(p);
 }
 
@@ -408,7 +439,7 @@ void join_tick(train_peer *p) {
   /* A fixed stage (a data node joining later) fetches from its stage. */
   if (p->state == PEER_UNASSIGNED && p->stage >= 0 && peer_stage(p, p->stage)->n > 0) fetch_or_init(p);
   if (p->state == PEER_DOWNLOADING && p->now >= p->dl.deadline) {
-    GW_WARN(&p->log, "weights.timeout", "stage=%d", p->stage);
+    if (p->dl.active) GW_WARN(&p->log, "weights.timeout", "stage=%d", p->stage);
     fetch_or_init(p);
   }
 }

@@ -132,6 +132,13 @@ static float *copy_floats(const void *src, size_t n) {
   return f;
 }
 
+/* A data node gives a microbatch this long to travel the whole ring once
+ * (forward, or backward): long enough for every hop's own timeout and
+ * re-route, short enough that a path that broke without a word (a relay
+ * dying after it acknowledged) does not hold the iteration until the stall
+ * timeout. */
+static uint64_t trip_ms(const train_peer *p) { return p->cfg.tun.hop_timeout_ms * (uint64_t)(p->cfg.n_stages + 2); }
+
 /* ---- forward ---- */
 
 /* Chooses the next hop for mb and sends it our output; DENY goes upstream
@@ -318,6 +325,7 @@ void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *
   /* A data node's own microbatch now travels until it comes back; after a
    * repair it re-sent, it is already back and waits for its backward. */
   mb->fwd = p->cfg.role == TRAIN_DATA && !mb->repair ? FWD_FLIGHT : FWD_DONE;
+  if (p->cfg.role == TRAIN_DATA) mb->trip_deadline = p->now + trip_ms(p);
 }
 
 void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
@@ -459,6 +467,7 @@ void mb_job_done(train_peer *p, train_job *job) {
     log_compute(p, mb, "loss", job->seconds);
     mb->loss = job->loss;
     mb->fwd = FWD_DONE;
+    mb->trip_deadline = p->now + 2 * trip_ms(p); /* computes on the way back */
     ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
     free(mb->in);
     mb->in = NULL;
@@ -497,7 +506,17 @@ void mb_tick(train_peer *p) {
     }
     bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
                     (p->cfg.role == TRAIN_DATA && mb->fwd == FWD_DONE && mb->grad);
-    if (grad_out && !mb->grad_acked && !mb->recovering && p->now >= mb->bwd_deadline) repair_report(p, mb);
+    if (grad_out && !mb->grad_acked && !mb->recovering && p->now >= mb->bwd_deadline) {
+      repair_report(p, mb);
+      continue;
+    }
+    bool travelling = p->cfg.role == TRAIN_DATA && mb->end == MB_LIVE && mb->bwd == BWD_NONE &&
+                      (mb->fwd == FWD_FLIGHT || mb->fwd == FWD_DONE) && !mb->recovering;
+    if (travelling && mb->trip_deadline && p->now >= mb->trip_deadline) {
+      GW_WARN(&p->log, "microbatch.timeout", "mb=%llx phase=%s", (unsigned long long)mb->id,
+              mb->fwd == FWD_FLIGHT ? "forward" : "backward");
+      data_mb_finished(p, mb, MB_DEFERRED);
+    }
   }
 }
 
@@ -527,7 +546,7 @@ void mb_abandon_iteration(train_peer *p, uint64_t iteration) {
 /* ---- data node: one iteration ---- */
 
 static int backlog_push(train_peer *p, uint64_t iteration, uint32_t index) {
-  size_t limit = 2 * (size_t)p->cfg.capacity; /* older work is dropped, not hoarded */
+  size_t limit = (size_t)p->cfg.capacity; /* an iteration's worth: older work is dropped, not hoarded */
   if (p->n_backlog == limit) {
     memmove(p->backlog, p->backlog + 1, (p->n_backlog - 1) * sizeof(*p->backlog));
     p->n_backlog--;
@@ -611,8 +630,11 @@ static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, u
 }
 
 static bool every_stage_served(train_peer *p) {
-  for (int s = 1; s <= p->cfg.n_stages; s++)
-    if (p->members[s].n == 0) return false;
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    bool any = false;
+    for (size_t i = 0; i < p->members[s].n && !any; i++) any = peer_alive(p, &p->members[s].v[i].id);
+    if (!any) return false;
+  }
   return true;
 }
 
@@ -627,15 +649,25 @@ void data_start_iteration(train_peer *p) {
               (unsigned long long)((p->now - p->waiting_flows_since) / 1000));
     return;
   }
+  /* GWTF §V-C: training proceeds once the flows reached a steady state.
+   * The first iteration waits for it (bounded); later ones use what is
+   * there, since churn keeps flows changing. */
+  if (p->iteration == 0 && p->router.settled && !p->router.settled(p->router.ctx, p->now)) {
+    if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
+    if (p->now - p->waiting_flows_since < p->cfg.tun.settle_ms) return;
+  }
   p->waiting_flows_since = 0;
   uint32_t n = slots < want ? slots : want;
+  if (p->iteration == 0) p->last_update_ms = p->now; /* the first iteration's clock starts now */
   p->iter_running = true;
   p->iter_reported = false;
   p->iter_started_ms = p->now;
   p->last_progress_ms = p->now;
   p->iter_sent = p->iter_done = p->iter_deferred = 0;
   p->iter_loss_sum = 0;
-  for (uint32_t k = 0; k < want; k++) backlog_push(p, p->iteration, k);
+  /* An iteration trains up to `want` microbatches: the ones carried over
+   * from earlier iterations first, then new ones. */
+  for (uint32_t k = 0; p->n_backlog < want; k++) backlog_push(p, p->iteration, k);
   uint32_t slot = 0;
   while (slot < n && p->n_backlog > 0) {
     uint64_t it = p->backlog[0].iteration;
@@ -644,7 +676,7 @@ void data_start_iteration(train_peer *p) {
     p->n_backlog--;
     if (data_launch(p, it, index, slot) == 0) slot++;
   }
-  p->iter_deferred = (uint32_t)(p->n_backlog < want ? p->n_backlog : want);
+  p->iter_deferred = (uint32_t)p->n_backlog; /* carried to the next iteration */
   GW_INFO(&p->log, "iteration.started", "iter=%llu microbatches=%u routes=%u backlog=%zu",
           (unsigned long long)p->iteration, slot, slots, p->n_backlog);
   if (slot == 0) {

@@ -87,6 +87,8 @@ static bool is_json_number(const char *s, size_t n) {
   if (n == 0 || n >= sizeof(tmp)) return false;
   if (!(isdigit((unsigned char)s[0]) || (s[0] == '-' && n > 1 && isdigit((unsigned char)s[1]))))
     return false;
+  const char *d = s[0] == '-' ? s + 1 : s;
+  if (d[0] == '0' && (size_t)(d - s) + 1 < n && isdigit((unsigned char)d[1])) return false; /* JSON: no leading 0 */
   memcpy(tmp, s, n);
   tmp[n] = '\0';
   char *end = NULL;
@@ -94,9 +96,20 @@ static bool is_json_number(const char *s, size_t n) {
   return end == tmp + n && !strpbrk(tmp, "xXnN"); /* no hex floats, inf or nan */
 }
 
+/* Keys whose values name something (node IDs, hashes, segment and
+ * microbatch IDs in hex): always strings, even when every digit is 0-9. */
+static bool is_identifier_key(const char *k, size_t n) {
+  static const char *const keys[] = {"peer", "node", "from", "to", "by", "target", "leader", "id", "in", "out",
+                                     "session", "via", "suspect", "resend_from", "aggregator", "mb", "hash", "seg",
+                                     "flow", "publisher", "key", "theirs", "mine", "from_peer", "addr", "who"};
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0) return true;
+  return false;
+}
+
 /* Turns "k=v k2=\"a b\"" into ,"k":v,"k2":"a b" — numbers and booleans keep
- * their type, everything else becomes a string. A token without '=' is kept
- * under the key "msg". */
+ * their type, everything else (and every identifier key) becomes a string.
+ * A token without '=' is kept under the key "msg". */
 static void fields_to_json(char *buf, size_t *len, size_t cap, const char *f) {
   const char *p = f;
   while (*p && *len + 16 < cap) {
@@ -133,8 +146,9 @@ static void fields_to_json(char *buf, size_t *len, size_t cap, const char *f) {
     json_escape(buf, len, cap, key, klen);
     buf[(*len)++] = '"';
     buf[(*len)++] = ':';
-    bool literal = !quoted && (is_json_number(val, vlen) || (vlen == 4 && !memcmp(val, "true", 4)) ||
-                               (vlen == 5 && !memcmp(val, "false", 5)));
+    bool literal = !quoted && !is_identifier_key(key, klen) &&
+                   (is_json_number(val, vlen) || (vlen == 4 && !memcmp(val, "true", 4)) ||
+                    (vlen == 5 && !memcmp(val, "false", 5)));
     if (literal) {
       if (*len + vlen < cap) {
         memcpy(buf + *len, val, vlen);

@@ -6,8 +6,9 @@
  *   2026-11-22T10:00:00.123Z INFO  a1b2c3d4 s2 flow.established flow=9f3a peer=77c0e1aa cost=12.5
  *
  * With GW_LOG_JSON the same line is one JSON object whose fields are typed
- * (numbers stay numbers). Field values must not contain spaces unless they are
- * double-quoted: key="two words".
+ * (numbers stay numbers; identifier keys such as peer, node, mb, hash are
+ * always strings, even when a hex ID happens to be all digits). Field values
+ * must not contain spaces unless they are double-quoted: key="two words".
  *
  * A gw_log is a cheap per-node context (many DHT nodes share one process in
  * benchmarks, each with its own ID in its lines); the sink it points to holds

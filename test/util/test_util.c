@@ -142,7 +142,8 @@ static void test_log_text(void **state) {
 static void test_log_json_typed_fields(void **state) {
   (void)state;
   char *line = capture_log(GW_LOG_JSON, "iteration.done",
-                           "iter=3 loss=2.5e-1 ok=true who=\"two words\" id=0x1f neg=-4 bad=\"q\\\"");
+                           "iter=3 loss=2.5e-1 ok=true who=\"two words\" id=0x1f neg=-4 bad=\"q\\\" "
+                           "peer=80635877 zeros=0042 zero=0 frac=0.5");
   assert_non_null(strstr(line, "\"event\":\"iteration.done\""));
   assert_non_null(strstr(line, "\"stage\":2"));
   assert_non_null(strstr(line, "\"iter\":3"));
@@ -151,6 +152,10 @@ static void test_log_json_typed_fields(void **state) {
   assert_non_null(strstr(line, "\"who\":\"two words\""));
   assert_non_null(strstr(line, "\"id\":\"0x1f\""));
   assert_non_null(strstr(line, "\"neg\":-4"));
+  assert_non_null(strstr(line, "\"peer\":\"80635877\"")); /* an all-digit node ID stays a string */
+  assert_non_null(strstr(line, "\"zeros\":\"0042\""));   /* not a JSON number */
+  assert_non_null(strstr(line, "\"zero\":0,"));
+  assert_non_null(strstr(line, "\"frac\":0.5"));
   assert_true(line[strlen(line) - 2] == '}');
   free(line);
 }

@@ -1,0 +1,880 @@
+/* node/train_node.c — the "train" component of a node (see train_node.h). */
+#include "node/train_node.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <sodium.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dht/stage_dir.h"
+#include "flow/flow.h"
+#include "gwtf.pb-c.h"
+#include "node/dht_node.h"
+#include "node/worker.h"
+#include "train/compute.h"
+#include "train/data.h"
+#include "train/model.h"
+#include "train/route_flow.h"
+#include "train/route_swarm.h"
+#include "train/stage.h"
+#include "util/err.h"
+#include "util/file.h"
+
+#define PEER_TICK_MS 100
+#define DISCOVER_MS 1000
+#define RUN_REFRESH_MS 5000
+#define COST_MS 2000
+#define ANNOUNCE_MS 5000
+#define MAX_STAGES 64
+#define MAX_KNOWN 512
+#define DEFAULT_BW_BPS 125e6  /* 1 Gb/s until a throughput sample exists */
+#define DEFAULT_COMPUTE_S 0.01 /* a peer that has not measured itself yet */
+#define STOP_AFTER_DONE_MS 1000
+
+void train_node_opts_default(train_node_opts *o) {
+  memset(o, 0, sizeof(*o));
+  o->device = "cpu";
+  o->routing = "gwtf";
+  o->model = "tiny";
+  o->stages = 3;
+  o->microbatches = 4;
+  o->batch = 4;
+  o->seq = 64;
+  o->lr = 1e-3;
+  o->seed = 1;
+  o->threads = 1;
+  o->checkpoint_every = 10;
+  o->flow_tick_ms = 2000;
+  o->hop_timeout_ms = 5000;
+  o->exit_when_done = true;
+}
+
+/* ---- the run record ---- */
+
+typedef struct run_info {
+  char name[TRAIN_NODE_RUN_MAX + 1];
+  model_config model;
+  int stages, batch, seq, microbatches;
+  double lr;
+  uint64_t seed;
+  gw_id leader;
+  char dataset[256];
+} run_info;
+
+/* Blocks of relay stage s (1..S): an even split, the first stages taking one
+ * more when L does not divide. */
+static void stage_layers(const run_info *r, int s, int *first, int *n) {
+  int L = r->model.n_layers, S = r->stages, base = L / S, extra = L % S;
+  *first = 0;
+  for (int k = 1; k < s; k++) *first += base + (k <= extra);
+  *n = base + (s <= extra);
+}
+
+static char *run_encode(const run_info *r) {
+  char *model = model_config_to_json(&r->model);
+  char leader[GW_ID_HEX_LEN + 1];
+  gw_id_to_hex(&r->leader, leader);
+  json_error_t jerr;
+  json_t *m = model ? json_loads(model, 0, &jerr) : NULL;
+  free(model);
+  if (!m) return NULL;
+  json_t *layers = json_array();
+  for (int s = 1; s <= r->stages; s++) {
+    int first, n;
+    stage_layers(r, s, &first, &n);
+    json_array_append_new(layers, json_pack("[ii]", first, n));
+  }
+  json_t *o = json_pack("{s:i,s:s,s:o,s:i,s:o,s:i,s:i,s:i,s:f,s:I,s:s,s:s}", "version", 1, "name", r->name, "model", m,
+                        "stages", r->stages, "layers", layers, "batch", r->batch, "seq", r->seq, "microbatches",
+                        r->microbatches, "lr", r->lr, "seed", (json_int_t)r->seed, "leader", leader, "dataset",
+                        r->dataset);
+  char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+  json_decref(o);
+  return text;
+}
+
+static int run_decode(const uint8_t *buf, size_t len, run_info *r, char *err, size_t err_len) {
+  json_error_t jerr;
+  json_t *o = json_loadb((const char *)buf, len, 0, &jerr);
+  if (!o) {
+    snprintf(err, err_len, "run record is not JSON: %s", jerr.text);
+    return GW_EINVAL;
+  }
+  int version = 0;
+  json_int_t seed = 0;
+  const char *name = NULL, *leader = NULL, *dataset = "";
+  json_t *model = NULL;
+  memset(r, 0, sizeof(*r));
+  int rc = GW_EINVAL;
+  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s}", "version", &version, "name", &name,
+                     "model", &model, "stages", &r->stages, "batch", &r->batch, "seq", &r->seq, "microbatches",
+                     &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader, "dataset", &dataset) != 0) {
+    snprintf(err, err_len, "run record: %s", jerr.text);
+    goto out;
+  }
+  char *mtext = json_dumps(model, JSON_COMPACT);
+  model_preset_get("tiny", &r->model); /* every field is in the record; this only fills the struct */
+  int mrc = mtext ? model_config_from_json(mtext, strlen(mtext), &r->model, err, err_len) : GW_ENOMEM;
+  free(mtext);
+  if (mrc != 0) goto out;
+  if (version != 1 || r->stages < 1 || r->stages > MAX_STAGES || r->model.n_layers < r->stages || r->batch < 1 ||
+      r->seq < 2 || r->seq > r->model.max_seq_len || r->microbatches < 1 || !(r->lr > 0) ||
+      gw_id_from_hex(leader, &r->leader) != 0 || strlen(name) > TRAIN_NODE_RUN_MAX) {
+    snprintf(err, err_len, "run record has an unusable field (version %d, %d stages for %d layers)", version, r->stages,
+             r->model.n_layers);
+    goto out;
+  }
+  snprintf(r->name, sizeof(r->name), "%s", name);
+  snprintf(r->dataset, sizeof(r->dataset), "%s", dataset);
+  r->seed = (uint64_t)seed;
+  rc = 0;
+out:
+  json_decref(o);
+  return rc;
+}
+
+/* ---- the component's state ---- */
+
+typedef struct known_peer {
+  gw_id id;
+  gw_addr addr;
+  int stage;
+  uint64_t remaining_ms; /* of its record at the last look: a rise means it re-announced */
+  double compute_s;      /* from its HELLO; 0 = unknown */
+  uint64_t seen_round;
+} known_peer;
+
+typedef struct stage_query {
+  struct train_rt *rt;
+  int stage;
+  bool busy;
+} stage_query;
+
+typedef struct train_rt {
+  node *n;
+  uv_loop_t *loop;
+  const train_node_opts *o;
+  gw_log log;
+  dht *d;
+  p2p_host *host;
+  bool have_run, started, stopping, finished;
+  run_info run;
+  int stage;
+  uint32_t capacity;
+  train_dataset ds;
+  bool ds_open;
+  uint64_t data_seed;
+  train_peer *peer;
+  train_compute compute;
+  bool compute_ready;
+  node_worker *worker;
+  route_flow rf;
+  route_swarm *rs;
+  flow *flow;
+  bool swarm_routing;
+  uv_timer_t peer_timer, flow_timer, disco_timer, cost_timer, stop_timer;
+  int open_timers;
+  stage_query queries[MAX_STAGES + 1];
+  bool run_query_busy;
+  uint64_t last_run_refresh, last_announce, discover_round;
+  known_peer known[MAX_KNOWN];
+  size_t n_known;
+  double compute_s_ewma; /* our forward+backward per microbatch */
+  int ckpt_marker;       /* address marks the runtime's own snapshot jobs */
+  char ckpt_path[PATH_MAX];
+  bool announced;
+} train_rt;
+
+static uint64_t now_ms(train_rt *rt) { return uv_now(rt->loop); }
+
+static known_peer *known_find(train_rt *rt, const gw_id *id) {
+  for (size_t i = 0; i < rt->n_known; i++)
+    if (gw_id_eq(&rt->known[i].id, id)) return &rt->known[i];
+  return NULL;
+}
+
+/* ---- train_io: the peer's view of the node ---- */
+
+static int io_send(void *ud, const gw_id *to, uint32_t type, const uint8_t *body, size_t len,
+                   const train_tensor *t) {
+  train_rt *rt = ud;
+  p2p_msg m = {.type = type, .body = body, .body_len = len};
+  p2p_tensor pt;
+  if (t) {
+    memset(&pt, 0, sizeof(pt));
+    pt.dtype = (uint32_t)t->dtype;
+    pt.ndim = t->ndim;
+    for (uint32_t i = 0; i < t->ndim && i < 4; i++) pt.shape[i] = t->shape[i];
+    m.tensor = &pt;
+    m.data = t->data;
+    m.data_len = t->nbytes;
+  }
+  return p2p_host_send(rt->host, to, &m);
+}
+
+static void peer_tick_cb(uv_timer_t *t);
+
+static void io_want_tick(void *ud, uint64_t at) {
+  train_rt *rt = ud;
+  uint64_t now = now_ms(rt);
+  uv_timer_start(&rt->peer_timer, peer_tick_cb, at > now ? at - now : 0, 0);
+}
+
+static void io_random(void *ud, void *buf, size_t len) {
+  (void)ud;
+  randombytes_buf(buf, len);
+}
+
+static bool io_connected(void *ud, const gw_id *peer) {
+  train_rt *rt = ud;
+  return p2p_host_is_connected(rt->host, peer);
+}
+
+static int io_compute(void *ud, train_job *job) {
+  train_rt *rt = ud;
+  return node_worker_submit(rt->worker, job);
+}
+
+static void on_peer_event(void *ud, const train_event *ev);
+
+/* ---- flow protocol io ---- */
+
+static int flow_send(void *ud, const gw_peer *to, const uint8_t *buf, size_t len) {
+  train_rt *rt = ud;
+  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_FLOW, .body = buf, .body_len = len};
+  return p2p_host_send(rt->host, &to->id, &m);
+}
+
+static void flow_tick_cb(uv_timer_t *t) {
+  train_rt *rt = t->data;
+  if (rt->flow) flow_on_tick(rt->flow, now_ms(rt));
+}
+
+static void flow_want_tick(void *ud, uint64_t at) {
+  train_rt *rt = ud;
+  uint64_t now = now_ms(rt);
+  uv_timer_start(&rt->flow_timer, flow_tick_cb, at > now ? at - now : 0, 0);
+}
+
+/* ---- the peer's clock ---- */
+
+static void stop_cb(uv_timer_t *t) {
+  train_rt *rt = t->data;
+  node_stop(rt->n);
+}
+
+static void peer_tick_cb(uv_timer_t *t) {
+  train_rt *rt = t->data;
+  uint64_t now = now_ms(rt);
+  rt->rf.now_ms = now;
+  train_peer_on_tick(rt->peer, now);
+  if (!rt->finished && train_peer_finished(rt->peer) && rt->o->exit_when_done) {
+    rt->finished = true;
+    GW_INFO(&rt->log, "node.done", "msg=\"ran its iterations; stopping\"");
+    uv_timer_start(&rt->stop_timer, stop_cb, STOP_AFTER_DONE_MS, 0);
+  }
+}
+
+/* ---- compute results ---- */
+
+static void write_checkpoint(train_rt *rt, train_job *job) {
+  if (job->rc != 0 || !job->blob) return;
+  int rc = gw_file_write_atomic1(rt->ckpt_path, job->blob, job->blob_len, 0644);
+  char side[PATH_MAX + 8], text[256];
+  snprintf(side, sizeof(side), "%s.json", rt->ckpt_path);
+  int n = snprintf(text, sizeof(text), "{\"run\":\"%s\",\"stage\":%d,\"iteration\":%llu}\n", rt->run.name, rt->stage,
+                   (unsigned long long)train_peer_iteration(rt->peer));
+  if (rc == 0) rc = gw_file_write_atomic1(side, text, (size_t)n, 0644);
+  if (rc == 0)
+    GW_INFO(&rt->log, "checkpoint.saved", "path=%s bytes=%zu iter=%llu", rt->ckpt_path, job->blob_len,
+            (unsigned long long)train_peer_iteration(rt->peer));
+  else
+    GW_ERROR(&rt->log, "checkpoint.failed", "path=%s err=\"%s\"", rt->ckpt_path, gw_strerror(rc));
+}
+
+static void on_job_done(void *ud, train_job *job) {
+  train_rt *rt = ud;
+  if (job->owner == &rt->ckpt_marker) {
+    write_checkpoint(rt, job);
+    free(job->blob);
+    free(job);
+    return;
+  }
+  if (job->rc == 0 && (job->kind == TRAIN_JOB_FORWARD || job->kind == TRAIN_JOB_BACKWARD)) {
+    /* Eq. 1's c_i: forward + backward per microbatch, smoothed */
+    double s = job->seconds * 2.0;
+    rt->compute_s_ewma = rt->compute_s_ewma > 0 ? 0.8 * rt->compute_s_ewma + 0.2 * s : s;
+  }
+  rt->rf.now_ms = now_ms(rt);
+  train_peer_on_job_done(rt->peer, job, now_ms(rt));
+}
+
+/* ---- costs (Eq. 1) ---- */
+
+static double link_cost(train_rt *rt, const gw_id *peer) {
+  p2p_peer_stats st;
+  if (p2p_host_peer_stats(rt->host, peer, &st) != 0 || !st.connected) return -1;
+  known_peer *k = known_find(rt, peer);
+  double ci = rt->compute_s_ewma > 0 ? rt->compute_s_ewma : DEFAULT_COMPUTE_S;
+  double cj = k && k->compute_s > 0 ? k->compute_s : ci;
+  double lat = st.rtt_samples ? st.rtt_ms / 2000.0 : 0.0;
+  double tx = st.tx_Bps > 0 ? st.tx_Bps : DEFAULT_BW_BPS, rx = st.rx_Bps > 0 ? st.rx_Bps : DEFAULT_BW_BPS;
+  double size = (double)rt->run.batch * rt->run.seq * rt->run.model.d_model * sizeof(float);
+  return flow_cost_eq1(ci, cj, lat, lat, tx, rx, size);
+}
+
+static int next_stage(const train_rt *rt) { return rt->stage == rt->run.stages ? 0 : rt->stage + 1; }
+static int prev_stage(const train_rt *rt) { return rt->stage == 0 ? rt->run.stages : rt->stage - 1; }
+
+static void update_costs(train_rt *rt) {
+  if (rt->stage < 0) return;
+  gw_id ids[ROUTE_FLOW_MAX_NEXT];
+  double costs[ROUTE_FLOW_MAX_NEXT];
+  size_t n = 0;
+  int nx = next_stage(rt), pv = prev_stage(rt);
+  for (size_t i = 0; i < rt->n_known; i++) {
+    known_peer *k = &rt->known[i];
+    if (k->stage != nx && k->stage != pv) continue;
+    double c = link_cost(rt, &k->id);
+    if (rt->flow) {
+      if (k->stage == nx) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
+      if (k->stage == pv) flow_set_cost(rt->flow, &k->id, FLOW_DIR_PREV, c);
+    }
+    if (k->stage == nx && c >= 0 && n < ROUTE_FLOW_MAX_NEXT) {
+      ids[n] = k->id;
+      costs[n++] = c;
+    }
+  }
+  route_flow_set_next(&rt->rf, ids, costs, n);
+}
+
+static void cost_cb(uv_timer_t *t) { update_costs(t->data); }
+
+static void peer_info(void *ud, const gw_id *peer, int stage, uint32_t capacity, double compute_ms) {
+  train_rt *rt = ud;
+  (void)capacity;
+  known_peer *k = known_find(rt, peer);
+  if (k) {
+    k->stage = stage;
+    if (compute_ms > 0) k->compute_s = compute_ms / 1000.0;
+  }
+}
+
+/* ---- membership ---- */
+
+static bool wanted_stage(const train_rt *rt, int s) {
+  if (train_peer_is_leader(rt->peer) || s == 0) return true; /* everyone follows the data nodes */
+  if (rt->stage < 0) return false;
+  return s == rt->stage || s == next_stage(rt) || s == prev_stage(rt);
+}
+
+static known_peer *known_add(train_rt *rt, const gw_id *id, const gw_addr *addr, int stage) {
+  known_peer *k = known_find(rt, id);
+  if (!k) {
+    if (rt->n_known == MAX_KNOWN) return NULL;
+    k = &rt->known[rt->n_known++];
+    memset(k, 0, sizeof(*k));
+    k->id = *id;
+    k->addr = *addr;
+    k->stage = stage;
+    p2p_host_connect(rt->host, addr, id); /* kept (and redialled) until it leaves the directory */
+    if (rt->flow) flow_add_peer(rt->flow, id, stage);
+  }
+  k->stage = stage;
+  return k;
+}
+
+/* Peers that left every stage directory we watch are forgotten. */
+static void known_sweep(train_rt *rt) {
+  for (size_t i = 0; i < rt->n_known;) {
+    known_peer *k = &rt->known[i];
+    if (rt->discover_round - k->seen_round < 5 || !wanted_stage(rt, k->stage)) {
+      i++;
+      continue;
+    }
+    p2p_host_forget(rt->host, &k->addr);
+    if (rt->flow) flow_remove_peer(rt->flow, &k->id, now_ms(rt));
+    rt->known[i] = rt->known[--rt->n_known];
+  }
+}
+
+static void members_cb(void *ud, int status, const stage_member *members, size_t n) {
+  stage_query *q = ud;
+  train_rt *rt = q->rt;
+  q->busy = false;
+  if (status != 0 || rt->stopping || !rt->peer) return;
+  train_member list[MAX_KNOWN];
+  gw_id ids[MAX_KNOWN];
+  size_t k = 0;
+  const gw_id *me = &node_identity(rt->n)->id;
+  for (size_t i = 0; i < n && k < MAX_KNOWN; i++) {
+    const stage_member *m = &members[i];
+    list[k] = (train_member){.id = m->id, .capacity = m->capacity, .load = m->load};
+    ids[k++] = m->id;
+    if (gw_id_eq(&m->id, me)) continue;
+    known_peer *kp = known_add(rt, &m->id, &m->addr, q->stage);
+    if (!kp) continue;
+    /* SWARM lifts a ban when the peer announces itself again */
+    if (rt->rs && m->remaining_ms > kp->remaining_ms + 1000) route_swarm_readmit(rt->rs, &m->id);
+    kp->remaining_ms = m->remaining_ms;
+    kp->seen_round = rt->discover_round;
+  }
+  train_peer_set_members(rt->peer, q->stage, list, k, now_ms(rt));
+  if (rt->rs && rt->stage >= 0 && q->stage == next_stage(rt)) route_swarm_set_next(rt->rs, ids, k);
+}
+
+static void announce(train_rt *rt) {
+  if (rt->stage < 0 || !rt->started) return;
+  stage_member me = {0};
+  me.addr = p2p_host_listen_addr(rt->host);
+  me.capacity = rt->capacity;
+  if (rt->flow) {
+    flow_counts c;
+    flow_get_counts(rt->flow, &c);
+    me.load = (uint32_t)(c.units > 0 ? c.units : 0);
+  }
+  int rc = stage_dir_announce(rt->d, rt->run.name, (uint32_t)rt->stage, &me, now_ms(rt));
+  if (rc == 0 && !rt->announced) {
+    rt->announced = true;
+    GW_INFO(&rt->log, "stage.announced", "run=%s stage=%d capacity=%u", rt->run.name, rt->stage, rt->capacity);
+  }
+  rt->last_announce = now_ms(rt);
+}
+
+/* ---- setting up once the run is known ---- */
+
+static void run_cb(void *ud, int status, const stage_run *runs, size_t n);
+
+static void refresh_run(train_rt *rt) {
+  if (rt->run_query_busy) return;
+  const char *name = rt->o->run ? rt->o->run : rt->o->create_run;
+  if (stage_dir_find_run(rt->d, name, run_cb, rt, now_ms(rt)) == 0) rt->run_query_busy = true;
+}
+
+static void publish_run(train_rt *rt) {
+  char *text = run_encode(&rt->run);
+  if (!text) return;
+  stage_dir_publish_run(rt->d, rt->run.name, (const uint8_t *)text, strlen(text), now_ms(rt));
+  free(text);
+}
+
+static void disco_cb(uv_timer_t *t) {
+  train_rt *rt = t->data;
+  uint64_t now = now_ms(rt);
+  if (rt->stopping) return;
+  if (!rt->have_run || now - rt->last_run_refresh >= RUN_REFRESH_MS) {
+    rt->last_run_refresh = now;
+    refresh_run(rt);
+  }
+  if (!rt->peer) return;
+  rt->discover_round++;
+  for (int s = 0; s <= rt->run.stages; s++) {
+    stage_query *q = &rt->queries[s];
+    if (q->busy || !wanted_stage(rt, s)) continue;
+    q->rt = rt;
+    q->stage = s;
+    if (stage_dir_discover(rt->d, rt->run.name, (uint32_t)s, members_cb, q, now) == 0) q->busy = true;
+  }
+  known_sweep(rt);
+  if (train_peer_is_leader(rt->peer) && rt->run.stages > 0) publish_run(rt);
+  if (rt->announced && now - rt->last_announce >= ANNOUNCE_MS) announce(rt);
+}
+
+static int sample(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs, int32_t *targets) {
+  train_rt *rt = ud;
+  return train_dataset_sample(&rt->ds, rt->data_seed, iteration, index, rt->run.batch, rt->run.seq, inputs, targets);
+}
+
+static void spec_for_stage(const train_rt *rt, int s, stage_spec *spec) {
+  memset(spec, 0, sizeof(*spec));
+  spec->model = rt->run.model;
+  spec->batch = rt->run.batch;
+  spec->seq_len = rt->run.seq;
+  if (s == 0) {
+    spec->has_head = true;
+    spec->capacity = 2 * rt->run.microbatches + 4;
+  } else {
+    stage_layers(&rt->run, s, &spec->first_layer, &spec->n_layers);
+    spec->capacity = (int)rt->capacity + 4; /* slack for releases still queued */
+  }
+}
+
+/* The capacity a relay offers: what its free memory holds of the largest
+ * stage's per-microbatch needs, unless --capacity says. */
+static uint32_t derive_capacity(train_rt *rt) {
+  if (rt->o->capacity > 0) return (uint32_t)rt->o->capacity;
+  gpu_device dev;
+  gpu_backend *be = NULL;
+  char err[256];
+  gpu_options gopt = {.threads = 1};
+  if (gpu_device_parse(rt->o->device, &dev) != 0 || gpu_backend_open(&dev, &gopt, &be, err, sizeof(err)) != 0)
+    return 4;
+  size_t free_b = 0, total_b = 0;
+  gpu_mem_info(be, &free_b, &total_b);
+  int best = INT_MAX;
+  for (int s = 1; s <= rt->run.stages; s++) {
+    stage_spec spec;
+    rt->capacity = 1;
+    spec_for_stage(rt, s, &spec);
+    spec.capacity = 1;
+    int c = stage_capacity_for(&spec, be, free_b / 10 * 8); /* leave a fifth for everything else */
+    if (c < best) best = c;
+  }
+  gpu_backend_close(be);
+  uint32_t cap = best <= 0 ? 1 : best > 64 ? 64 : (uint32_t)best;
+  GW_INFO(&rt->log, "capacity.derived", "capacity=%u free_mb=%zu", cap, free_b >> 20);
+  return cap;
+}
+
+static int start_compute(train_rt *rt, int s) {
+  stage_spec spec;
+  spec_for_stage(rt, s, &spec);
+  char err[256];
+  if (stage_spec_validate(&spec, err, sizeof(err)) != 0) {
+    GW_ERROR(&rt->log, "train.bad_stage", "stage=%d err=\"%s\"", s, err);
+    return GW_EINVAL;
+  }
+  gpu_device dev;
+  if (gpu_device_parse(rt->o->device, &dev) != 0) return GW_EINVAL;
+  adamw_config opt;
+  adamw_defaults(&opt);
+  opt.lr = (float)rt->run.lr;
+  train_compute_init(&rt->compute, &spec, &dev, rt->o->threads, rt->run.seed, &opt);
+  rt->compute_ready = true;
+  train_shape shape = {rt->run.batch, rt->run.seq, rt->run.model.d_model, train_compute_n_params(&spec)};
+  train_peer_set_shape(rt->peer, &shape);
+  snprintf(rt->ckpt_path, sizeof(rt->ckpt_path), "%s/checkpoints/%s.stage%d.safetensors",
+           node_get_config(rt->n)->data_dir ? node_get_config(rt->n)->data_dir : ".", rt->run.name, s);
+  return 0;
+}
+
+/* The stage is known: compute, flows and the router follow. */
+static void enter_stage(train_rt *rt, int s) {
+  rt->stage = s;
+  gw_log_set_stage(&rt->log, s);
+  if (start_compute(rt, s) != 0) {
+    node_stop(rt->n);
+    return;
+  }
+  if (rt->swarm_routing) {
+    route_swarm_set_stage(rt->rs, s);
+  } else {
+    flow_config fc;
+    flow_config_default(&fc);
+    fc.self = node_identity(rt->n)->id;
+    fc.role = s == 0 ? FLOW_DATA : FLOW_RELAY;
+    fc.stage = s;
+    fc.n_stages = rt->run.stages;
+    fc.capacity = s == 0 ? rt->run.microbatches : (int)rt->capacity;
+    fc.tun.tick_ms = rt->o->flow_tick_ms;
+    fc.io = (gw_io){.ud = rt, .send = flow_send, .want_tick = flow_want_tick, .random = io_random};
+    fc.log = &rt->log;
+    if (flow_new(&fc, &rt->flow) != 0) {
+      GW_ERROR(&rt->log, "flow.failed", "stage=%d", s);
+      node_stop(rt->n);
+      return;
+    }
+    for (size_t i = 0; i < rt->n_known; i++) flow_add_peer(rt->flow, &rt->known[i].id, rt->known[i].stage);
+    route_flow_attach(&rt->rf, rt->flow, s);
+    flow_start(rt->flow, now_ms(rt));
+  }
+  uv_timer_start(&rt->cost_timer, cost_cb, 0, COST_MS);
+}
+
+static void on_peer_event(void *ud, const train_event *ev) {
+  train_rt *rt = ud;
+  switch (ev->kind) {
+  case TRAIN_EV_STAGE_ASSIGNED:
+    if (rt->stage < 0) enter_stage(rt, ev->stage);
+    break;
+  case TRAIN_EV_READY: announce(rt); break;
+  case TRAIN_EV_LEADER_CHANGED:
+    if (train_peer_is_leader(rt->peer)) {
+      rt->run.leader = node_identity(rt->n)->id;
+      publish_run(rt);
+    }
+    break;
+  case TRAIN_EV_AGGREGATED:
+    if (rt->o->checkpoint_every > 0 && ev->iteration % (uint64_t)rt->o->checkpoint_every == 0) {
+      train_job *job = calloc(1, sizeof(*job));
+      if (job) {
+        job->kind = TRAIN_JOB_SNAPSHOT;
+        job->owner = &rt->ckpt_marker;
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s", rt->ckpt_path);
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = '\0';
+        gw_mkdir_p(dir, 0700);
+        if (node_worker_submit(rt->worker, job) != 0) free(job);
+      }
+    }
+    break;
+  default: break;
+  }
+}
+
+static int start_peer(train_rt *rt) {
+  const train_node_opts *o = rt->o;
+  bool data = o->create_run || o->data;
+  char err[512];
+  if (data) {
+    if (!o->dataset) {
+      GW_ERROR(&rt->log, "train.config", "msg=\"a data node needs --dataset PATH\"");
+      return GW_EINVAL;
+    }
+    if (train_dataset_open(o->dataset, &rt->ds, err, sizeof(err)) != 0) {
+      GW_ERROR(&rt->log, "train.dataset", "err=\"%s\"", err);
+      return GW_EINVAL;
+    }
+    rt->ds_open = true;
+    if ((int)rt->ds.vocab_needed > rt->run.model.vocab_size) {
+      GW_ERROR(&rt->log, "train.dataset", "err=\"the dataset needs a vocabulary of %u, the model has %d\"",
+               rt->ds.vocab_needed, rt->run.model.vocab_size);
+      return GW_EINVAL;
+    }
+    char desc[256];
+    train_dataset_describe(&rt->ds, desc, sizeof(desc));
+    GW_INFO(&rt->log, "dataset.opened", "path=%s desc=\"%s\"", o->dataset, desc);
+    rt->data_seed = o->data_seed ? o->data_seed : (uint64_t)node_identity(rt->n)->id.b[0] << 8 | 0x5eed;
+  }
+  rt->capacity = data ? (uint32_t)rt->run.microbatches : derive_capacity(rt);
+  if (node_worker_new(rt->loop, train_compute_run, &rt->compute, on_job_done, rt, &rt->worker) != 0) return GW_EIO;
+  rt->swarm_routing = strcmp(o->routing, "swarm") == 0;
+  train_router router;
+  route_flow_init(&rt->rf, rt->run.stages, &rt->log);
+  if (rt->swarm_routing) {
+    rt->rs = route_swarm_new(data ? 0 : -1, rt->run.stages, (unsigned)rt->run.microbatches, ROUTE_SWARM_ALPHA);
+    if (!rt->rs) return GW_ENOMEM;
+    router = route_swarm_router(rt->rs);
+  } else {
+    router = route_flow_router(&rt->rf);
+  }
+  train_peer_config cfg = {0};
+  cfg.self = node_identity(rt->n)->id;
+  cfg.role = data ? TRAIN_DATA : TRAIN_RELAY;
+  cfg.n_stages = rt->run.stages;
+  cfg.stage = data ? 0 : -1;
+  cfg.capacity = rt->capacity;
+  cfg.shape = (train_shape){rt->run.batch, rt->run.seq, rt->run.model.d_model, 0};
+  cfg.data_seed = rt->data_seed;
+  cfg.iterations = data ? o->iterations : 0;
+  cfg.recovery = rt->swarm_routing ? TRAIN_RECOVER_RESTART : TRAIN_RECOVER_PATH;
+  train_tunables_default(&cfg.tun);
+  cfg.tun.tick_ms = PEER_TICK_MS;
+  cfg.tun.hop_timeout_ms = o->hop_timeout_ms;
+  cfg.initial_weights = o->create_run != NULL;
+  train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
+                 .connected = io_connected, .compute = io_compute, .event = on_peer_event,
+                 .peer_info = peer_info};
+  int rc = train_peer_new(&rt->peer, &cfg, &io, &router, &rt->log);
+  if (rc != 0) return rc;
+  if (data) {
+    train_peer_set_sampler(rt->peer, sample, rt);
+    enter_stage(rt, 0);
+  }
+  if (!data) {
+    char leader[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&rt->run.leader, leader);
+    GW_INFO(&rt->log, "run.joining", "run=%s capacity=%u leader=%s", rt->run.name, rt->capacity, leader);
+    train_peer_set_leader(rt->peer, &rt->run.leader, now_ms(rt));
+  }
+  rt->started = true;
+  train_peer_start(rt->peer, now_ms(rt));
+  return 0;
+}
+
+/* The freshest record whose publisher is the leader it names. */
+static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
+  train_rt *rt = ud;
+  rt->run_query_busy = false;
+  if (status != 0 || rt->stopping) return;
+  const stage_run *best = NULL;
+  run_info best_info, info;
+  char err[256];
+  for (size_t i = 0; i < n; i++) {
+    if (run_decode(runs[i].value, runs[i].len, &info, err, sizeof(err)) != 0) {
+      GW_WARN(&rt->log, "run.bad_record", "err=\"%s\"", err);
+      continue;
+    }
+    if (!gw_id_eq(&info.leader, &runs[i].publisher)) continue;
+    if (!best || runs[i].remaining_ms > best->remaining_ms) best = &runs[i], best_info = info;
+  }
+  if (!best) {
+    if (!rt->have_run) GW_INFO(&rt->log, "run.searching", "run=%s", rt->o->run ? rt->o->run : rt->o->create_run);
+    return;
+  }
+  if (rt->have_run) {
+    /* only the leader may change */
+    if (!gw_id_eq(&best_info.leader, &rt->run.leader) && rt->peer) {
+      rt->run.leader = best_info.leader;
+      if (!rt->o->create_run && !rt->o->data) train_peer_set_leader(rt->peer, &rt->run.leader, now_ms(rt));
+    }
+    return;
+  }
+  rt->run = best_info;
+  rt->have_run = true;
+  char leader[GW_ID_SHORT_LEN + 1];
+  gw_id_to_short(&rt->run.leader, leader);
+  GW_INFO(&rt->log, "run.found", "run=%s model=%s stages=%d layers=%d d_model=%d leader=%s", rt->run.name,
+          model_arch_name(rt->run.model.arch), rt->run.stages, rt->run.model.n_layers, rt->run.model.d_model,
+          leader);
+  if (start_peer(rt) != 0) node_stop(rt->n);
+}
+
+static int create_run(train_rt *rt) {
+  const train_node_opts *o = rt->o;
+  char err[512];
+  run_info *r = &rt->run;
+  memset(r, 0, sizeof(*r));
+  if (model_preset_get(o->model, &r->model) != 0) {
+    uint8_t *text = NULL;
+    size_t len = 0;
+    if (gw_file_read_all(o->model, 1 << 20, &text, &len) != 0) {
+      GW_ERROR(&rt->log, "train.config", "err=\"--model %s is neither a preset nor a readable JSON file\"", o->model);
+      return GW_EINVAL;
+    }
+    model_preset_get("tiny", &r->model);
+    int rc = model_config_from_json((const char *)text, len, &r->model, err, sizeof(err));
+    free(text);
+    if (rc != 0) {
+      GW_ERROR(&rt->log, "train.config", "err=\"%s: %s\"", o->model, err);
+      return rc;
+    }
+  }
+  snprintf(r->name, sizeof(r->name), "%s", o->create_run);
+  r->stages = o->stages;
+  r->batch = o->batch;
+  r->seq = o->seq;
+  r->microbatches = o->microbatches;
+  r->lr = o->lr;
+  r->seed = o->seed;
+  r->leader = node_identity(rt->n)->id;
+  snprintf(r->dataset, sizeof(r->dataset), "%s", o->dataset ? o->dataset : "");
+  if (r->model.n_layers < r->stages || r->seq > r->model.max_seq_len) {
+    GW_ERROR(&rt->log, "train.config", "err=\"%d stages need at least %d layers (model has %d), seq <= %d\"",
+             r->stages, r->stages, r->model.n_layers, r->model.max_seq_len);
+    return GW_EINVAL;
+  }
+  rt->have_run = true;
+  GW_INFO(&rt->log, "run.created", "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d",
+          r->name, model_arch_name(r->model.arch), r->stages, r->model.n_layers, r->model.d_model, r->microbatches,
+          r->batch, r->seq);
+  int rc = start_peer(rt);
+  if (rc == 0) publish_run(rt);
+  return rc;
+}
+
+/* ---- the component ---- */
+
+static int comp_start(node *n, void **state) {
+  const train_node_opts *o = node_get_config(n)->train;
+  *state = NULL;
+  if (!o) return 0;
+  train_rt *rt = calloc(1, sizeof(*rt));
+  if (!rt) return GW_ENOMEM;
+  rt->n = n;
+  rt->loop = node_loop(n);
+  rt->o = o;
+  rt->log = *node_log(n);
+  rt->host = node_host(n);
+  rt->stage = -1;
+  dht_runtime *drt = node_dht(n);
+  if (!drt) {
+    GW_ERROR(&rt->log, "train.config", "msg=\"training needs the DHT\"");
+    free(rt);
+    return GW_EINVAL;
+  }
+  rt->d = dht_runtime_dht(drt);
+  uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer, &rt->cost_timer, &rt->stop_timer};
+  for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
+    uv_timer_init(rt->loop, timers[i]);
+    timers[i]->data = rt;
+    rt->open_timers++;
+  }
+  *state = rt;
+  int rc = o->create_run ? create_run(rt) : 0;
+  if (rc != 0) return rc;
+  uv_timer_start(&rt->disco_timer, disco_cb, 0, DISCOVER_MS);
+  return 0;
+}
+
+static void timer_closed(uv_handle_t *h) {
+  train_rt *rt = h->data;
+  if (--rt->open_timers > 0) return;
+  node *n = rt->n;
+  free(rt);
+  node_component_stopped(n);
+}
+
+static void comp_stop(node *n, void *state) {
+  train_rt *rt = state;
+  if (!rt) {
+    node_component_stopped(n);
+    return;
+  }
+  rt->stopping = true;
+  if (rt->announced) stage_dir_withdraw(rt->d, rt->run.name, (uint32_t)rt->stage, now_ms(rt));
+  node_worker_free(rt->worker); /* joins the compute thread before the stage goes */
+  rt->worker = NULL;
+  train_peer_free(rt->peer);
+  rt->peer = NULL;
+  flow_free(rt->flow);
+  rt->flow = NULL;
+  route_swarm_free(rt->rs);
+  if (rt->compute_ready) train_compute_free(&rt->compute);
+  if (rt->ds_open) train_dataset_close(&rt->ds);
+  uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer, &rt->cost_timer, &rt->stop_timer};
+  for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) uv_close((uv_handle_t *)timers[i], timer_closed);
+}
+
+static void comp_peer_down(void *state, const gw_id *id, p2p_down_reason reason) {
+  train_rt *rt = state;
+  if (!rt || !rt->peer) return;
+  rt->rf.now_ms = now_ms(rt);
+  (void)reason;
+  train_peer_on_peer_down(rt->peer, id, now_ms(rt));
+}
+
+static void comp_message(void *state, const gw_id *from, p2p_msg *msg) {
+  train_rt *rt = state;
+  if (!rt || !rt->peer) return;
+  uint64_t now = now_ms(rt);
+  rt->rf.now_ms = now;
+  if (msg->type == GWTF__MSG_TYPE__MSG_FLOW) {
+    if (rt->flow) {
+      gw_peer p = {.id = *from};
+      flow_on_message(rt->flow, &p, msg->body, msg->body_len, now);
+    }
+    return;
+  }
+  train_tensor t, *tp = NULL;
+  if (msg->tensor || msg->data_len) {
+    memset(&t, 0, sizeof(t));
+    if (msg->tensor) {
+      if (msg->tensor->ndim > 4) return; /* no training tensor has more dimensions */
+      t.dtype = (train_dtype)msg->tensor->dtype;
+      t.ndim = msg->tensor->ndim;
+      for (uint32_t i = 0; i < t.ndim; i++) t.shape[i] = msg->tensor->shape[i];
+    } else {
+      t.dtype = TRAIN_U8;
+    }
+    t.data = msg->data;
+    t.nbytes = msg->data_len;
+    tp = &t;
+  }
+  train_peer_on_message(rt->peer, from, msg->type, msg->body, msg->body_len, tp, now);
+}
+
+const node_component train_component = {
+    .name = "train",
+    .type_lo = 200,
+    .type_hi = 399,
+    .start = comp_start,
+    .stop = comp_stop,
+    .peer_down = comp_peer_down,
+    .message = comp_message,
+};

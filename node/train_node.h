@@ -1,0 +1,72 @@
+/* node/train_node.h — training in a `gwtf node`: the "train" component.
+ *
+ * It is the driver of the training peer (train/peer.h) and of the flow
+ * protocol (flow/flow.h) on the node's loop:
+ *   - finds the run record in the DHT (or, with --create-run, publishes it),
+ *     and keeps the stage directory in view: the members of its own and the
+ *     neighbouring stages (all stages for the leader) are dialled, fed to the
+ *     flow protocol and to the peer, and it announces itself in its stage;
+ *   - carries flow messages (MSG_FLOW) and training messages (300..399) over
+ *     the node's encrypted sessions, tensors as raw payloads;
+ *   - measures what Eq. 1 needs — its compute time per microbatch, each
+ *     neighbour's (from HELLO), RTT and throughput from the p2p host — and
+ *     sets every link's cost in the flow protocol;
+ *   - runs the stage on one compute worker thread (node/worker.h), writes
+ *     stage checkpoints every N iterations and can resume from one.
+ *
+ * The run record is JSON (docs/TRAINING.md): model config, stage count and
+ * layer split, microbatch shape, optimizer, seed, dataset description and
+ * the leader. */
+#ifndef GWTF_NODE_TRAIN_NODE_H
+#define GWTF_NODE_TRAIN_NODE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <getopt.h>
+
+#include "node/node.h"
+#include "train/peer.h"
+
+#define TRAIN_NODE_RUN_MAX 64
+
+typedef struct train_node_opts {
+  const char *create_run; /* creates the run and becomes its first data node */
+  const char *run;        /* joins this run */
+  bool data;              /* --role data (else relay) */
+  const char *model;      /* preset name or JSON file (create only) */
+  const char *dataset;    /* data nodes */
+  const char *device;     /* "cpu", "cuda", "cuda:N" */
+  const char *routing;    /* "gwtf" or "swarm" */
+  int stages;             /* create only */
+  int microbatches;       /* per data node per iteration (create only) */
+  int batch, seq;         /* create only */
+  double lr;              /* create only */
+  uint64_t seed;          /* create only: weight init and the run's randomness */
+  uint64_t data_seed;     /* data nodes: microbatch sampling (0: derived from the node ID) */
+  uint64_t iterations;    /* data nodes: stop after this many (0: forever) */
+  int capacity;           /* relays: microbatches in flight (0: from free memory) */
+  int threads;            /* compute threads (0: all cores) */
+  int checkpoint_every;   /* iterations between stage checkpoints (0: never) */
+  bool resume;            /* start from a checkpoint in the data dir when recent enough */
+  uint64_t flow_tick_ms;  /* flow protocol tick (default 2000, the prototype's) */
+  uint64_t hop_timeout_ms;
+  bool exit_when_done;    /* a data node exits once it ran its iterations (default true) */
+} train_node_opts;
+
+void train_node_opts_default(train_node_opts *o);
+
+/* Command-line options of `gwtf node` for training; getopt codes start at
+ * TRAIN_NODE_OPT_BASE. train_node_parse_opt applies one (returns 0, or 2
+ * after printing what is wrong), train_node_check checks the combination. */
+#define TRAIN_NODE_OPT_BASE 2000
+extern const struct option train_node_options[];
+int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const char *arg);
+int train_node_check(const train_node_opts *o, bool *training);
+void train_node_print_help(void);
+
+/* The component; node.c lists it after the DHT. Inactive (starts and stops
+ * at once) when the node's config carries no training options. */
+extern const node_component train_component;
+
+#endif

@@ -1,0 +1,197 @@
+/* node/train_opts.c — the training options of `gwtf node`. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/backend.h"
+#include "node/train_node.h"
+#include "train/model.h"
+#include "util/err.h"
+
+enum {
+  T_CREATE = TRAIN_NODE_OPT_BASE,
+  T_RUN,
+  T_ROLE,
+  T_MODEL,
+  T_STAGES,
+  T_DATASET,
+  T_DEVICE,
+  T_CAPACITY,
+  T_MICRO,
+  T_BATCH,
+  T_SEQ,
+  T_ITERS,
+  T_LR,
+  T_SEED,
+  T_DATA_SEED,
+  T_ROUTING,
+  T_THREADS,
+  T_CKPT,
+  T_RESUME,
+  T_FLOW_TICK,
+  T_HOP_TIMEOUT,
+  T_RECORD_TTL,
+  T_STAY,
+};
+
+const struct option train_node_options[] = {
+    {"create-run", required_argument, 0, T_CREATE},
+    {"run", required_argument, 0, T_RUN},
+    {"role", required_argument, 0, T_ROLE},
+    {"model", required_argument, 0, T_MODEL},
+    {"stages", required_argument, 0, T_STAGES},
+    {"dataset", required_argument, 0, T_DATASET},
+    {"device", required_argument, 0, T_DEVICE},
+    {"capacity", required_argument, 0, T_CAPACITY},
+    {"microbatches", required_argument, 0, T_MICRO},
+    {"batch", required_argument, 0, T_BATCH},
+    {"seq", required_argument, 0, T_SEQ},
+    {"iterations", required_argument, 0, T_ITERS},
+    {"lr", required_argument, 0, T_LR},
+    {"seed", required_argument, 0, T_SEED},
+    {"data-seed", required_argument, 0, T_DATA_SEED},
+    {"routing", required_argument, 0, T_ROUTING},
+    {"threads", required_argument, 0, T_THREADS},
+    {"checkpoint-every", required_argument, 0, T_CKPT},
+    {"resume", no_argument, 0, T_RESUME},
+    {"flow-tick", required_argument, 0, T_FLOW_TICK},
+    {"hop-timeout", required_argument, 0, T_HOP_TIMEOUT},
+    {"record-ttl", required_argument, 0, T_RECORD_TTL},
+    {"stay", no_argument, 0, T_STAY},
+    {0},
+};
+
+void train_node_print_help(void) {
+  printf("\ntraining (a node without these options only keeps sessions and the DHT):\n"
+         "  --create-run NAME          start a run and be its first data node (the leader)\n"
+         "  --run NAME                 join a run found in the DHT (through --bootstrap)\n"
+         "  --role relay|data          joining as a relay (default) or as another data node\n"
+         "  --device cpu|cuda[:N]      where this peer computes (default cpu)\n"
+         "  --capacity N               relays: microbatches held at once (default: from free memory)\n"
+         "  --dataset PATH             data nodes: UTF-8 text or llm.c uint16 token file\n"
+         "  --iterations N             data nodes: stop after N iterations (0: forever)\n"
+         "  --data-seed S              data nodes: microbatch sampling seed\n"
+         "  --threads N                compute threads (default 1; 0 = all cores)\n"
+         "  --routing gwtf|swarm       GWTF flows (default) or SWARM's stochastic wiring\n"
+         "  --checkpoint-every N       write the stage's checkpoint every N iterations (default 10)\n"
+         "  --resume                   start from this data dir's checkpoint when recent enough\n"
+         "  --flow-tick MS             flow protocol tick (default 2000, the GWTF prototype's)\n"
+         "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
+         "  --record-ttl S             lifetime of our DHT records in seconds (default 1800)\n"
+         "  --stay                     a data node keeps running after its iterations\n"
+         "run creation only (the others read them from the run record):\n"
+         "  --model PRESET|FILE        model preset (");
+  size_t n;
+  const model_preset *p = model_presets(&n);
+  for (size_t i = 0; i < n; i++) printf("%s%s", i ? ", " : "", p[i].name);
+  printf(") or a JSON config file\n"
+         "  --stages S                 relay stages (default 3)\n"
+         "  --microbatches M           per data node per iteration (default 4)\n"
+         "  --batch B --seq T          microbatch shape (default 4 x 64)\n"
+         "  --lr X                     AdamW learning rate (default 1e-3)\n"
+         "  --seed S                   weight init seed (default 1)\n");
+}
+
+static int bad(const char *opt, const char *val, const char *want) {
+  fprintf(stderr, "gwtf node: %s '%s': %s\n", opt, val, want);
+  return 2;
+}
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+  char *end = NULL;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) return GW_EINVAL;
+  *out = v;
+  return 0;
+}
+
+static int run_name_ok(const char *s) {
+  size_t n = strlen(s);
+  if (n == 0 || n > TRAIN_NODE_RUN_MAX) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!(s[i] == '-' || s[i] == '_' || s[i] == '.' || (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
+          (s[i] >= 'A' && s[i] <= 'Z')))
+      return 0;
+  return 1;
+}
+
+int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const char *arg) {
+  long v;
+  gpu_device dev;
+  switch (code) {
+  case T_CREATE:
+  case T_RUN:
+    if (!run_name_ok(arg)) return bad(code == T_RUN ? "--run" : "--create-run", arg, "1-64 of [A-Za-z0-9._-]");
+    if (code == T_RUN) o->run = arg;
+    else o->create_run = arg;
+    return 0;
+  case T_ROLE:
+    if (strcmp(arg, "relay") && strcmp(arg, "data")) return bad("--role", arg, "relay or data");
+    o->data = strcmp(arg, "data") == 0;
+    return 0;
+  case T_MODEL: o->model = arg; return 0;
+  case T_DATASET: o->dataset = arg; return 0;
+  case T_DEVICE:
+    if (gpu_device_parse(arg, &dev) != 0) return bad("--device", arg, "cpu, cuda or cuda:N");
+    o->device = arg;
+    return 0;
+  case T_ROUTING:
+    if (strcmp(arg, "gwtf") && strcmp(arg, "swarm")) return bad("--routing", arg, "gwtf or swarm");
+    o->routing = arg;
+    return 0;
+  case T_LR:
+    o->lr = atof(arg);
+    return o->lr > 0 && o->lr < 10 ? 0 : bad("--lr", arg, "a rate in (0, 10)");
+  case T_SEED: o->seed = strtoull(arg, NULL, 10); return 0;
+  case T_DATA_SEED: o->data_seed = strtoull(arg, NULL, 10); return 0;
+  case T_RESUME: o->resume = true; return 0;
+  case T_STAY: o->exit_when_done = false; return 0;
+  default: break;
+  }
+  /* the integer options */
+  static const struct { int code; const char *name; long lo, hi; } ints[] = {
+      {T_STAGES, "--stages", 1, 64},          {T_CAPACITY, "--capacity", 1, 4096},
+      {T_MICRO, "--microbatches", 1, 4096},   {T_BATCH, "--batch", 1, 4096},
+      {T_SEQ, "--seq", 2, 65536},             {T_ITERS, "--iterations", 0, 100000000},
+      {T_THREADS, "--threads", 0, 1024},      {T_CKPT, "--checkpoint-every", 0, 100000000},
+      {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
+      {T_RECORD_TTL, "--record-ttl", 5, 86400},
+  };
+  for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+    if (ints[i].code != code) continue;
+    if (parse_int(arg, ints[i].lo, ints[i].hi, &v) != 0) {
+      char want[64];
+      snprintf(want, sizeof(want), "an integer in [%ld, %ld]", ints[i].lo, ints[i].hi);
+      return bad(ints[i].name, arg, want);
+    }
+    switch (code) {
+    case T_STAGES: o->stages = (int)v; break;
+    case T_CAPACITY: o->capacity = (int)v; break;
+    case T_MICRO: o->microbatches = (int)v; break;
+    case T_BATCH: o->batch = (int)v; break;
+    case T_SEQ: o->seq = (int)v; break;
+    case T_ITERS: o->iterations = (uint64_t)v; break;
+    case T_THREADS: o->threads = (int)v; break;
+    case T_CKPT: o->checkpoint_every = (int)v; break;
+    case T_FLOW_TICK: o->flow_tick_ms = (uint64_t)v; break;
+    case T_HOP_TIMEOUT: o->hop_timeout_ms = (uint64_t)v; break;
+    case T_RECORD_TTL: cfg->record_ttl_ms = (uint64_t)v * 1000; break;
+    }
+    return 0;
+  }
+  return 2;
+}
+
+int train_node_check(const train_node_opts *o, bool *training) {
+  *training = o->create_run || o->run;
+  if (o->create_run && o->run) {
+    fprintf(stderr, "gwtf node: --create-run and --run exclude each other\n");
+    return 2;
+  }
+  if ((o->create_run || o->data) && !o->dataset) {
+    fprintf(stderr, "gwtf node: a data node needs --dataset PATH\n");
+    return 2;
+  }
+  return 0;
+}

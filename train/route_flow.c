@@ -1,0 +1,120 @@
+/* train/route_flow.c — see route_flow.h. */
+#include "train/route_flow.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "util/err.h"
+
+void route_flow_init(route_flow *r, int n_stages, const gw_log *log) {
+  memset(r, 0, sizeof(*r));
+  r->n_stages = n_stages;
+  r->stage = -1;
+  r->log = log;
+}
+
+void route_flow_attach(route_flow *r, flow *f, int stage) {
+  r->f = f;
+  r->stage = stage;
+}
+
+void route_flow_set_next(route_flow *r, const gw_id *ids, const double *costs, size_t n) {
+  if (n > ROUTE_FLOW_MAX_NEXT) n = ROUTE_FLOW_MAX_NEXT;
+  memcpy(r->next, ids, n * sizeof(*ids));
+  memcpy(r->next_cost, costs, n * sizeof(*costs));
+  r->n_next = n;
+}
+
+static bool avoided(const gw_id *avoid, size_t n, const gw_id *id) {
+  for (size_t i = 0; i < n; i++)
+    if (gw_id_eq(&avoid[i], id)) return true;
+  return false;
+}
+
+/* A data node: one of its complete flows, the slot's first, else any other. */
+static int data_hop(route_flow *r, uint32_t slot, const gw_id *avoid, size_t n_avoid, gw_id *out,
+                    uint64_t *out_flow) {
+  flow_path_info paths[64];
+  size_t n = flow_data_flows(r->f, paths, 64);
+  if (n > 64) n = 64;
+  for (size_t k = 0; k < n; k++) {
+    const flow_path_info *p = &paths[(slot + k) % n];
+    if (avoided(avoid, n_avoid, &p->first_hop)) continue;
+    *out = p->first_hop;
+    *out_flow = p->seg;
+    return 0;
+  }
+  return GW_ENOENT;
+}
+
+/* Cheapest live next-stage peer not avoided: only while flows rebuild. */
+static int fallback(route_flow *r, const gw_id *avoid, size_t n_avoid, gw_id *out, uint64_t *out_flow) {
+  const gw_id *best = NULL;
+  double best_cost = INFINITY;
+  for (size_t i = 0; i < r->n_next; i++) {
+    if (avoided(avoid, n_avoid, &r->next[i])) continue;
+    double c = isfinite(r->next_cost[i]) && r->next_cost[i] >= 0 ? r->next_cost[i] : 1e30;
+    if (!best || c < best_cost) best = &r->next[i], best_cost = c;
+  }
+  if (!best) return GW_ENOENT;
+  *out = *best;
+  *out_flow = 0;
+  r->fallbacks++;
+  char who[GW_ID_SHORT_LEN + 1];
+  gw_id_to_short(best, who);
+  GW_DEBUG(r->log, "route.fallback", "to=%s reason=no_flow", who);
+  return 0;
+}
+
+static int next_hop(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slot, uint64_t in_flow,
+                    const gw_id *avoid, size_t n_avoid, gw_id *out, uint64_t *out_flow) {
+  route_flow *r = ctx;
+  if (!r->f) return GW_ENOENT;
+  if (!from) {
+    int rc = data_hop(r, slot, avoid, n_avoid, out, out_flow);
+    return rc == 0 ? 0 : fallback(r, avoid, n_avoid, out, out_flow);
+  }
+  gw_id next;
+  uint64_t seg;
+  if (in_flow && flow_next_hop(r->f, from, in_flow, &next, &seg) == 0 && !avoided(avoid, n_avoid, &next)) {
+    *out = next;
+    *out_flow = seg;
+    return 0;
+  }
+  /* Another unit of the same data node's flows (it spreads work over them). */
+  for (int k = 0; k < 4; k++) {
+    if (flow_route(r->f, origin, from, &next, &seg) != 0) break;
+    if (!avoided(avoid, n_avoid, &next)) {
+      *out = next;
+      *out_flow = seg;
+      return 0;
+    }
+  }
+  return fallback(r, avoid, n_avoid, out, out_flow);
+}
+
+static uint32_t slots(void *ctx) {
+  route_flow *r = ctx;
+  return r->f ? (uint32_t)flow_data_flows(r->f, NULL, 0) : 0;
+}
+
+static bool settled(void *ctx, uint64_t now_ms) {
+  route_flow *r = ctx;
+  return r->f && flow_is_stable(r->f, now_ms);
+}
+
+static void peer_failed(void *ctx, const gw_id *peer) {
+  route_flow *r = ctx;
+  if (r->f) flow_peer_failed(r->f, peer, r->now_ms);
+}
+
+static void peer_denied(void *ctx, const gw_id *peer) {
+  route_flow *r = ctx;
+  if (r->f) flow_peer_denied(r->f, peer, r->now_ms);
+}
+
+train_router route_flow_router(route_flow *r) {
+  train_router t = {.ctx = r, .next_hop = next_hop, .slots = slots, .settled = settled,
+                    .peer_failed = peer_failed, .peer_denied = peer_denied};
+  return t;
+}

@@ -1,0 +1,39 @@
+/* train/route_flow.h — the GWTF router: microbatches follow the flows that
+ * the decentralized flow protocol (flow/flow.h) builds.
+ *
+ * A data node sends each microbatch along one of its complete flows (in
+ * turn); a relay sends it to the next hop of the flow segment it arrived on.
+ * When that hop failed, denied or is being avoided, another of the flow
+ * state's units for the same data node is used; when the flow state has no
+ * route at all (in the seconds after a crash, before flows are rebuilt) the
+ * microbatch goes to the cheapest live next-stage peer by Eq. 1, and the
+ * choice is logged as a fallback. The flow protocol itself runs beside the
+ * training peer, fed with membership and measured costs by the node. */
+#ifndef GWTF_TRAIN_ROUTE_FLOW_H
+#define GWTF_TRAIN_ROUTE_FLOW_H
+
+#include "flow/flow.h"
+#include "train/peer.h"
+
+#define ROUTE_FLOW_MAX_NEXT 256
+
+typedef struct route_flow {
+  flow *f;            /* NULL until the stage is known */
+  int stage, n_stages;
+  const gw_log *log;
+  /* next-stage peers with their current cost, for the fallback */
+  gw_id next[ROUTE_FLOW_MAX_NEXT];
+  double next_cost[ROUTE_FLOW_MAX_NEXT];
+  size_t n_next;
+  uint64_t fallbacks;
+  uint64_t now_ms; /* the driver's clock, kept current (the flow needs it to tear down) */
+} route_flow;
+
+void route_flow_init(route_flow *r, int n_stages, const gw_log *log);
+/* Attaches the flow instance once the stage is known. */
+void route_flow_attach(route_flow *r, flow *f, int stage);
+/* The next stage's live peers and their Eq. 1 cost from us (for fallbacks). */
+void route_flow_set_next(route_flow *r, const gw_id *ids, const double *costs, size_t n);
+train_router route_flow_router(route_flow *r);
+
+#endif
