@@ -134,11 +134,13 @@ static void pump(p2p_session *s);
 static void on_pump(uv_timer_t *t) { pump(t->data); }
 
 /* Hands the socket every byte the link has let through by now, in slices of
- * at least a burst (or the rest of a frame), then sleeps until the next
- * slice is due. */
+ * at least a quarter burst (or the rest of a frame), then sleeps until the
+ * next slice is due: fine enough that the receiver sees the emulated rate,
+ * coarse enough not to wake the loop for every packet. */
 static void pump(p2p_session *s) {
   uint64_t now = gw_clock_mono_ns();
-  size_t slice = s->shaper.lp.burst_bytes ? s->shaper.lp.burst_bytes : P2P_LINK_BURST_DEFAULT;
+  size_t burst = s->shaper.lp.burst_bytes ? s->shaper.lp.burst_bytes : P2P_LINK_BURST_DEFAULT;
+  size_t slice = burst / 4 > 1500 ? burst / 4 : 1500;
   txframe *f = s->tx_unissued;
   while (f && s->state != S_CLOSING) {
     uint64_t avail = p2p_span_bytes_at(&f->span, now);
