@@ -64,6 +64,7 @@ struct p2p_session {
   p2p_head pending; /* a head whose payload record is still coming */
   bool has_pending;
   uint64_t rx_frame_start_ns;
+  size_t rx_frame_wire; /* wire bytes of the frame being received */
 
   txframe *txq_head, *txq_tail;
   txframe *tx_unissued; /* shaped: first frame not fully handed to the socket */
@@ -273,7 +274,7 @@ static void on_handle_closed(uv_handle_t *h) {
 static void log_rejected(const p2p_session *s) {
   char peer[GW_ID_SHORT_LEN + 1];
   peer_short(s, peer);
-  GW_WARN(s->cfg.log, "session.rejected", "peer=%s addr=%s dir=%s reason=%s err=\"%s\"", peer, s->addr_str,
+  GW_WARN(s->cfg.log, "session.rejected", "peer=\"%s\" addr=%s dir=%s reason=%s err=\"%s\"", peer, s->addr_str,
           role_name(s), s->end_why ? s->end_why : "-", gw_strerror(s->end_err));
 }
 
@@ -385,8 +386,7 @@ static void got_hello(p2p_session *s, p2p_head *h) {
 
 static void deliver(p2p_session *s, const p2p_head *h, const uint8_t *payload) {
   uint64_t now = gw_clock_mono_ns();
-  size_t wire = P2P_LEN_BYTES + (h->env ? gwtf__envelope__get_packed_size(h->env) : 0) + P2P_ABYTES;
-  if (h->has_tensor) wire += (size_t)h->payload_bytes + P2P_ABYTES;
+  size_t wire = s->rx_frame_wire;
   if (wire >= RATE_MIN_FRAME) rate_add(&s->stats.rx_Bps, wire, now - s->rx_frame_start_ns);
   s->stats.frames_rx++;
   if (s->finishing) return; /* we said goodbye: nothing more goes up */
@@ -405,6 +405,7 @@ static void got_goodbye(p2p_session *s, p2p_head *h) {
 static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
   p2p_head h;
   const char *why = NULL;
+  s->rx_frame_wire = P2P_LEN_BYTES + len;
   int rc = p2p_frame_open_head(&s->ch, rec, len, &s->info.peer_id, s->cfg.max_frame, &h, &why);
   if (rc != 0) {
     session_close_now(s, P2P_END_REJECTED, rc, why);
@@ -429,6 +430,7 @@ static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
 
 static void got_payload(p2p_session *s, uint8_t *rec, size_t len) {
   const char *why = NULL;
+  s->rx_frame_wire += len;
   int rc = p2p_frame_open_payload(&s->ch, rec, len, &why);
   if (rc != 0) {
     session_close_now(s, P2P_END_REJECTED, rc, why);
