@@ -14,7 +14,7 @@
 /* Frames smaller than this finish too fast to say anything about a link's
  * throughput; only larger ones feed the rate estimates. */
 #define RATE_MIN_FRAME ((size_t)64 << 10)
-/* EWMA weight of a new throughput sample (and of a new RTT sample in the host). */
+/* EWMA weight of a new throughput sample. */
 #define RATE_ALPHA (0.25)
 #define AGENT_MAX (P2P_AGENT_MAX)
 
@@ -46,7 +46,6 @@ struct p2p_session {
   int open_handles;
   bool pump_ready;
   int state;
-  bool up_reported;
   bool finishing; /* goodbye queued: no more sends */
   bool shut;      /* write side shut down after the goodbye */
   p2p_end end;
@@ -173,14 +172,20 @@ static int enqueue(p2p_session *s, uint8_t *buf, size_t len, bool shape) {
   s->stats.queued_bytes += len;
   s->stats.queued_frames++;
   if (s->stats.queued_bytes > s->cfg.low_water) s->above_low = true;
-  if (shape && s->shaping) {
-    f->span = p2p_shaper_reserve(&s->shaper, gw_clock_mono_ns(), len);
-    if (!s->tx_unissued) {
-      s->tx_unissued = f;
-      pump(s);
-    }
-  } else {
+  uint64_t now = gw_clock_mono_ns();
+  if (!(shape && s->shaping) && !s->tx_unissued) {
     issue(s, f, len);
+    return 0;
+  }
+  /* Through the pump, strictly behind anything already waiting there: the
+   * stream's records must reach the socket in the order they were sealed. */
+  if (shape && s->shaping)
+    f->span = p2p_shaper_reserve(&s->shaper, now, len);
+  else
+    f->span = (p2p_span){.enq_ns = now, .base_ns = (double)now, .bytes = len}; /* due at once */
+  if (!s->tx_unissued) {
+    s->tx_unissued = f;
+    pump(s);
   }
   return 0;
 }
@@ -326,6 +331,7 @@ static void handshake_step(p2p_session *s, const uint8_t *rec) {
   size_t out_len = 0;
   int rc = p2p_hs_read(&s->hs, rec, out, &out_len);
   if (rc != 0) {
+    s->info.peer_id = s->hs.peer_id; /* who answered, when we got that far: for the log line */
     session_close_now(s, P2P_END_REJECTED, rc, s->hs.why);
     return;
   }
@@ -378,7 +384,6 @@ static void got_hello(p2p_session *s, p2p_head *h) {
   s->stats.up_ns = gw_clock_mono_ns();
   uv_timer_stop(&s->timer);
   p2p_rx_expect_head(&s->rx);
-  s->up_reported = true;
   if (s->cbs.up) s->cbs.up(s);
 }
 

@@ -143,9 +143,19 @@ static bool is_settled(void *ud) {
 static logrec rec;
 static gw_log lg;
 
-static p2p_natpmp_config config(uint32_t give_up_ms) {
-  return (p2p_natpmp_config){.tcp_port = TCP_PORT, .udp_port = UDP_PORT, .gateway = GATEWAY,
-                             .give_up_ms = give_up_ms, .log = &lg};
+/* Starts mapping TCP_PORT and UDP_PORT through the gateway on 127.0.0.1. */
+static p2p_natpmp *start(uv_loop_t *loop, watch *w, uint32_t give_up_ms) {
+  p2p_natpmp_config cfg = {.tcp_port = TCP_PORT, .udp_port = UDP_PORT, .gateway = GATEWAY,
+                           .give_up_ms = give_up_ms, .log = &lg};
+  p2p_natpmp *n = NULL;
+  assert_int_equal(p2p_natpmp_start(loop, &cfg, on_status, w, &n), 0);
+  assert_non_null(n);
+  return n;
+}
+
+static void stop(uv_loop_t *loop, p2p_natpmp *n, watch *w) {
+  p2p_natpmp_stop(n, on_stopped, w);
+  assert_true(run_until(loop, is_stopped, w, 5000));
 }
 
 static void test_map_renew_delete(void **state) {
@@ -155,9 +165,7 @@ static void test_map_renew_delete(void **state) {
   fake_gw g;
   fake_start(&g, &loop, FAKE_GRANT, 2);
   watch w = {0};
-  p2p_natpmp *n = NULL;
-  p2p_natpmp_config cfg = config(5000);
-  assert_int_equal(p2p_natpmp_start(&loop, &cfg, on_status, &w, &n), 0);
+  p2p_natpmp *n = start(&loop, &w, 5000);
   assert_true(run_until(&loop, is_mapped, &w, 5000));
   char tcp[GW_ADDR_STRLEN], udp[GW_ADDR_STRLEN];
   gw_addr_format(&w.last.external_tcp, tcp);
@@ -180,8 +188,7 @@ static void test_map_renew_delete(void **state) {
   assert_int_equal(w.last.state, P2P_NATPMP_MAPPED);
 
   /* A clean exit deletes both mappings (lifetime 0). */
-  p2p_natpmp_stop(n, on_stopped, &w);
-  assert_true(run_until(&loop, is_stopped, &w, 5000));
+  stop(&loop, n, &w);
   assert_int_equal(count(&g, 2, TCP_PORT, true), 1);
   assert_int_equal(count(&g, 1, UDP_PORT, true), 1);
   assert_int_equal(logrec_count(&rec, "nat.unmapped", NULL), 1);
@@ -196,15 +203,12 @@ static void test_gateway_refuses(void **state) {
   fake_gw g;
   fake_start(&g, &loop, FAKE_REFUSE, 60);
   watch w = {0};
-  p2p_natpmp *n = NULL;
-  p2p_natpmp_config cfg = config(5000);
-  assert_int_equal(p2p_natpmp_start(&loop, &cfg, on_status, &w, &n), 0);
+  p2p_natpmp *n = start(&loop, &w, 5000);
   assert_true(run_until(&loop, is_settled, &w, 5000));
   assert_int_equal(w.last.state, P2P_NATPMP_FAILED);
   assert_string_equal(w.last.why, "not-authorized");
   assert_int_equal(logrec_count(&rec, "nat.failed", "reason=not-authorized"), 1);
-  p2p_natpmp_stop(n, on_stopped, &w);
-  assert_true(run_until(&loop, is_stopped, &w, 5000));
+  stop(&loop, n, &w);
   assert_int_equal(count(&g, 2, TCP_PORT, true), 0); /* nothing was mapped, nothing to delete */
   fake_stop(&g);
   drain_loop(&loop);
@@ -216,15 +220,12 @@ static void test_no_gateway_port_closed(void **state) {
   uv_loop_t loop;
   uv_loop_init(&loop);
   watch w = {0};
-  p2p_natpmp *n = NULL;
-  p2p_natpmp_config cfg = config(10000);
   uint64_t t0 = gw_clock_mono_ns();
-  assert_int_equal(p2p_natpmp_start(&loop, &cfg, on_status, &w, &n), 0);
+  p2p_natpmp *n = start(&loop, &w, 10000);
   assert_true(run_until(&loop, is_settled, &w, 5000));
   assert_int_equal(w.last.state, P2P_NATPMP_UNAVAILABLE);
   assert_true(gw_clock_mono_ns() - t0 < 2000000000ULL);
-  p2p_natpmp_stop(n, on_stopped, &w);
-  assert_true(run_until(&loop, is_stopped, &w, 5000));
+  stop(&loop, n, &w);
   drain_loop(&loop);
 }
 
@@ -236,10 +237,8 @@ static void test_silent_gateway_gives_up(void **state) {
   fake_gw g;
   fake_start(&g, &loop, FAKE_SILENT, 0);
   watch w = {0};
-  p2p_natpmp *n = NULL;
-  p2p_natpmp_config cfg = config(700);
   uint64_t t0 = gw_clock_mono_ns();
-  assert_int_equal(p2p_natpmp_start(&loop, &cfg, on_status, &w, &n), 0);
+  p2p_natpmp *n = start(&loop, &w, 700);
   assert_true(run_until(&loop, is_settled, &w, 5000));
   double took = (double)(gw_clock_mono_ns() - t0) / 1e6;
   fprintf(stderr, "gave up after %.0f ms (give_up_ms 700), %d requests sent\n", took, g.n);
@@ -249,8 +248,7 @@ static void test_silent_gateway_gives_up(void **state) {
   assert_true(g.n >= 2); /* libnatpmp resent (250 ms, then 500 ms) */
   assert_true(logrec_count(&rec, "nat.unavailable", "reason=no-answer") == 1);
   int sent = g.n;
-  p2p_natpmp_stop(n, on_stopped, &w);
-  assert_true(run_until(&loop, is_stopped, &w, 5000));
+  stop(&loop, n, &w);
   assert_int_equal(g.n, sent); /* no deletions for mappings that never existed */
   fake_stop(&g);
   drain_loop(&loop);
