@@ -1,12 +1,10 @@
 #include "node/node.h"
 
-#include <arpa/inet.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "p2p/link.h"
 #include "p2p/natpmp.h"
@@ -230,7 +228,7 @@ static void transport_stopped(void *ud) {
   if (--n->stops_pending > 0) return;
   n->host = NULL;
   n->nat = NULL;
-  GW_INFO(&n->log, "node.stopped", "msg=\"clean shutdown\"");
+  GW_INFO(&n->log, "node.stopped", "exit=%d", n->exit_code);
   close_own_handles(n);
 }
 
