@@ -3,13 +3,11 @@
 #include "node/dht_node.h"
 #include "node/train_node.h"
 
-#include <arpa/inet.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "p2p/link.h"
 #include "p2p/natpmp.h"
@@ -233,7 +231,7 @@ static void transport_stopped(void *ud) {
   if (--n->stops_pending > 0) return;
   n->host = NULL;
   n->nat = NULL;
-  GW_INFO(&n->log, "node.stopped", "msg=\"clean shutdown\"");
+  GW_INFO(&n->log, "node.stopped", "exit=%d", n->exit_code);
   close_own_handles(n);
 }
 
@@ -305,7 +303,7 @@ static void on_message(void *ud, const gw_id *from, p2p_msg *msg) {
   }
   char id[GW_ID_SHORT_LEN + 1];
   gw_id_to_short(from, id);
-  GW_DEBUG(&n->log, "msg.unrouted", "peer=%s type=%u bytes=%zu", id, msg->type, msg->body_len + msg->data_len);
+  GW_DEBUG(&n->log, "msg.unrouted", "peer=\"%s\" type=%u bytes=%zu", id, msg->type, msg->body_len + msg->data_len);
 }
 
 static void on_writable(void *ud, const gw_id *id) {
@@ -363,8 +361,10 @@ static void on_nat(void *ud, const p2p_natpmp_status *st) {
 
 static void start_nat(node *n, const gw_addr *bound) {
   if (!n->cfg.nat_pmp) return;
-  if (is_loopback(bound) || bound->family != 4) {
-    GW_INFO(&n->log, "nat.skipped", "reason=%s", bound->family != 4 ? "ipv6-listen" : "loopback-listen");
+  /* NAT-PMP maps IPv4 ports: useful for 0.0.0.0, a LAN address, or a
+   * dual-stack [::] listener; pointless on loopback or a v6-only address. */
+  if (is_loopback(bound) || (bound->family == 6 && !is_unspecified(bound))) {
+    GW_INFO(&n->log, "nat.skipped", "reason=%s", is_loopback(bound) ? "loopback-listen" : "ipv6-listen");
     return;
   }
   p2p_natpmp_config nc = {
@@ -482,7 +482,7 @@ static void log_started(node *n, const gw_addr *bound) {
   gw_id_to_hex(&n->me.id, hex);
   gw_addr_format(bound, addr);
   if (n->identity_created) GW_INFO(&n->log, "node.identity", "created=true path=%s", n->identity_path);
-  GW_INFO(&n->log, "node.listening", "addr=%s id=%s data_dir=%s max_frame=%zu links=%s", addr, hex, n->data_dir,
+  GW_INFO(&n->log, "node.listening", "addr=%s id=\"%s\" data_dir=%s max_frame=%zu links=%s", addr, hex, n->data_dir,
           n->cfg.max_frame, n->cfg.links_path ? n->cfg.links_path : "-");
 }
 

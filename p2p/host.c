@@ -224,7 +224,7 @@ static void apply_links(p2p_host *h, peer *p, p2p_session *s) {
   p2p_link_params_format(&lp, lps, sizeof(lps));
   const char *from = p2p_links_region(h->cfg.links, &h->cfg.me->id, &h->bound);
   const char *to = p2p_links_region(h->cfg.links, &p->id, &p->addr);
-  GW_INFO(h->cfg.log, "link.emulated", "peer=%s from=%s to=%s %s", peer_s, from ? from : "-", to ? to : "-", lps);
+  GW_INFO(h->cfg.log, "link.emulated", "peer=\"%s\" from=%s to=%s %s", peer_s, from ? from : "-", to ? to : "-", lps);
 }
 
 static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const char *why) {
@@ -235,13 +235,13 @@ static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const c
   p->switching = false;
   p->down_since_ms = now;
   if (why && strcmp(why, "disconnected") == 0)
-    GW_INFO(h->cfg.log, "peer.disconnected", "peer=%s addr=%s up_ms=%llu", id, addr,
+    GW_INFO(h->cfg.log, "peer.disconnected", "peer=\"%s\" addr=%s up_ms=%llu", id, addr,
             (unsigned long long)(now - p->up_since_ms));
   else if (reason == P2P_DOWN_LEFT)
-    GW_INFO(h->cfg.log, "peer.left", "peer=%s addr=%s up_ms=%llu", id, addr,
+    GW_INFO(h->cfg.log, "peer.left", "peer=\"%s\" addr=%s up_ms=%llu", id, addr,
             (unsigned long long)(now - p->up_since_ms));
   else
-    GW_WARN(h->cfg.log, "peer.lost", "peer=%s addr=%s reason=%s up_ms=%llu", id, addr, why ? why : "-",
+    GW_WARN(h->cfg.log, "peer.lost", "peer=\"%s\" addr=%s reason=%s up_ms=%llu", id, addr, why ? why : "-",
             (unsigned long long)(now - p->up_since_ms));
   schedule_redial(h, &p->id);
   if (h->cbs.peer_down) h->cbs.peer_down(h->cbs.ud, &p->id, reason);
@@ -267,10 +267,10 @@ static void become_current(p2p_host *h, peer *p, p2p_session *s) {
   sodium_bin2hex(sess, sizeof(sess), info->session_hash, 4);
   const char *dir = info->role == P2P_INITIATOR ? "out" : "in";
   if (back)
-    GW_INFO(h->cfg.log, "peer.back", "peer=%s addr=%s dir=%s session=%s away_ms=%llu", id, addr, dir, sess,
+    GW_INFO(h->cfg.log, "peer.back", "peer=\"%s\" addr=%s dir=%s session=\"%s\" away_ms=%llu", id, addr, dir, sess,
             (unsigned long long)(now - p->down_since_ms));
   else
-    GW_INFO(h->cfg.log, "peer.connected", "peer=%s addr=%s dir=%s session=%s agent=%s", id, addr, dir, sess,
+    GW_INFO(h->cfg.log, "peer.connected", "peer=\"%s\" addr=%s dir=%s session=\"%s\" agent=%s", id, addr, dir, sess,
             info->agent[0] ? info->agent : "-");
   if (h->cbs.peer_up) {
     gw_peer gp = {.id = p->id, .addr = p->addr};
@@ -308,7 +308,7 @@ static void resolve_duplicate(p2p_host *h, peer *p, p2p_session *nw) {
   }
   char id[GW_ID_SHORT_LEN + 1];
   gw_id_to_short(&p->id, id);
-  GW_DEBUG(h->cfg.log, "session.duplicate", "peer=%s kept=%s", id, nw_wins ? "new" : "old");
+  GW_DEBUG(h->cfg.log, "session.duplicate", "peer=\"%s\" kept=%s", id, nw_wins ? "new" : "old");
   p2p_session_goodbye(loser, GWTF__GOODBYE_REASON__GOODBYE_DUPLICATE);
 }
 
@@ -368,7 +368,7 @@ static void got_pong(p2p_host *h, peer *p, const p2p_msg *msg) {
   if (h->cfg.log_rtt) {
     char id[GW_ID_SHORT_LEN + 1];
     gw_id_to_short(&p->id, id);
-    GW_INFO(h->cfg.log, "peer.rtt", "peer=%s rtt_ms=%.3f srtt_ms=%.3f min_ms=%.3f", id, rtt, p->srtt_ms,
+    GW_INFO(h->cfg.log, "peer.rtt", "peer=\"%s\" rtt_ms=%.3f srtt_ms=%.3f min_ms=%.3f", id, rtt, p->srtt_ms,
             p->rtt_min_ms);
   }
 }

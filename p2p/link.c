@@ -77,6 +77,19 @@ static int perr(parse_ctx *c, const char *fmt, ...) {
   return GW_EINVAL;
 }
 
+/* A misspelt key ("latency" for "latency_ms") must not silently mean "no
+ * emulation": every object accepts only the keys it knows. */
+static int check_keys(parse_ctx *c, json_t *o, const char *const *allowed, const char *where) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(o, key, v) {
+    bool ok = false;
+    for (size_t i = 0; allowed[i] && !ok; i++) ok = strcmp(key, allowed[i]) == 0;
+    if (!ok) return perr(c, "%s: unknown key \"%s\"", where, key);
+  }
+  return 0;
+}
+
 static int region_index(const p2p_links *l, const char *name) {
   for (size_t i = 0; i < l->n_regions; i++)
     if (strcmp(l->regions[i], name) == 0) return (int)i;
@@ -139,10 +152,20 @@ static int get_number(parse_ctx *c, json_t *v, double *out, const char *what) {
   return 0;
 }
 
-/* {"latency_ms": x, "bandwidth_gbps" | "bandwidth_mbps": y} */
-static int parse_params(parse_ctx *c, json_t *o, p2p_link_params *lp, const char *what) {
+static const char *const param_keys[] = {"latency_ms", "bandwidth_gbps", "bandwidth_mbps", NULL};
+static const char *const pair_keys[] = {"from", "to", "symmetric", "latency_ms", "bandwidth_gbps",
+                                        "bandwidth_mbps", NULL};
+
+/* {"latency_ms": x, "bandwidth_gbps" | "bandwidth_mbps": y}, plus whatever
+ * else `keys` allows. */
+static int parse_params(parse_ctx *c, json_t *o, p2p_link_params *lp, const char *what,
+                        const char *const *keys) {
   char w[160];
   if (!json_is_object(o)) return perr(c, "%s must be an object", what);
+  int krc = check_keys(c, o, keys, what);
+  if (krc != 0) return krc;
+  if (json_object_get(o, "bandwidth_gbps") && json_object_get(o, "bandwidth_mbps"))
+    return perr(c, "%s: give bandwidth_gbps or bandwidth_mbps, not both", what);
   memset(lp, 0, sizeof(*lp));
   lp->burst_bytes = c->burst;
   json_t *v;
@@ -229,7 +252,10 @@ static int parse_nodes(parse_ctx *c, json_t *root) {
     const char *addr = json_string_value(json_object_get(o, "addr"));
     const char *region = json_string_value(json_object_get(o, "region"));
     bool spread = json_is_true(json_object_get(o, "spread"));
+    static const char *const keys[] = {"id", "addr", "region", "spread", NULL};
     if (!json_is_object(o) || (!id == !addr)) return perr(c, "%s needs exactly one of \"id\" or \"addr\"", w);
+    int krc = check_keys(c, o, keys, w);
+    if (krc != 0) return krc;
     int rc = parse_selector(c, id ? id : addr, &r->sel, w);
     if (rc != 0) return rc;
     if (r->sel.kind != (id ? SEL_ID : SEL_ADDR)) return perr(c, "%s: bad %s", w, id ? "id" : "addr");
@@ -262,7 +288,7 @@ static int parse_pairs(parse_ctx *c, json_t *root) {
     pair_rule *r = &c->l->pairs[c->l->n_pairs];
     int rc = parse_selector(c, from, &r->from, w);
     if (rc == 0) rc = parse_selector(c, to, &r->to, w);
-    if (rc == 0) rc = parse_params(c, o, &r->lp, w);
+    if (rc == 0) rc = parse_params(c, o, &r->lp, w, pair_keys);
     if (rc != 0) return rc;
     c->l->n_pairs++;
     if (json_is_true(json_object_get(o, "symmetric"))) {
@@ -293,12 +319,16 @@ static int parse_scale(parse_ctx *c, json_t *root, double override) {
 }
 
 static int parse_root(parse_ctx *c, json_t *root, double bw_scale) {
+  static const char *const keys[] = {"about", "bandwidth_scale", "burst_bytes", "default", "regions",
+                                     "latency_ms", "bandwidth_gbps", "bandwidth_mbps", "intra_region",
+                                     "nodes", "pairs", NULL};
   int rc;
   if (!json_is_object(root)) return perr(c, "the links file must hold one JSON object");
+  if ((rc = check_keys(c, root, keys, "links file")) != 0) return rc;
   if ((rc = parse_scale(c, root, bw_scale)) != 0) return rc;
   c->l->deflt.burst_bytes = c->burst;
   json_t *d = json_object_get(root, "default");
-  if (d && (rc = parse_params(c, d, &c->l->deflt, "default")) != 0) return rc;
+  if (d && (rc = parse_params(c, d, &c->l->deflt, "default", param_keys)) != 0) return rc;
   if ((rc = parse_regions(c, root)) != 0) return rc;
   size_t n = c->l->n_regions;
   c->l->matrix = calloc(n * n + 1, sizeof(cell));
@@ -310,7 +340,7 @@ static int parse_root(parse_ctx *c, json_t *root, double bw_scale) {
     return rc;
   json_t *intra = json_object_get(root, "intra_region");
   if (intra) {
-    if ((rc = parse_params(c, intra, &c->l->intra, "intra_region")) != 0) return rc;
+    if ((rc = parse_params(c, intra, &c->l->intra, "intra_region", param_keys)) != 0) return rc;
     c->l->has_intra = true;
   }
   if ((rc = parse_nodes(c, root)) != 0) return rc;

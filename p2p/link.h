@@ -27,7 +27,10 @@
 #include "util/addr.h"
 #include "util/id.h"
 
-#define P2P_LINK_BURST_DEFAULT ((uint32_t)64 << 10)
+/* Bytes that may leave back to back on an idle link. Small, so that a
+ * frame crosses an emulated link at its rate from the first byte, as on a
+ * real one, rather than partly in one burst. */
+#define P2P_LINK_BURST_DEFAULT ((uint32_t)16 << 10)
 #define P2P_LINKS_MAX_REGIONS (256)
 
 typedef struct p2p_link_params {

@@ -129,6 +129,7 @@ static void mapped(p2p_natpmp *n) {
   }
   /* Renew at half the lease the gateway granted (RFC 6886 §3.3). */
   uint64_t ms = (uint64_t)n->st.lease_s * 500;
+  uv_update_time(n->loop); /* the loop's cached clock may lag; the lease runs from now */
   uv_timer_start(&n->renew, on_renew, ms < RENEW_MIN_MS ? RENEW_MIN_MS : ms, 0);
   set_state(n, P2P_NATPMP_MAPPED, NULL);
 }

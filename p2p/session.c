@@ -14,7 +14,7 @@
 /* Frames smaller than this finish too fast to say anything about a link's
  * throughput; only larger ones feed the rate estimates. */
 #define RATE_MIN_FRAME ((size_t)64 << 10)
-/* EWMA weight of a new throughput sample (and of a new RTT sample in the host). */
+/* EWMA weight of a new throughput sample. */
 #define RATE_ALPHA (0.25)
 #define AGENT_MAX (P2P_AGENT_MAX)
 
@@ -46,7 +46,6 @@ struct p2p_session {
   int open_handles;
   bool pump_ready;
   int state;
-  bool up_reported;
   bool finishing; /* goodbye queued: no more sends */
   bool shut;      /* write side shut down after the goodbye */
   p2p_end end;
@@ -64,6 +63,7 @@ struct p2p_session {
   p2p_head pending; /* a head whose payload record is still coming */
   bool has_pending;
   uint64_t rx_frame_start_ns;
+  size_t rx_frame_wire; /* wire bytes of the frame being received */
 
   txframe *txq_head, *txq_tail;
   txframe *tx_unissued; /* shaped: first frame not fully handed to the socket */
@@ -134,11 +134,13 @@ static void pump(p2p_session *s);
 static void on_pump(uv_timer_t *t) { pump(t->data); }
 
 /* Hands the socket every byte the link has let through by now, in slices of
- * at least a burst (or the rest of a frame), then sleeps until the next
- * slice is due. */
+ * at least a quarter burst (or the rest of a frame), then sleeps until the
+ * next slice is due: fine enough that the receiver sees the emulated rate,
+ * coarse enough not to wake the loop for every packet. */
 static void pump(p2p_session *s) {
   uint64_t now = gw_clock_mono_ns();
-  size_t slice = s->shaper.lp.burst_bytes ? s->shaper.lp.burst_bytes : P2P_LINK_BURST_DEFAULT;
+  size_t burst = s->shaper.lp.burst_bytes ? s->shaper.lp.burst_bytes : P2P_LINK_BURST_DEFAULT;
+  size_t slice = burst / 4 > 1500 ? burst / 4 : 1500;
   txframe *f = s->tx_unissued;
   while (f && s->state != S_CLOSING) {
     uint64_t avail = p2p_span_bytes_at(&f->span, now);
@@ -170,14 +172,20 @@ static int enqueue(p2p_session *s, uint8_t *buf, size_t len, bool shape) {
   s->stats.queued_bytes += len;
   s->stats.queued_frames++;
   if (s->stats.queued_bytes > s->cfg.low_water) s->above_low = true;
-  if (shape && s->shaping) {
-    f->span = p2p_shaper_reserve(&s->shaper, gw_clock_mono_ns(), len);
-    if (!s->tx_unissued) {
-      s->tx_unissued = f;
-      pump(s);
-    }
-  } else {
+  uint64_t now = gw_clock_mono_ns();
+  if (!(shape && s->shaping) && !s->tx_unissued) {
     issue(s, f, len);
+    return 0;
+  }
+  /* Through the pump, strictly behind anything already waiting there: the
+   * stream's records must reach the socket in the order they were sealed. */
+  if (shape && s->shaping)
+    f->span = p2p_shaper_reserve(&s->shaper, now, len);
+  else
+    f->span = (p2p_span){.enq_ns = now, .base_ns = (double)now, .bytes = len}; /* due at once */
+  if (!s->tx_unissued) {
+    s->tx_unissued = f;
+    pump(s);
   }
   return 0;
 }
@@ -271,7 +279,7 @@ static void on_handle_closed(uv_handle_t *h) {
 static void log_rejected(const p2p_session *s) {
   char peer[GW_ID_SHORT_LEN + 1];
   peer_short(s, peer);
-  GW_WARN(s->cfg.log, "session.rejected", "peer=%s addr=%s dir=%s reason=%s err=\"%s\"", peer, s->addr_str,
+  GW_WARN(s->cfg.log, "session.rejected", "peer=\"%s\" addr=%s dir=%s reason=%s err=\"%s\"", peer, s->addr_str,
           role_name(s), s->end_why ? s->end_why : "-", gw_strerror(s->end_err));
 }
 
@@ -323,6 +331,7 @@ static void handshake_step(p2p_session *s, const uint8_t *rec) {
   size_t out_len = 0;
   int rc = p2p_hs_read(&s->hs, rec, out, &out_len);
   if (rc != 0) {
+    s->info.peer_id = s->hs.peer_id; /* who answered, when we got that far: for the log line */
     session_close_now(s, P2P_END_REJECTED, rc, s->hs.why);
     return;
   }
@@ -375,7 +384,6 @@ static void got_hello(p2p_session *s, p2p_head *h) {
   s->stats.up_ns = gw_clock_mono_ns();
   uv_timer_stop(&s->timer);
   p2p_rx_expect_head(&s->rx);
-  s->up_reported = true;
   if (s->cbs.up) s->cbs.up(s);
 }
 
@@ -383,8 +391,7 @@ static void got_hello(p2p_session *s, p2p_head *h) {
 
 static void deliver(p2p_session *s, const p2p_head *h, const uint8_t *payload) {
   uint64_t now = gw_clock_mono_ns();
-  size_t wire = P2P_LEN_BYTES + (h->env ? gwtf__envelope__get_packed_size(h->env) : 0) + P2P_ABYTES;
-  if (h->has_tensor) wire += (size_t)h->payload_bytes + P2P_ABYTES;
+  size_t wire = s->rx_frame_wire;
   if (wire >= RATE_MIN_FRAME) rate_add(&s->stats.rx_Bps, wire, now - s->rx_frame_start_ns);
   s->stats.frames_rx++;
   if (s->finishing) return; /* we said goodbye: nothing more goes up */
@@ -403,6 +410,7 @@ static void got_goodbye(p2p_session *s, p2p_head *h) {
 static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
   p2p_head h;
   const char *why = NULL;
+  s->rx_frame_wire = P2P_LEN_BYTES + len;
   int rc = p2p_frame_open_head(&s->ch, rec, len, &s->info.peer_id, s->cfg.max_frame, &h, &why);
   if (rc != 0) {
     session_close_now(s, P2P_END_REJECTED, rc, why);
@@ -427,6 +435,7 @@ static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
 
 static void got_payload(p2p_session *s, uint8_t *rec, size_t len) {
   const char *why = NULL;
+  s->rx_frame_wire += len;
   int rc = p2p_frame_open_payload(&s->ch, rec, len, &why);
   if (rc != 0) {
     session_close_now(s, P2P_END_REJECTED, rc, why);

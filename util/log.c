@@ -1,6 +1,7 @@
 #include "util/log.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,13 +88,15 @@ static bool is_json_number(const char *s, size_t n) {
   if (n == 0 || n >= sizeof(tmp)) return false;
   if (!(isdigit((unsigned char)s[0]) || (s[0] == '-' && n > 1 && isdigit((unsigned char)s[1]))))
     return false;
-  const char *d = s[0] == '-' ? s + 1 : s;
-  if (d[0] == '0' && (size_t)(d - s) + 1 < n && isdigit((unsigned char)d[1])) return false; /* JSON: no leading 0 */
+  const char *digits = s[0] == '-' ? s + 1 : s;
+  if (digits[0] == '0' && digits + 1 < s + n && isdigit((unsigned char)digits[1]))
+    return false; /* JSON has no leading zeros: "0042" stays a string */
   memcpy(tmp, s, n);
   tmp[n] = '\0';
   char *end = NULL;
-  strtod(tmp, &end);
-  return end == tmp + n && !strpbrk(tmp, "xXnN"); /* no hex floats, inf or nan */
+  double v = strtod(tmp, &end);
+  /* no hex floats, inf or nan, and nothing that overflows to one ("1e999") */
+  return end == tmp + n && !strpbrk(tmp, "xXnN") && isfinite(v);
 }
 
 /* Keys whose values name something (node IDs, hashes, segment and

@@ -133,6 +133,14 @@ static void connect_ab(uv_loop_t *loop, tnode *a, tnode *b) {
   assert_true(run_until(loop, both_up, &t, WAIT_MS));
 }
 
+/* Two hosts on a fresh loop, b connected to a. */
+static void start_pair(uv_loop_t *loop, tnode *a, tnode *b) {
+  uv_loop_init(loop);
+  node_start(a, loop, "a", 0, NULL);
+  node_start(b, loop, "b", 0, NULL);
+  connect_ab(loop, a, b);
+}
+
 static bool got_msg(void *ud) { return ((tnode *)ud)->msgs > 0; }
 static bool got_left(void *ud) { return ((tnode *)ud)->downs_left > 0; }
 static bool got_writable(void *ud) { return ((tnode *)ud)->writable > 0; }
@@ -151,11 +159,8 @@ static bool has_rtt(void *ud) {
 static void test_connect_and_exchange(void **state) {
   (void)state;
   uv_loop_t loop;
-  uv_loop_init(&loop);
   tnode a, b;
-  node_start(&a, &loop, "a", 0, NULL);
-  node_start(&b, &loop, "b", 0, NULL);
-  connect_ab(&loop, &a, &b);
+  start_pair(&loop, &a, &b);
   assert_int_equal(a.ups, 1);
   assert_int_equal(b.ups, 1);
   assert_int_equal(a.backs, 0);
@@ -300,11 +305,8 @@ static bool got_back(void *ud) { return ((tnode *)ud)->backs > 0; }
 static void test_reconnect_after_leave(void **state) {
   (void)state;
   uv_loop_t loop;
-  uv_loop_init(&loop);
   tnode a, b;
-  node_start(&a, &loop, "a", 0, NULL);
-  node_start(&b, &loop, "b", 0, NULL);
-  connect_ab(&loop, &a, &b);
+  start_pair(&loop, &a, &b);
   uint16_t port = addr_of(&a).port;
   p2p_identity ida = a.id;
   node_stop(&a);
