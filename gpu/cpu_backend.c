@@ -152,8 +152,9 @@ int gpu_cpu_open(int threads, gpu_backend **out, char *err, size_t err_len) {
   c->base.ops = &cpu_ops;
   c->base.dev = (gpu_device){GPU_CPU, 0};
   c->base.threads = threads;
-  /* Process-wide (OpenBLAS has no per-handle setting); see gpu/cpu.h. */
-  openblas_set_num_threads(threads);
+  /* OpenBLAS runs single-threaded inside our OpenMP threads (gpu/cpu.h).
+   * Process-wide: OpenBLAS has no per-handle setting. */
+  openblas_set_num_threads(1);
   *out = &c->base;
   return 0;
 }

@@ -9,9 +9,9 @@
 
 /* Deterministic sum over rows of per-chunk partials: out[i] += sum_ch
  * part[ch * stride + i] for i < width, chunks added in order (see gpu/cpu.h). */
-static void reduce_partials(float *out, const float *part, int nchunks, int width, size_t stride,
-                            int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+static void reduce_partials(const gpu_backend *be, float *out, const float *part, int nchunks,
+                            int width, size_t stride) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)nchunks * width)) schedule(static)
   for (int i = 0; i < width; i++) {
     float s = 0.0f;
     for (int ch = 0; ch < nchunks; ch++) s += part[(size_t)ch * stride + i];
@@ -26,7 +26,7 @@ static int row_chunks(int N) { return (N + GPU_CPU_ROW_CHUNK - 1) / GPU_CPU_ROW_
 void gpu_cpu_layernorm_forward(gpu_backend *be, float *out, float *mean, float *rstd,
                                const float *inp, const float *weight, const float *bias, int N,
                                int C, float eps) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = inp + (size_t)r * C;
     float *o = out + (size_t)r * C;
@@ -51,7 +51,7 @@ void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, fl
   int nchunks = row_chunks(N);
   float *part = gpu_cpu_scratch(gpu_cpu_of(be), (size_t)nchunks * 2 * C);
   if (!part) return;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int ch = 0; ch < nchunks; ch++) {
     float *pw = part + (size_t)ch * 2 * C, *pb = pw + C;
     memset(pw, 0, (size_t)2 * C * sizeof(float));
@@ -79,15 +79,15 @@ void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, fl
       }
     }
   }
-  reduce_partials(dweight, part, nchunks, C, (size_t)2 * C, be->threads);
-  reduce_partials(dbias, part + C, nchunks, C, (size_t)2 * C, be->threads);
+  reduce_partials(be, dweight, part, nchunks, C, (size_t)2 * C);
+  reduce_partials(be, dbias, part + C, nchunks, C, (size_t)2 * C);
 }
 
 /* ---- rmsnorm ----------------------------------------------------------------- */
 
 void gpu_cpu_rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const float *inp,
                              const float *weight, int N, int C, float eps) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = inp + (size_t)r * C;
     float *o = out + (size_t)r * C;
@@ -107,7 +107,7 @@ void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, cons
   int nchunks = row_chunks(N);
   float *part = gpu_cpu_scratch(gpu_cpu_of(be), (size_t)nchunks * C);
   if (!part) return;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int ch = 0; ch < nchunks; ch++) {
     float *pw = part + (size_t)ch * C;
     memset(pw, 0, (size_t)C * sizeof(float));
@@ -128,7 +128,7 @@ void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, cons
       }
     }
   }
-  reduce_partials(dweight, part, nchunks, C, (size_t)C, be->threads);
+  reduce_partials(be, dweight, part, nchunks, C, (size_t)C);
 }
 
 /* ---- activations --------------------------------------------------------------
@@ -141,7 +141,7 @@ void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, cons
 
 void gpu_cpu_gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n) {
   long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
   for (long blk = 0; blk < nblocks; blk++) {
     size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
     size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
@@ -157,7 +157,7 @@ void gpu_cpu_gelu_forward(gpu_backend *be, float *out, const float *inp, size_t 
 void gpu_cpu_gelu_backward(gpu_backend *be, float *dinp, const float *inp, const float *dout,
                            size_t n) {
   long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
   for (long blk = 0; blk < nblocks; blk++) {
     size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
     size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
@@ -174,7 +174,7 @@ void gpu_cpu_gelu_backward(gpu_backend *be, float *dinp, const float *inp, const
 }
 
 void gpu_cpu_swiglu_forward(gpu_backend *be, float *out, const float *inp, int N, int F) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * F)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *g = inp + (size_t)r * 2 * F, *u = g + F;
     float *o = out + (size_t)r * F;
@@ -185,7 +185,7 @@ void gpu_cpu_swiglu_forward(gpu_backend *be, float *out, const float *inp, int N
 
 void gpu_cpu_swiglu_backward(gpu_backend *be, float *dinp, const float *dout, const float *inp,
                              int N, int F) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * F)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *g = inp + (size_t)r * 2 * F, *u = g + F, *dy = dout + (size_t)r * F;
     float *dg = dinp + (size_t)r * 2 * F, *du = dg + F;
@@ -222,7 +222,7 @@ static void rope_row(float *row, const float *cs, int C, int NH, float dir) {
 static void rope_apply(gpu_backend *be, float *qkv, const float *freqs, int B, int T, int C, int NH,
                        float dir) {
   int hd = C / NH;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
   for (int bt = 0; bt < B * T; bt++)
     rope_row(qkv + (size_t)bt * 3 * C, freqs + (size_t)(bt % T) * hd, C, NH, dir);
 }
@@ -241,7 +241,7 @@ void gpu_cpu_rope_backward(gpu_backend *be, float *dqkv, const float *freqs, int
 
 void gpu_cpu_encoder_forward(gpu_backend *be, float *out, const int32_t *tokens, const float *wte,
                              const float *wpe, int B, int T, int C) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
     float *o = out + (size_t)bt * C;
     const float *e = wte + (size_t)tokens[bt] * C;
@@ -261,7 +261,7 @@ void gpu_cpu_encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const f
                               const int32_t *tokens, int B, int T, int C) {
   enum { COLS = 64 };
   int nblocks = (C + COLS - 1) / COLS;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
   for (int blk = 0; blk < nblocks; blk++) {
     int c0 = blk * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
     for (int bt = 0; bt < B * T; bt++) {
@@ -280,7 +280,7 @@ void gpu_cpu_encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const f
 
 void gpu_cpu_crossentropy_forward(gpu_backend *be, float *losses, float *probs, const float *logits,
                                   const int32_t *targets, int N, int V) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * V)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = logits + (size_t)r * V;
     float *p = probs + (size_t)r * V;
@@ -303,7 +303,7 @@ void gpu_cpu_crossentropy_forward(gpu_backend *be, float *losses, float *probs, 
 
 void gpu_cpu_crossentropy_backward(gpu_backend *be, float *dlogits, const float *probs,
                                    const int32_t *targets, float dloss, int N, int V) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * V)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *p = probs + (size_t)r * V;
     float *d = dlogits + (size_t)r * V;
@@ -328,7 +328,7 @@ void gpu_cpu_adamw_update(gpu_backend *be, float *param, const float *grad, floa
   float b1 = a->beta1, b2 = a->beta2, one_b1 = 1.0f - a->beta1, one_b2 = 1.0f - a->beta2;
   float eps = a->eps, scale = a->grad_scale;
   long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
   for (long blk = 0; blk < nblocks; blk++) {
     size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
     size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
