@@ -22,6 +22,8 @@
 
 typedef struct gpu_cpu {
   gpu_backend base;
+  gpu_ops ops;     /* this instance's table: kernels in the variant for this CPU */
+  const char *isa; /* "x86-64-v3" or "baseline" */
   int err;         /* first kernel failure (GW_ENOMEM from scratch), sticky */
   float *scratch;  /* grows on demand; one kernel at a time uses it */
   size_t scratch_floats;
@@ -48,48 +50,22 @@ static inline int gpu_cpu_team(const gpu_backend *be, size_t work) {
   return work < GPU_CPU_PARALLEL_MIN ? 1 : be->threads;
 }
 
-/* Kernels, one per gpu_ops entry (semantics in gpu/backend.h). */
-void gpu_cpu_matmul_forward(gpu_backend *be, float *out, const float *inp, const float *weight,
-                            const float *bias, const float *residual, int N, int IC, int OC);
-void gpu_cpu_matmul_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
-                             const float *dout, const float *inp, const float *weight, int N, int IC,
-                             int OC);
-size_t gpu_cpu_attention_state_floats(gpu_backend *be, int B, int T, int NH);
-void gpu_cpu_attention_forward(gpu_backend *be, float *out, float *state, const float *qkv, int B,
-                               int T, int C, int NH);
-void gpu_cpu_attention_backward(gpu_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                const float *state, int B, int T, int C, int NH);
-void gpu_cpu_layernorm_forward(gpu_backend *be, float *out, float *mean, float *rstd,
-                               const float *inp, const float *weight, const float *bias, int N,
-                               int C, float eps);
-void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight,
-                                const float *mean, const float *rstd, int N, int C);
-void gpu_cpu_rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const float *inp,
-                             const float *weight, int N, int C, float eps);
-void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, const float *dout,
-                              const float *inp, const float *weight, const float *rstd, int N,
-                              int C);
-void gpu_cpu_gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n);
-void gpu_cpu_gelu_backward(gpu_backend *be, float *dinp, const float *inp, const float *dout,
-                           size_t n);
-void gpu_cpu_swiglu_forward(gpu_backend *be, float *out, const float *inp, int N, int F);
-void gpu_cpu_swiglu_backward(gpu_backend *be, float *dinp, const float *dout, const float *inp,
-                             int N, int F);
-void gpu_cpu_rope_forward(gpu_backend *be, float *qkv, const float *freqs, int B, int T, int C,
-                          int NH);
-void gpu_cpu_rope_backward(gpu_backend *be, float *dqkv, const float *freqs, int B, int T, int C,
-                           int NH);
-void gpu_cpu_encoder_forward(gpu_backend *be, float *out, const int32_t *tokens, const float *wte,
-                             const float *wpe, int B, int T, int C);
-void gpu_cpu_encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const float *dout,
-                              const int32_t *tokens, int B, int T, int C);
-void gpu_cpu_crossentropy_forward(gpu_backend *be, float *losses, float *probs, const float *logits,
-                                  const int32_t *targets, int N, int V);
-void gpu_cpu_crossentropy_backward(gpu_backend *be, float *dlogits, const float *probs,
-                                   const int32_t *targets, float dloss, int N, int V);
-void gpu_cpu_adamw_update(gpu_backend *be, float *param, const float *grad, float *m, float *v,
-                          size_t n, const gpu_adamw_args *a);
+/* The kernels fill their gpu_ops entries (semantics in gpu/backend.h).
+ * gpu/cpu_blas.c and gpu/cpu_kernels.c are compiled twice: as is, and as
+ * gpu/cpu_*_v3.c with -march=x86-64-v3 (AVX2) and GPU_CPU_V3 defined,
+ * which renames these two functions; gpu_cpu_open picks the v3 set when
+ * the CPU has it. Both sets compute element-wise results bit for bit alike
+ * (ISO C mode: no FMA contraction), so the optimizer step is the same on
+ * every machine; row sums may round differently between the two. */
+#ifdef GPU_CPU_V3
+#define GPU_CPU_FN(name) gpu_cpu_v3_##name
+#else
+#define GPU_CPU_FN(name) gpu_cpu_##name
+#endif
+void gpu_cpu_fill_blas(gpu_ops *ops);
+void gpu_cpu_fill_kernels(gpu_ops *ops);
+void gpu_cpu_v3_fill_blas(gpu_ops *ops);
+void gpu_cpu_v3_fill_kernels(gpu_ops *ops);
 
 /* ---- vectorisable math ----------------------------------------------------
  * libm's expf is a function call the compiler cannot vectorise; these are

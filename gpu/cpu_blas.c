@@ -63,8 +63,8 @@ static void fill_rows(const gpu_backend *be, float *out, const float *bias, cons
   }
 }
 
-void gpu_cpu_matmul_forward(gpu_backend *be, float *out, const float *inp, const float *weight,
-                            const float *bias, const float *residual, int N, int IC, int OC) {
+static void matmul_forward(gpu_backend *be, float *out, const float *inp, const float *weight,
+                           const float *bias, const float *residual, int N, int IC, int OC) {
   float beta = 0.0f;
   if (bias || (residual && residual != out)) {
     fill_rows(be, out, bias, residual, N, OC);
@@ -91,16 +91,16 @@ static void colsum_accumulate(const gpu_backend *be, float *dbias, const float *
   }
 }
 
-void gpu_cpu_matmul_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
-                             const float *dout, const float *inp, const float *weight, int N, int IC,
-                             int OC) {
+static void matmul_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N, int IC,
+                            int OC) {
   if (dinp)
     sgemm_rows(be, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
   sgemm_rows(be, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
   if (dbias) colsum_accumulate(be, dbias, dout, N, OC);
 }
 
-size_t gpu_cpu_attention_state_floats(gpu_backend *be, int B, int T, int NH) {
+static size_t attention_state_floats(gpu_backend *be, int B, int T, int NH) {
   (void)be;
   return (size_t)B * NH * T * T;
 }
@@ -139,8 +139,8 @@ static void attention_head_forward(float *o, float *P, const float *q, const flo
   }
 }
 
-void gpu_cpu_attention_forward(gpu_backend *be, float *out, float *state, const float *qkv, int B,
-                               int T, int C, int NH) {
+static void attention_forward(gpu_backend *be, float *out, float *state, const float *qkv, int B,
+                              int T, int C, int NH) {
   int hd = C / NH;
   float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * T * C / 64)) schedule(static)
@@ -192,8 +192,8 @@ static void attention_head_backward(float *dq, float *dk, float *dv, float *dP, 
   }
 }
 
-void gpu_cpu_attention_backward(gpu_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                const float *state, int B, int T, int C, int NH) {
+static void attention_backward(gpu_backend *be, float *dqkv, const float *dout, const float *qkv,
+                               const float *state, int B, int T, int C, int NH) {
   gpu_cpu *c = gpu_cpu_of(be);
   int nt = gpu_cpu_team(be, (size_t)B * T * T * C / 64), hd = C / NH;
   float scale = 1.0f / sqrtf((float)hd);
@@ -212,4 +212,12 @@ void gpu_cpu_attention_backward(gpu_backend *be, float *dqkv, const float *dout,
                               qkv + off + 2 * C, state + (size_t)bh * T * T, T, C, hd, scale);
     }
   }
+}
+
+void GPU_CPU_FN(fill_blas)(gpu_ops *ops) {
+  ops->matmul_forward = matmul_forward;
+  ops->matmul_backward = matmul_backward;
+  ops->attention_state_floats = attention_state_floats;
+  ops->attention_forward = attention_forward;
+  ops->attention_backward = attention_backward;
 }

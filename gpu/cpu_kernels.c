@@ -23,9 +23,9 @@ static int row_chunks(int N) { return (N + GPU_CPU_ROW_CHUNK - 1) / GPU_CPU_ROW_
 
 /* ---- layernorm ---------------------------------------------------------------- */
 
-void gpu_cpu_layernorm_forward(gpu_backend *be, float *out, float *mean, float *rstd,
-                               const float *inp, const float *weight, const float *bias, int N,
-                               int C, float eps) {
+static void layernorm_forward(gpu_backend *be, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, float eps) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = inp + (size_t)r * C;
@@ -45,9 +45,9 @@ void gpu_cpu_layernorm_forward(gpu_backend *be, float *out, float *mean, float *
   }
 }
 
-void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight,
-                                const float *mean, const float *rstd, int N, int C) {
+static void layernorm_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C) {
   int nchunks = row_chunks(N);
   float *part = gpu_cpu_scratch(gpu_cpu_of(be), (size_t)nchunks * 2 * C);
   if (!part) return;
@@ -85,8 +85,8 @@ void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, fl
 
 /* ---- rmsnorm ----------------------------------------------------------------- */
 
-void gpu_cpu_rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const float *inp,
-                             const float *weight, int N, int C, float eps) {
+static void rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const float *inp,
+                            const float *weight, int N, int C, float eps) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = inp + (size_t)r * C;
@@ -101,9 +101,9 @@ void gpu_cpu_rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const flo
   }
 }
 
-void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, const float *dout,
-                              const float *inp, const float *weight, const float *rstd, int N,
-                              int C) {
+static void rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C) {
   int nchunks = row_chunks(N);
   float *part = gpu_cpu_scratch(gpu_cpu_of(be), (size_t)nchunks * C);
   if (!part) return;
@@ -139,7 +139,7 @@ void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, cons
 #define GELU_A (0.044715f)
 #define GPU_CPU_ELEM_BLOCK (4096) /* elements per OpenMP task in flat loops */
 
-void gpu_cpu_gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n) {
+static void gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n) {
   long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
 #pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
   for (long blk = 0; blk < nblocks; blk++) {
@@ -154,8 +154,8 @@ void gpu_cpu_gelu_forward(gpu_backend *be, float *out, const float *inp, size_t 
   }
 }
 
-void gpu_cpu_gelu_backward(gpu_backend *be, float *dinp, const float *inp, const float *dout,
-                           size_t n) {
+static void gelu_backward(gpu_backend *be, float *dinp, const float *inp, const float *dout,
+                          size_t n) {
   long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
 #pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
   for (long blk = 0; blk < nblocks; blk++) {
@@ -173,7 +173,7 @@ void gpu_cpu_gelu_backward(gpu_backend *be, float *dinp, const float *inp, const
   }
 }
 
-void gpu_cpu_swiglu_forward(gpu_backend *be, float *out, const float *inp, int N, int F) {
+static void swiglu_forward(gpu_backend *be, float *out, const float *inp, int N, int F) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * F)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *g = inp + (size_t)r * 2 * F, *u = g + F;
@@ -183,8 +183,8 @@ void gpu_cpu_swiglu_forward(gpu_backend *be, float *out, const float *inp, int N
   }
 }
 
-void gpu_cpu_swiglu_backward(gpu_backend *be, float *dinp, const float *dout, const float *inp,
-                             int N, int F) {
+static void swiglu_backward(gpu_backend *be, float *dinp, const float *dout, const float *inp,
+                            int N, int F) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * F)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *g = inp + (size_t)r * 2 * F, *u = g + F, *dy = dout + (size_t)r * F;
@@ -227,20 +227,20 @@ static void rope_apply(gpu_backend *be, float *qkv, const float *freqs, int B, i
     rope_row(qkv + (size_t)bt * 3 * C, freqs + (size_t)(bt % T) * hd, C, NH, dir);
 }
 
-void gpu_cpu_rope_forward(gpu_backend *be, float *qkv, const float *freqs, int B, int T, int C,
-                          int NH) {
+static void rope_forward(gpu_backend *be, float *qkv, const float *freqs, int B, int T, int C,
+                         int NH) {
   rope_apply(be, qkv, freqs, B, T, C, NH, 1.0f);
 }
 
-void gpu_cpu_rope_backward(gpu_backend *be, float *dqkv, const float *freqs, int B, int T, int C,
-                           int NH) {
+static void rope_backward(gpu_backend *be, float *dqkv, const float *freqs, int B, int T, int C,
+                          int NH) {
   rope_apply(be, dqkv, freqs, B, T, C, NH, -1.0f);
 }
 
 /* ---- embedding ------------------------------------------------------------------ */
 
-void gpu_cpu_encoder_forward(gpu_backend *be, float *out, const int32_t *tokens, const float *wte,
-                             const float *wpe, int B, int T, int C) {
+static void encoder_forward(gpu_backend *be, float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
     float *o = out + (size_t)bt * C;
@@ -257,8 +257,8 @@ void gpu_cpu_encoder_forward(gpu_backend *be, float *out, const int32_t *tokens,
 
 /* Threads own disjoint column ranges and walk the rows in order, so the
  * scatter-add needs no atomics and always sums in the same order. */
-void gpu_cpu_encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const float *dout,
-                              const int32_t *tokens, int B, int T, int C) {
+static void encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *tokens, int B, int T, int C) {
   enum { COLS = 64 };
   int nblocks = (C + COLS - 1) / COLS;
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
@@ -278,8 +278,8 @@ void gpu_cpu_encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const f
 
 /* ---- cross-entropy ------------------------------------------------------------------ */
 
-void gpu_cpu_crossentropy_forward(gpu_backend *be, float *losses, float *probs, const float *logits,
-                                  const int32_t *targets, int N, int V) {
+static void crossentropy_forward(gpu_backend *be, float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int N, int V) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * V)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = logits + (size_t)r * V;
@@ -301,8 +301,8 @@ void gpu_cpu_crossentropy_forward(gpu_backend *be, float *losses, float *probs, 
   }
 }
 
-void gpu_cpu_crossentropy_backward(gpu_backend *be, float *dlogits, const float *probs,
-                                   const int32_t *targets, float dloss, int N, int V) {
+static void crossentropy_backward(gpu_backend *be, float *dlogits, const float *probs,
+                                  const int32_t *targets, float dloss, int N, int V) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * V)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *p = probs + (size_t)r * V;
@@ -318,8 +318,8 @@ void gpu_cpu_crossentropy_backward(gpu_backend *be, float *dlogits, const float 
 /* Element-wise and without FMA contraction (ISO C mode), so the step is
  * bit-identical on every CPU: peers of one stage step the same averaged
  * gradients and must end with the same weights. */
-void gpu_cpu_adamw_update(gpu_backend *be, float *param, const float *grad, float *m, float *v,
-                          size_t n, const gpu_adamw_args *a) {
+static void adamw_update(gpu_backend *be, float *param, const float *grad, float *m, float *v,
+                         size_t n, const gpu_adamw_args *a) {
   double bc1 = 1.0 - pow((double)a->beta1, (double)a->step);
   double bc2 = 1.0 - pow((double)a->beta2, (double)a->step);
   float step_size = (float)((double)a->lr / bc1);
@@ -344,4 +344,22 @@ void gpu_cpu_adamw_update(gpu_backend *be, float *param, const float *grad, floa
       v[i] = vi;
     }
   }
+}
+
+void GPU_CPU_FN(fill_kernels)(gpu_ops *ops) {
+  ops->layernorm_forward = layernorm_forward;
+  ops->layernorm_backward = layernorm_backward;
+  ops->rmsnorm_forward = rmsnorm_forward;
+  ops->rmsnorm_backward = rmsnorm_backward;
+  ops->gelu_forward = gelu_forward;
+  ops->gelu_backward = gelu_backward;
+  ops->swiglu_forward = swiglu_forward;
+  ops->swiglu_backward = swiglu_backward;
+  ops->rope_forward = rope_forward;
+  ops->rope_backward = rope_backward;
+  ops->encoder_forward = encoder_forward;
+  ops->encoder_backward = encoder_backward;
+  ops->crossentropy_forward = crossentropy_forward;
+  ops->crossentropy_backward = crossentropy_backward;
+  ops->adamw_update = adamw_update;
 }

@@ -47,17 +47,28 @@ static const struct {
     {"adamw.safetensors", 3},
 };
 
+/* Every fixture, with both builds of the CPU kernels (the x86-64-v3 one
+ * only where the CPU has it). */
 static void test_all_fixtures(void **state) {
   (void)state;
-  gpu_backend *be = tt_cpu(2);
-  for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++) {
-    char path[1024];
-    fixture_path(fixtures[i].name, path, sizeof(path));
-    tally t = run(be, path);
-    if (t.failed) fail_msg("%s: %d of %d over tolerance (first: %s)", fixtures[i].name, t.failed, t.n, t.first_failed);
-    assert_int_equal(t.n, fixtures[i].n);
+  gpu_cpu_kernels variants[2] = {GPU_CPU_KERNELS_BASELINE, GPU_CPU_KERNELS_V3};
+  for (int v = 0; v < 2; v++) {
+    gpu_backend *be = tt_cpu_kernels(2, variants[v]);
+    if (!be) {
+      print_message("x86-64-v3 kernels not available here: baseline only\n");
+      continue;
+    }
+    for (size_t i = 0; i < sizeof(fixtures) / sizeof(fixtures[0]); i++) {
+      char path[1024];
+      fixture_path(fixtures[i].name, path, sizeof(path));
+      tally t = run(be, path);
+      if (t.failed)
+        fail_msg("%s (kernels %d): %d of %d over tolerance (first: %s)", fixtures[i].name, (int)variants[v],
+                 t.failed, t.n, t.first_failed);
+      assert_int_equal(t.n, fixtures[i].n);
+    }
+    gpu_backend_close(be);
   }
-  gpu_backend_close(be);
 }
 
 /* Adds delta to the first float of tensor `name` in a copy of the fixture. */

@@ -121,7 +121,8 @@ static void write_param(objective *o, void *ud) {
 
 static void check_close(const char *what, size_t idx, double fd, double an, double scale) {
   double err = fabs(fd - an), tol = GC_REL_TOL * scale + 1e-4;
-  if (!(err <= tol)) fail_msg("%s[%zu]: finite difference %.6g, analytic %.6g (tol %.3g)", what, idx, fd, an, tol);
+  if (!(err <= tol))
+    fail_msg("%s[%zu]: finite difference %.6g, analytic %.6g (tol %.3g)", what, idx, fd, an, tol);
 }
 
 static double max_abs(const float *v, size_t n) {

@@ -73,7 +73,8 @@ static void test_round_trip(void **state) {
 static void test_wrong_dtype_and_shape(void **state) {
   (void)state;
   size_t len;
-  uint8_t *buf = make_file("{\"x\":{\"dtype\":\"I32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", 16, 0, &len);
+  uint8_t *buf =
+      make_file("{\"x\":{\"dtype\":\"I32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}", 16, 0, &len);
   st_file f;
   char err[ST_ERR_MAX];
   assert_int_equal(st_parse(buf, len, &f, err, sizeof(err)), 0);
@@ -100,7 +101,8 @@ static void test_truncated(void **state) {
   expect_reject("{}", 0, 1000, "runs past the end");
   expect_reject("{}", 0, (uint64_t)1 << 62, "runs past the end");
   /* The data is cut short: the tensor's offsets leave the file. */
-  expect_reject("{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, 0, "outside the 12 data bytes");
+  expect_reject("{\"x\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 12, 0,
+                "outside the 12 data bytes");
 }
 
 static void test_lying_header(void **state) {
@@ -137,7 +139,8 @@ static void test_layout(void **state) {
   expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                 "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, 0, "overlap");
   expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12, 0, "belong to no tensor");
+                "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12, 0,
+                "belong to no tensor");
   expect_reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 12, 0,
                 "last 8 data bytes belong to no tensor");
 }

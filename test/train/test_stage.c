@@ -375,6 +375,32 @@ static void test_memory(void **state) {
   gpu_backend_close(be);
 }
 
+/* Peers of a stage step the same averaged gradients and must stay bit-
+ * identical, on whatever CPU: AdamW is element-wise without FMA
+ * contraction, so both kernel builds agree exactly. */
+static void test_adamw_same_on_every_cpu(void **state) {
+  (void)state;
+  gpu_backend *base = tt_cpu_kernels(1, GPU_CPU_KERNELS_BASELINE), *v3 = tt_cpu_kernels(2, GPU_CPU_KERNELS_V3);
+  if (!v3) {
+    gpu_backend_close(base);
+    skip();
+  }
+  size_t n = 10007;
+  float *p[2], *m[2], *v[2], *g = tt_randn(n, 1, 1.0f);
+  gpu_adamw_args a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.25f, 7};
+  for (int k = 0; k < 2; k++) {
+    p[k] = tt_randn(n, 2, 1.0f), m[k] = tt_randn(n, 3, 0.1f), v[k] = tt_randn(n, 4, 0.1f);
+    for (size_t i = 0; i < n; i++) v[k][i] *= v[k][i];
+    gpu_adamw_update(k ? v3 : base, p[k], g, m[k], v[k], n, &a);
+  }
+  assert_memory_equal(p[0], p[1], n * 4);
+  assert_memory_equal(m[0], m[1], n * 4);
+  assert_memory_equal(v[0], v[1], n * 4);
+  for (int k = 0; k < 2; k++) free(p[k]), free(m[k]), free(v[k]);
+  free(g);
+  gpu_backend_close(base), gpu_backend_close(v3);
+}
+
 static void test_spec_validation(void **state) {
   (void)state;
   char err[256];
@@ -401,7 +427,7 @@ int main(void) {
       cmocka_unit_test(test_recompute),       cmocka_unit_test(test_bad_tokens),
       cmocka_unit_test(test_checkpoint),      cmocka_unit_test(test_state_stream),
       cmocka_unit_test(test_step_and_hash),   cmocka_unit_test(test_memory),
-      cmocka_unit_test(test_spec_validation),
+      cmocka_unit_test(test_adamw_same_on_every_cpu), cmocka_unit_test(test_spec_validation),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,16 +6,22 @@
 
 #include "gpu/backend.h"
 #include "train/stage.h"
+#include "util/err.h"
 #include "util/rng.h"
 
-static inline gpu_backend *tt_cpu(int threads) {
+/* A CPU backend with the given kernels; NULL when this CPU lacks them. */
+static inline gpu_backend *tt_cpu_kernels(int threads, gpu_cpu_kernels kernels) {
   gpu_device dev = {GPU_CPU, 0};
-  gpu_options opt = {threads};
+  gpu_options opt = {threads, kernels};
   gpu_backend *be = NULL;
   char err[256];
-  if (gpu_backend_open(&dev, &opt, &be, err, sizeof(err)) != 0) fail_msg("cpu backend: %s", err);
+  int rc = gpu_backend_open(&dev, &opt, &be, err, sizeof(err));
+  if (rc != 0 && !(rc == GW_EUNSUPPORTED && kernels != GPU_CPU_KERNELS_AUTO))
+    fail_msg("cpu backend: %s", err);
   return be;
 }
+
+static inline gpu_backend *tt_cpu(int threads) { return tt_cpu_kernels(threads, GPU_CPU_KERNELS_AUTO); }
 
 /* A small model with odd sizes: C = 12, 3 heads, T = 5. */
 static inline model_config tt_model(model_arch arch, int n_layers) {
