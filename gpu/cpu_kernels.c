@@ -137,16 +137,23 @@ static void rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, const
 
 #define GELU_K (0.7978845608028654f) /* sqrt(2/pi) */
 #define GELU_A (0.044715f)
-#define GPU_CPU_ELEM_BLOCK (4096) /* elements per OpenMP task in flat loops */
+
+/* Flat element loops run in blocks: one OpenMP task each, an inner loop
+ * the compiler vectorises. */
+#define GPU_CPU_ELEM_BLOCK ((size_t)4096)
+
+static long elem_blocks(size_t n) { return (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK); }
+static size_t elem_end(long blk, size_t n) {
+  size_t end = (size_t)(blk + 1) * GPU_CPU_ELEM_BLOCK;
+  return end < n ? end : n;
+}
 
 static void gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n) {
-  long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
 #pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
-  for (long blk = 0; blk < nblocks; blk++) {
-    size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
-    size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
+  for (long blk = 0; blk < elem_blocks(n); blk++) {
+    size_t end = elem_end(blk, n);
 #pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
+    for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
       float x = inp[i];
       float u = GELU_K * (x + GELU_A * x * x * x);
       out[i] = x * gpu_cpu_sigmoidf(2.0f * u);
@@ -156,13 +163,11 @@ static void gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n
 
 static void gelu_backward(gpu_backend *be, float *dinp, const float *inp, const float *dout,
                           size_t n) {
-  long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
 #pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
-  for (long blk = 0; blk < nblocks; blk++) {
-    size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
-    size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
+  for (long blk = 0; blk < elem_blocks(n); blk++) {
+    size_t end = elem_end(blk, n);
 #pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
+    for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
       float x = inp[i];
       float u = GELU_K * (x + GELU_A * x * x * x);
       float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
@@ -327,13 +332,11 @@ static void adamw_update(gpu_backend *be, float *param, const float *grad, float
   float decay = (float)(1.0 - (double)a->lr * (double)a->weight_decay);
   float b1 = a->beta1, b2 = a->beta2, one_b1 = 1.0f - a->beta1, one_b2 = 1.0f - a->beta2;
   float eps = a->eps, scale = a->grad_scale;
-  long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
 #pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
-  for (long blk = 0; blk < nblocks; blk++) {
-    size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
-    size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
+  for (long blk = 0; blk < elem_blocks(n); blk++) {
+    size_t end = elem_end(blk, n);
 #pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
+    for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
       float g = grad[i] * scale;
       float p = param[i] * decay;
       float mi = m[i] * b1 + g * one_b1;
