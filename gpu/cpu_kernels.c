@@ -148,15 +148,16 @@ static size_t elem_end(long blk, size_t n) {
   return end < n ? end : n;
 }
 
+/* 2u, the argument of the sigmoid. */
+static inline float gelu_2u(float x) { return 2.0f * GELU_K * (x + GELU_A * x * x * x); }
+
 static void gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n) {
 #pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
   for (long blk = 0; blk < elem_blocks(n); blk++) {
     size_t end = elem_end(blk, n);
 #pragma omp simd
     for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
-      float x = inp[i];
-      float u = GELU_K * (x + GELU_A * x * x * x);
-      out[i] = x * gpu_cpu_sigmoidf(2.0f * u);
+      out[i] = inp[i] * gpu_cpu_sigmoidf(gelu_2u(inp[i]));
     }
   }
 }
@@ -168,10 +169,8 @@ static void gelu_backward(gpu_backend *be, float *dinp, const float *inp, const 
     size_t end = elem_end(blk, n);
 #pragma omp simd
     for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
-      float x = inp[i];
-      float u = GELU_K * (x + GELU_A * x * x * x);
+      float x = inp[i], s = gpu_cpu_sigmoidf(gelu_2u(x));
       float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-      float s = gpu_cpu_sigmoidf(2.0f * u);
       /* d/dx [x s(2u)] = s + x s (1 - s) 2 u' */
       dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
     }
