@@ -70,7 +70,7 @@ int gpu_backend_open(const gpu_device *dev, const gpu_options *opt, gpu_backend 
   *out = NULL;
   if (dev->kind == GPU_CPU) {
     int threads = opt && opt->threads > 0 ? opt->threads : online_cores();
-    return gpu_cpu_open(threads, out, err, err_len);
+    return gpu_cpu_open(threads, opt ? opt->cpu_kernels : GPU_CPU_KERNELS_AUTO, out, err, err_len);
   }
 #ifdef GWTF_HAVE_CUDA
   return gpu_cuda_open(dev->index, out, err, err_len);

@@ -83,12 +83,20 @@ bool gpu_have_cuda(void);
 
 typedef struct gpu_backend gpu_backend;
 
+/* Which build of the CPU kernels to run (x86-64: the SSE2 baseline or the
+ * x86-64-v3 = AVX2 one); AUTO picks the best the CPU has. Tests use the
+ * others to cover both. */
+typedef enum gpu_cpu_kernels {
+  GPU_CPU_KERNELS_AUTO = 0,
+  GPU_CPU_KERNELS_BASELINE = 1,
+  GPU_CPU_KERNELS_V3 = 2,
+} gpu_cpu_kernels;
+
 typedef struct gpu_options {
-  /* CPU: OpenMP threads for the plain-C kernels and OpenBLAS threads for
-   * sgemm (openblas_set_num_threads is process-wide, so two CPU backends in
-   * one process share the last setting). 0 = the number of online cores.
-   * Ignored by CUDA. */
+  /* CPU: threads for every kernel, sgemm included (one OpenMP team; see
+   * gpu/cpu.h). 0 = the cores this process may run on. Ignored by CUDA. */
   int threads;
+  gpu_cpu_kernels cpu_kernels; /* CPU only */
 } gpu_options;
 
 /* Opens a backend on dev. On failure returns a negative code and writes a

@@ -17,8 +17,9 @@ extern "C" {
 /* Writes a printf-style sentence into err when err is not NULL. */
 void gpu_set_err(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* The CPU backend (gpu/cpu_backend.c). threads > 0. */
-int gpu_cpu_open(int threads, gpu_backend **out, char *err, size_t err_len);
+/* The CPU backend (gpu/cpu_backend.c). threads > 0. GW_EUNSUPPORTED when
+ * the kernels asked for cannot run on this CPU. */
+int gpu_cpu_open(int threads, gpu_cpu_kernels kernels, gpu_backend **out, char *err, size_t err_len);
 
 #ifdef GWTF_HAVE_CUDA
 /* The CUDA backend (gpu/cuda_*.cu). Returns GW_ENOENT with the driver's

@@ -1,5 +1,6 @@
 /* gpu/cpu_backend.c — the CPU backend: host memory, the kernel table. */
 #include <cblas.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,7 +86,8 @@ static int cpu_mem_info(gpu_backend *be, size_t *free_bytes, size_t *total_bytes
 /* The model name from /proc/cpuinfo; no peak figure (it depends on clocks
  * and vector units we do not probe). */
 static int cpu_device_info(gpu_backend *be, gpu_device_info *out) {
-  snprintf(out->name, sizeof(out->name), "cpu (%d threads)", be->threads);
+  const char *isa = gpu_cpu_of(be)->isa;
+  snprintf(out->name, sizeof(out->name), "cpu (%s kernels, %d threads)", isa, be->threads);
   out->peak_flops = 0.0;
   FILE *fp = fopen("/proc/cpuinfo", "r");
   if (!fp) return 0;
@@ -96,7 +98,7 @@ static int cpu_device_info(gpu_backend *be, gpu_device_info *out) {
     line[strcspn(line, "\n")] = '\0';
     const char *name = colon + 1;
     while (*name == ' ' || *name == '\t') name++;
-    snprintf(out->name, sizeof(out->name), "%.80s (%d threads)", name, be->threads);
+    snprintf(out->name, sizeof(out->name), "%.60s (%s kernels, %d threads)", name, isa, be->threads);
     break;
   }
   fclose(fp);
@@ -109,51 +111,61 @@ static void cpu_close(gpu_backend *be) {
   free(c);
 }
 
-static const gpu_ops cpu_ops = {
-    .name = "cpu",
-    .close = cpu_close,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .upload = cpu_upload,
-    .download = cpu_download,
-    .copy = cpu_copy,
-    .zero = cpu_zero,
-    .sync = cpu_sync,
-    .mem_info = cpu_mem_info,
-    .device_info = cpu_device_info,
-    .attention_state_floats = gpu_cpu_attention_state_floats,
-    .matmul_forward = gpu_cpu_matmul_forward,
-    .matmul_backward = gpu_cpu_matmul_backward,
-    .layernorm_forward = gpu_cpu_layernorm_forward,
-    .layernorm_backward = gpu_cpu_layernorm_backward,
-    .rmsnorm_forward = gpu_cpu_rmsnorm_forward,
-    .rmsnorm_backward = gpu_cpu_rmsnorm_backward,
-    .gelu_forward = gpu_cpu_gelu_forward,
-    .gelu_backward = gpu_cpu_gelu_backward,
-    .swiglu_forward = gpu_cpu_swiglu_forward,
-    .swiglu_backward = gpu_cpu_swiglu_backward,
-    .rope_forward = gpu_cpu_rope_forward,
-    .rope_backward = gpu_cpu_rope_backward,
-    .attention_forward = gpu_cpu_attention_forward,
-    .attention_backward = gpu_cpu_attention_backward,
-    .encoder_forward = gpu_cpu_encoder_forward,
-    .encoder_backward = gpu_cpu_encoder_backward,
-    .crossentropy_forward = gpu_cpu_crossentropy_forward,
-    .crossentropy_backward = gpu_cpu_crossentropy_backward,
-    .adamw_update = gpu_cpu_adamw_update,
-};
+static bool have_v3(void) {
+#if defined(GWTF_CPU_V3)
+  return __builtin_cpu_supports("x86-64-v3");
+#else
+  return false;
+#endif
+}
 
-int gpu_cpu_open(int threads, gpu_backend **out, char *err, size_t err_len) {
+/* Memory and bookkeeping entries; the kernels come from gpu/cpu_blas.c and
+ * gpu/cpu_kernels.c in the variant asked for. */
+static void fill_ops(gpu_ops *ops, bool v3) {
+  *ops = (gpu_ops){
+      .name = "cpu",
+      .close = cpu_close,
+      .alloc = cpu_alloc,
+      .free = cpu_free,
+      .upload = cpu_upload,
+      .download = cpu_download,
+      .copy = cpu_copy,
+      .zero = cpu_zero,
+      .sync = cpu_sync,
+      .mem_info = cpu_mem_info,
+      .device_info = cpu_device_info,
+  };
+#if defined(GWTF_CPU_V3)
+  if (v3) {
+    gpu_cpu_v3_fill_blas(ops);
+    gpu_cpu_v3_fill_kernels(ops);
+    return;
+  }
+#endif
+  (void)v3;
+  gpu_cpu_fill_blas(ops);
+  gpu_cpu_fill_kernels(ops);
+}
+
+int gpu_cpu_open(int threads, gpu_cpu_kernels kernels, gpu_backend **out, char *err, size_t err_len) {
+  bool v3 = kernels == GPU_CPU_KERNELS_V3 || (kernels == GPU_CPU_KERNELS_AUTO && have_v3());
+  if (v3 && !have_v3()) {
+    gpu_set_err(err, err_len, "this CPU (or build) cannot run the x86-64-v3 kernels");
+    return GW_EUNSUPPORTED;
+  }
   gpu_cpu *c = calloc(1, sizeof(*c));
   if (!c) {
     gpu_set_err(err, err_len, "out of memory opening the CPU backend");
     return GW_ENOMEM;
   }
-  c->base.ops = &cpu_ops;
+  fill_ops(&c->ops, v3);
+  c->isa = v3 ? "x86-64-v3" : "baseline";
+  c->base.ops = &c->ops;
   c->base.dev = (gpu_device){GPU_CPU, 0};
   c->base.threads = threads;
-  /* Process-wide (OpenBLAS has no per-handle setting); see gpu/cpu.h. */
-  openblas_set_num_threads(threads);
+  /* OpenBLAS runs single-threaded inside our OpenMP threads (gpu/cpu.h).
+   * Process-wide: OpenBLAS has no per-handle setting. */
+  openblas_set_num_threads(1);
   *out = &c->base;
   return 0;
 }

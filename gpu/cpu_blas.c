@@ -14,10 +14,42 @@
 #define GPU_CPU_ATT_BLOCK (64)
 /* Columns per task in the column sum of dbias. */
 #define GPU_CPU_COL_BLOCK (128)
+/* Row split granularity of a parallel sgemm (a multiple of the kernels'
+ * register tile, so no thread gets a ragged edge in the middle). */
+#define GPU_CPU_GEMM_ROWS (16)
+
+/* C (M,N) = alpha op(A) op(B) + beta C, row-major, with the rows of C split
+ * across the backend's OpenMP threads, each running a single-threaded
+ * sgemm. One thread pool does all the work: OpenBLAS's own pthreads stay
+ * idle (gpu_cpu_open sets them to 1), because two pools that spin-wait
+ * against each other on a 2-core machine cost us a third of the speed. */
+static void sgemm_rows(const gpu_backend *be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
+                       int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                       float beta, float *C, int ldc) {
+  int nt = gpu_cpu_team(be, (size_t)M * N * K / 64);
+  int chunks = (M + GPU_CPU_GEMM_ROWS - 1) / GPU_CPU_GEMM_ROWS;
+  if (nt > chunks) nt = chunks;
+  if (nt <= 1) {
+    cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    int t = omp_get_thread_num(), n = omp_get_num_threads();
+    int m0 = chunks * t / n * GPU_CPU_GEMM_ROWS, m1 = chunks * (t + 1) / n * GPU_CPU_GEMM_ROWS;
+    if (m1 > M) m1 = M;
+    /* Row m of op(A) is row m of A, or column m of A when transposed. */
+    const float *a = ta == CblasNoTrans ? A + (size_t)m0 * lda : A + m0;
+    if (m1 > m0)
+      cblas_sgemm(CblasRowMajor, ta, tb, m1 - m0, N, K, alpha, a, lda, B, ldb, beta,
+                  C + (size_t)m0 * ldc, ldc);
+  }
+}
 
 /* out rows = residual rows (+ bias), so that sgemm can add with beta = 1. */
-static void fill_rows(float *out, const float *bias, const float *residual, int N, int OC, int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+static void fill_rows(const gpu_backend *be, float *out, const float *bias, const float *residual,
+                      int N, int OC) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * OC)) schedule(static)
   for (int r = 0; r < N; r++) {
     float *o = out + (size_t)r * OC;
     if (residual && bias) {
@@ -31,23 +63,22 @@ static void fill_rows(float *out, const float *bias, const float *residual, int 
   }
 }
 
-void gpu_cpu_matmul_forward(gpu_backend *be, float *out, const float *inp, const float *weight,
-                            const float *bias, const float *residual, int N, int IC, int OC) {
+static void matmul_forward(gpu_backend *be, float *out, const float *inp, const float *weight,
+                           const float *bias, const float *residual, int N, int IC, int OC) {
   float beta = 0.0f;
   if (bias || (residual && residual != out)) {
-    fill_rows(out, bias, residual, N, OC, be->threads);
+    fill_rows(be, out, bias, residual, N, OC);
     beta = 1.0f;
   } else if (residual == out && residual) {
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta,
-              out, OC);
+  sgemm_rows(be, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta, out, OC);
 }
 
 /* dbias[j] += sum over rows of dout[r, j]; each column summed in row order. */
-static void colsum_accumulate(float *dbias, const float *dout, int N, int OC, int nt) {
+static void colsum_accumulate(const gpu_backend *be, float *dbias, const float *dout, int N, int OC) {
   int nblocks = (OC + GPU_CPU_COL_BLOCK - 1) / GPU_CPU_COL_BLOCK;
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * OC)) schedule(static)
   for (int blk = 0; blk < nblocks; blk++) {
     int j0 = blk * GPU_CPU_COL_BLOCK;
     int nj = OC - j0 < GPU_CPU_COL_BLOCK ? OC - j0 : GPU_CPU_COL_BLOCK;
@@ -60,32 +91,18 @@ static void colsum_accumulate(float *dbias, const float *dout, int N, int OC, in
   }
 }
 
-void gpu_cpu_matmul_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
-                             const float *dout, const float *inp, const float *weight, int N, int IC,
-                             int OC) {
+static void matmul_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
+                            const float *dout, const float *inp, const float *weight, int N, int IC,
+                            int OC) {
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC,
-                0.0f, dinp, IC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f,
-              dweight, IC);
-  if (dbias) colsum_accumulate(dbias, dout, N, OC, be->threads);
+    sgemm_rows(be, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC, 0.0f, dinp, IC);
+  sgemm_rows(be, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dweight, IC);
+  if (dbias) colsum_accumulate(be, dbias, dout, N, OC);
 }
 
-size_t gpu_cpu_attention_state_floats(gpu_backend *be, int B, int T, int NH) {
+static size_t attention_state_floats(gpu_backend *be, int B, int T, int NH) {
   (void)be;
   return (size_t)B * NH * T * T;
-}
-
-/* Regions that call sgemm from every OpenMP thread run OpenBLAS single-
- * threaded; the previous setting is restored afterwards. */
-static int blas_threads_begin(int nt) {
-  int prev = openblas_get_num_threads();
-  if (nt > 1 && prev != 1) openblas_set_num_threads(1);
-  return prev;
-}
-
-static void blas_threads_end(int nt, int prev) {
-  if (nt > 1 && prev != 1) openblas_set_num_threads(prev);
 }
 
 /* Row t of a causal score block: p[0..t] = softmax(p[0..t]),
@@ -122,19 +139,17 @@ static void attention_head_forward(float *o, float *P, const float *q, const flo
   }
 }
 
-void gpu_cpu_attention_forward(gpu_backend *be, float *out, float *state, const float *qkv, int B,
-                               int T, int C, int NH) {
-  int nt = be->threads, hd = C / NH;
+static void attention_forward(gpu_backend *be, float *out, float *state, const float *qkv, int B,
+                              int T, int C, int NH) {
+  int hd = C / NH;
   float scale = 1.0f / sqrtf((float)hd);
-  int prev = blas_threads_begin(nt);
-#pragma omp parallel for num_threads(nt) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * T * C / 64)) schedule(static)
   for (int bh = 0; bh < B * NH; bh++) {
     int b = bh / NH, h = bh % NH;
     const float *q = qkv + (size_t)b * T * 3 * C + (size_t)h * hd;
     attention_head_forward(out + (size_t)b * T * C + (size_t)h * hd, state + (size_t)bh * T * T, q,
                            q + C, q + 2 * C, T, C, hd, scale);
   }
-  blas_threads_end(nt, prev);
 }
 
 /* dS = P * (dP - rowsum(P * dP)) * scale for row t of a block, in place on
@@ -177,15 +192,14 @@ static void attention_head_backward(float *dq, float *dk, float *dv, float *dP, 
   }
 }
 
-void gpu_cpu_attention_backward(gpu_backend *be, float *dqkv, const float *dout, const float *qkv,
-                                const float *state, int B, int T, int C, int NH) {
+static void attention_backward(gpu_backend *be, float *dqkv, const float *dout, const float *qkv,
+                               const float *state, int B, int T, int C, int NH) {
   gpu_cpu *c = gpu_cpu_of(be);
-  int nt = be->threads, hd = C / NH;
+  int nt = gpu_cpu_team(be, (size_t)B * T * T * C / 64), hd = C / NH;
   float scale = 1.0f / sqrtf((float)hd);
   size_t per_thread = (size_t)GPU_CPU_ATT_BLOCK * T;
   float *scratch = gpu_cpu_scratch(c, per_thread * (size_t)nt);
   if (!scratch) return;
-  int prev = blas_threads_begin(nt);
 #pragma omp parallel num_threads(nt)
   {
     float *dP = scratch + per_thread * (size_t)omp_get_thread_num();
@@ -198,5 +212,12 @@ void gpu_cpu_attention_backward(gpu_backend *be, float *dqkv, const float *dout,
                               qkv + off + 2 * C, state + (size_t)bh * T * T, T, C, hd, scale);
     }
   }
-  blas_threads_end(nt, prev);
+}
+
+void GPU_CPU_FN(fill_blas)(gpu_ops *ops) {
+  ops->matmul_forward = matmul_forward;
+  ops->matmul_backward = matmul_backward;
+  ops->attention_state_floats = attention_state_floats;
+  ops->attention_forward = attention_forward;
+  ops->attention_backward = attention_backward;
 }

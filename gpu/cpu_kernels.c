@@ -9,9 +9,9 @@
 
 /* Deterministic sum over rows of per-chunk partials: out[i] += sum_ch
  * part[ch * stride + i] for i < width, chunks added in order (see gpu/cpu.h). */
-static void reduce_partials(float *out, const float *part, int nchunks, int width, size_t stride,
-                            int nt) {
-#pragma omp parallel for num_threads(nt) schedule(static)
+static void reduce_partials(const gpu_backend *be, float *out, const float *part, int nchunks,
+                            int width, size_t stride) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)nchunks * width)) schedule(static)
   for (int i = 0; i < width; i++) {
     float s = 0.0f;
     for (int ch = 0; ch < nchunks; ch++) s += part[(size_t)ch * stride + i];
@@ -23,10 +23,10 @@ static int row_chunks(int N) { return (N + GPU_CPU_ROW_CHUNK - 1) / GPU_CPU_ROW_
 
 /* ---- layernorm ---------------------------------------------------------------- */
 
-void gpu_cpu_layernorm_forward(gpu_backend *be, float *out, float *mean, float *rstd,
-                               const float *inp, const float *weight, const float *bias, int N,
-                               int C, float eps) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+static void layernorm_forward(gpu_backend *be, float *out, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N,
+                              int C, float eps) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = inp + (size_t)r * C;
     float *o = out + (size_t)r * C;
@@ -45,13 +45,13 @@ void gpu_cpu_layernorm_forward(gpu_backend *be, float *out, float *mean, float *
   }
 }
 
-void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight,
-                                const float *mean, const float *rstd, int N, int C) {
+static void layernorm_backward(gpu_backend *be, float *dinp, float *dweight, float *dbias,
+                               const float *dout, const float *inp, const float *weight,
+                               const float *mean, const float *rstd, int N, int C) {
   int nchunks = row_chunks(N);
   float *part = gpu_cpu_scratch(gpu_cpu_of(be), (size_t)nchunks * 2 * C);
   if (!part) return;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int ch = 0; ch < nchunks; ch++) {
     float *pw = part + (size_t)ch * 2 * C, *pb = pw + C;
     memset(pw, 0, (size_t)2 * C * sizeof(float));
@@ -79,15 +79,15 @@ void gpu_cpu_layernorm_backward(gpu_backend *be, float *dinp, float *dweight, fl
       }
     }
   }
-  reduce_partials(dweight, part, nchunks, C, (size_t)2 * C, be->threads);
-  reduce_partials(dbias, part + C, nchunks, C, (size_t)2 * C, be->threads);
+  reduce_partials(be, dweight, part, nchunks, C, (size_t)2 * C);
+  reduce_partials(be, dbias, part + C, nchunks, C, (size_t)2 * C);
 }
 
 /* ---- rmsnorm ----------------------------------------------------------------- */
 
-void gpu_cpu_rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const float *inp,
-                             const float *weight, int N, int C, float eps) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+static void rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const float *inp,
+                            const float *weight, int N, int C, float eps) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = inp + (size_t)r * C;
     float *o = out + (size_t)r * C;
@@ -101,13 +101,13 @@ void gpu_cpu_rmsnorm_forward(gpu_backend *be, float *out, float *rstd, const flo
   }
 }
 
-void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, const float *dout,
-                              const float *inp, const float *weight, const float *rstd, int N,
-                              int C) {
+static void rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, const float *dout,
+                             const float *inp, const float *weight, const float *rstd, int N,
+                             int C) {
   int nchunks = row_chunks(N);
   float *part = gpu_cpu_scratch(gpu_cpu_of(be), (size_t)nchunks * C);
   if (!part) return;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * C)) schedule(static)
   for (int ch = 0; ch < nchunks; ch++) {
     float *pw = part + (size_t)ch * C;
     memset(pw, 0, (size_t)C * sizeof(float));
@@ -128,7 +128,7 @@ void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, cons
       }
     }
   }
-  reduce_partials(dweight, part, nchunks, C, (size_t)C, be->threads);
+  reduce_partials(be, dweight, part, nchunks, C, (size_t)C);
 }
 
 /* ---- activations --------------------------------------------------------------
@@ -137,44 +137,48 @@ void gpu_cpu_rmsnorm_backward(gpu_backend *be, float *dinp, float *dweight, cons
 
 #define GELU_K (0.7978845608028654f) /* sqrt(2/pi) */
 #define GELU_A (0.044715f)
-#define GPU_CPU_ELEM_BLOCK (4096) /* elements per OpenMP task in flat loops */
 
-void gpu_cpu_gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n) {
-  long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
-#pragma omp parallel for num_threads(be->threads) schedule(static)
-  for (long blk = 0; blk < nblocks; blk++) {
-    size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
-    size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
+/* Flat element loops run in blocks: one OpenMP task each, an inner loop
+ * the compiler vectorises. */
+#define GPU_CPU_ELEM_BLOCK ((size_t)4096)
+
+static long elem_blocks(size_t n) { return (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK); }
+static size_t elem_end(long blk, size_t n) {
+  size_t end = (size_t)(blk + 1) * GPU_CPU_ELEM_BLOCK;
+  return end < n ? end : n;
+}
+
+/* 2u, the argument of the sigmoid. */
+static inline float gelu_2u(float x) { return 2.0f * GELU_K * (x + GELU_A * x * x * x); }
+
+static void gelu_forward(gpu_backend *be, float *out, const float *inp, size_t n) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
+  for (long blk = 0; blk < elem_blocks(n); blk++) {
+    size_t end = elem_end(blk, n);
 #pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
-      float x = inp[i];
-      float u = GELU_K * (x + GELU_A * x * x * x);
-      out[i] = x * gpu_cpu_sigmoidf(2.0f * u);
+    for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
+      out[i] = inp[i] * gpu_cpu_sigmoidf(gelu_2u(inp[i]));
     }
   }
 }
 
-void gpu_cpu_gelu_backward(gpu_backend *be, float *dinp, const float *inp, const float *dout,
-                           size_t n) {
-  long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
-#pragma omp parallel for num_threads(be->threads) schedule(static)
-  for (long blk = 0; blk < nblocks; blk++) {
-    size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
-    size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
+static void gelu_backward(gpu_backend *be, float *dinp, const float *inp, const float *dout,
+                          size_t n) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
+  for (long blk = 0; blk < elem_blocks(n); blk++) {
+    size_t end = elem_end(blk, n);
 #pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
-      float x = inp[i];
-      float u = GELU_K * (x + GELU_A * x * x * x);
+    for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
+      float x = inp[i], s = gpu_cpu_sigmoidf(gelu_2u(x));
       float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-      float s = gpu_cpu_sigmoidf(2.0f * u);
       /* d/dx [x s(2u)] = s + x s (1 - s) 2 u' */
       dinp[i] = (s + 2.0f * x * s * (1.0f - s) * du) * dout[i];
     }
   }
 }
 
-void gpu_cpu_swiglu_forward(gpu_backend *be, float *out, const float *inp, int N, int F) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+static void swiglu_forward(gpu_backend *be, float *out, const float *inp, int N, int F) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * F)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *g = inp + (size_t)r * 2 * F, *u = g + F;
     float *o = out + (size_t)r * F;
@@ -183,9 +187,9 @@ void gpu_cpu_swiglu_forward(gpu_backend *be, float *out, const float *inp, int N
   }
 }
 
-void gpu_cpu_swiglu_backward(gpu_backend *be, float *dinp, const float *dout, const float *inp,
-                             int N, int F) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+static void swiglu_backward(gpu_backend *be, float *dinp, const float *dout, const float *inp,
+                            int N, int F) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * F)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *g = inp + (size_t)r * 2 * F, *u = g + F, *dy = dout + (size_t)r * F;
     float *dg = dinp + (size_t)r * 2 * F, *du = dg + F;
@@ -222,26 +226,26 @@ static void rope_row(float *row, const float *cs, int C, int NH, float dir) {
 static void rope_apply(gpu_backend *be, float *qkv, const float *freqs, int B, int T, int C, int NH,
                        float dir) {
   int hd = C / NH;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
   for (int bt = 0; bt < B * T; bt++)
     rope_row(qkv + (size_t)bt * 3 * C, freqs + (size_t)(bt % T) * hd, C, NH, dir);
 }
 
-void gpu_cpu_rope_forward(gpu_backend *be, float *qkv, const float *freqs, int B, int T, int C,
-                          int NH) {
+static void rope_forward(gpu_backend *be, float *qkv, const float *freqs, int B, int T, int C,
+                         int NH) {
   rope_apply(be, qkv, freqs, B, T, C, NH, 1.0f);
 }
 
-void gpu_cpu_rope_backward(gpu_backend *be, float *dqkv, const float *freqs, int B, int T, int C,
-                           int NH) {
+static void rope_backward(gpu_backend *be, float *dqkv, const float *freqs, int B, int T, int C,
+                          int NH) {
   rope_apply(be, dqkv, freqs, B, T, C, NH, -1.0f);
 }
 
 /* ---- embedding ------------------------------------------------------------------ */
 
-void gpu_cpu_encoder_forward(gpu_backend *be, float *out, const int32_t *tokens, const float *wte,
-                             const float *wpe, int B, int T, int C) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+static void encoder_forward(gpu_backend *be, float *out, const int32_t *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
     float *o = out + (size_t)bt * C;
     const float *e = wte + (size_t)tokens[bt] * C;
@@ -257,11 +261,11 @@ void gpu_cpu_encoder_forward(gpu_backend *be, float *out, const int32_t *tokens,
 
 /* Threads own disjoint column ranges and walk the rows in order, so the
  * scatter-add needs no atomics and always sums in the same order. */
-void gpu_cpu_encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const float *dout,
-                              const int32_t *tokens, int B, int T, int C) {
+static void encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const float *dout,
+                             const int32_t *tokens, int B, int T, int C) {
   enum { COLS = 64 };
   int nblocks = (C + COLS - 1) / COLS;
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)B * T * C)) schedule(static)
   for (int blk = 0; blk < nblocks; blk++) {
     int c0 = blk * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
     for (int bt = 0; bt < B * T; bt++) {
@@ -278,9 +282,9 @@ void gpu_cpu_encoder_backward(gpu_backend *be, float *dwte, float *dwpe, const f
 
 /* ---- cross-entropy ------------------------------------------------------------------ */
 
-void gpu_cpu_crossentropy_forward(gpu_backend *be, float *losses, float *probs, const float *logits,
-                                  const int32_t *targets, int N, int V) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+static void crossentropy_forward(gpu_backend *be, float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int N, int V) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * V)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *x = logits + (size_t)r * V;
     float *p = probs + (size_t)r * V;
@@ -301,9 +305,9 @@ void gpu_cpu_crossentropy_forward(gpu_backend *be, float *losses, float *probs, 
   }
 }
 
-void gpu_cpu_crossentropy_backward(gpu_backend *be, float *dlogits, const float *probs,
-                                   const int32_t *targets, float dloss, int N, int V) {
-#pragma omp parallel for num_threads(be->threads) schedule(static)
+static void crossentropy_backward(gpu_backend *be, float *dlogits, const float *probs,
+                                  const int32_t *targets, float dloss, int N, int V) {
+#pragma omp parallel for num_threads(gpu_cpu_team(be, (size_t)N * V)) schedule(static)
   for (int r = 0; r < N; r++) {
     const float *p = probs + (size_t)r * V;
     float *d = dlogits + (size_t)r * V;
@@ -318,8 +322,8 @@ void gpu_cpu_crossentropy_backward(gpu_backend *be, float *dlogits, const float 
 /* Element-wise and without FMA contraction (ISO C mode), so the step is
  * bit-identical on every CPU: peers of one stage step the same averaged
  * gradients and must end with the same weights. */
-void gpu_cpu_adamw_update(gpu_backend *be, float *param, const float *grad, float *m, float *v,
-                          size_t n, const gpu_adamw_args *a) {
+static void adamw_update(gpu_backend *be, float *param, const float *grad, float *m, float *v,
+                         size_t n, const gpu_adamw_args *a) {
   double bc1 = 1.0 - pow((double)a->beta1, (double)a->step);
   double bc2 = 1.0 - pow((double)a->beta2, (double)a->step);
   float step_size = (float)((double)a->lr / bc1);
@@ -327,13 +331,11 @@ void gpu_cpu_adamw_update(gpu_backend *be, float *param, const float *grad, floa
   float decay = (float)(1.0 - (double)a->lr * (double)a->weight_decay);
   float b1 = a->beta1, b2 = a->beta2, one_b1 = 1.0f - a->beta1, one_b2 = 1.0f - a->beta2;
   float eps = a->eps, scale = a->grad_scale;
-  long nblocks = (long)((n + GPU_CPU_ELEM_BLOCK - 1) / GPU_CPU_ELEM_BLOCK);
-#pragma omp parallel for num_threads(be->threads) schedule(static)
-  for (long blk = 0; blk < nblocks; blk++) {
-    size_t i0 = (size_t)blk * GPU_CPU_ELEM_BLOCK;
-    size_t i1 = i0 + GPU_CPU_ELEM_BLOCK < n ? i0 + GPU_CPU_ELEM_BLOCK : n;
+#pragma omp parallel for num_threads(gpu_cpu_team(be, n)) schedule(static)
+  for (long blk = 0; blk < elem_blocks(n); blk++) {
+    size_t end = elem_end(blk, n);
 #pragma omp simd
-    for (size_t i = i0; i < i1; i++) {
+    for (size_t i = (size_t)blk * GPU_CPU_ELEM_BLOCK; i < end; i++) {
       float g = grad[i] * scale;
       float p = param[i] * decay;
       float mi = m[i] * b1 + g * one_b1;
@@ -344,4 +346,22 @@ void gpu_cpu_adamw_update(gpu_backend *be, float *param, const float *grad, floa
       v[i] = vi;
     }
   }
+}
+
+void GPU_CPU_FN(fill_kernels)(gpu_ops *ops) {
+  ops->layernorm_forward = layernorm_forward;
+  ops->layernorm_backward = layernorm_backward;
+  ops->rmsnorm_forward = rmsnorm_forward;
+  ops->rmsnorm_backward = rmsnorm_backward;
+  ops->gelu_forward = gelu_forward;
+  ops->gelu_backward = gelu_backward;
+  ops->swiglu_forward = swiglu_forward;
+  ops->swiglu_backward = swiglu_backward;
+  ops->rope_forward = rope_forward;
+  ops->rope_backward = rope_backward;
+  ops->encoder_forward = encoder_forward;
+  ops->encoder_backward = encoder_backward;
+  ops->crossentropy_forward = crossentropy_forward;
+  ops->crossentropy_backward = crossentropy_backward;
+  ops->adamw_update = adamw_update;
 }

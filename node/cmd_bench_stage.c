@@ -97,6 +97,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
 
 typedef struct bench_result {
   double fwd_ms, bwd_ms, tokens_per_s, gflops, mfu; /* mfu < 0: unknown */
+  stage_memory mem;
 } bench_result;
 
 /* Warm-up, then K timed forward/backward pairs on random data. */
@@ -142,10 +143,11 @@ static void print_result(const bench_opts *o, const gpu_device_info *info, const
   if (o->json) {
     printf("{\"arch\":\"%s\",\"d_model\":%d,\"heads\":%d,\"layers\":%d,\"d_ff\":%d,\"seq\":%d,"
            "\"batch\":%d,\"device\":\"%s\",\"device_name\":\"%s\",\"threads\":%d,\"iters\":%d,"
-           "\"fwd_ms_median\":%.3f,\"bwd_ms_median\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f",
+           "\"fwd_ms_median\":%.3f,\"bwd_ms_median\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,"
+           "\"state_bytes\":%zu,\"per_mb_bytes\":%zu",
            model_arch_name(c->arch), c->d_model, c->n_heads, c->n_layers, c->d_ff, o->seq, o->batch,
            dev, info->name, o->gopt.threads, o->iters, r->fwd_ms, r->bwd_ms, r->tokens_per_s,
-           r->gflops);
+           r->gflops, r->mem.state_bytes, r->mem.per_mb_bytes);
     if (r->mfu >= 0) printf(",\"mfu\":%.4f", r->mfu);
     printf("}\n");
     return;
@@ -155,7 +157,8 @@ static void print_result(const bench_opts *o, const gpu_device_info *info, const
   printf("  forward  %9.3f ms (median of %d)\n  backward %9.3f ms\n", r->fwd_ms, o->iters, r->bwd_ms);
   printf("  %.1f tokens/s, %.2f GFLOP/s", r->tokens_per_s, r->gflops);
   if (r->mfu >= 0) printf(", MFU %.1f%%", 100.0 * r->mfu);
-  printf("\n");
+  printf("\n  memory: %.1f MB of weights, gradients and moments, %.1f MB per microbatch in flight\n",
+         (double)r->mem.state_bytes / 1e6, (double)r->mem.per_mb_bytes / 1e6);
 }
 
 int cmd_bench_stage(int argc, char **argv) {
@@ -184,6 +187,7 @@ int cmd_bench_stage(int argc, char **argv) {
   gpu_device_info info = {0};
   gpu_device_info_get(be, &info);
   rc = stage_create(&spec, be, 1, &st, err, sizeof(err));
+  if (!rc) rc = stage_memory_estimate(&spec, be, &r.mem);
   if (!rc) rc = run_bench(st, &o, &r);
   if (!rc && o.dev.kind == GPU_CUDA && info.peak_flops > 0) r.mfu = r.gflops * 1e9 / info.peak_flops;
   if (!rc) print_result(&o, &info, &r);

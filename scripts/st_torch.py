@@ -6,7 +6,9 @@ save() and checks read gwtf checkpoints with load(). The format: 8-byte
 little-endian header length, a JSON header (name -> dtype, shape,
 data_offsets; "__metadata__" -> str -> str), then the raw little-endian data.
 
-    /usr/bin/python3 scripts/st_torch.py FILE      # list tensors and metadata
+    /usr/bin/python3 scripts/st_torch.py FILE                # list tensors and metadata
+    /usr/bin/python3 scripts/st_torch.py --check-stage FILE  # load a gwtf checkpoint into
+                                                             # the PyTorch model (strict)
 """
 import json
 import struct
@@ -62,9 +64,53 @@ def load(path):
     return out, meta
 
 
+def check_stage(path):
+    """Loads a gwtf stage checkpoint into scripts/gwtf_torch.py's modules with
+    load_state_dict(strict=True): every name and shape must match PyTorch's
+    model exactly, and every parameter must have both AdamW moments."""
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import gwtf_torch as G
+    tensors, meta = load(path)
+    if meta.get("format") != "gwtf-stage-1":
+        raise ValueError(f"{path}: not a gwtf stage checkpoint (format {meta.get('format')!r})")
+    cfg = G.Cfg(meta["arch"], int(meta["d_model"]), int(meta["n_heads"]), int(meta["stage_layers"]),
+                int(meta["d_ff"]), int(meta["vocab_size"]), int(meta["max_seq_len"]),
+                float(meta["eps"]), float(meta["rope_theta"]))
+    first = int(meta["first_layer"])
+    params = {k: v for k, v in tensors.items() if not k.startswith("adam.")}
+    loaded = 0
+    if cfg.n_layers:
+        blocks = G.Blocks(cfg)
+        sd = {}
+        for k, v in params.items():
+            if k.startswith("blocks."):
+                _, i, rest = k.split(".", 2)
+                sd[f"blocks.{int(i) - first}.{rest}"] = v
+        blocks.load_state_dict(sd, strict=True)
+        loaded += len(sd)
+    if meta["has_head"] == "1":
+        head = G.Head(cfg)
+        sd = {k: v for k, v in params.items() if not k.startswith("blocks.")}
+        head.load_state_dict(sd, strict=True)
+        loaded += len(sd)
+    if loaded != len(params):
+        raise ValueError(f"{path}: {len(params) - loaded} tensors belong to no module")
+    for k, v in params.items():
+        for m in ("adam.m.", "adam.v."):
+            if tensors[m + k].shape != v.shape:
+                raise ValueError(f"{path}: {m + k} has shape {list(tensors[m + k].shape)}")
+    print(f"{path}: {loaded} parameters ({sum(v.numel() for v in params.values())} floats) "
+          f"load into the PyTorch {cfg.arch} model (blocks {first}..{first + cfg.n_layers - 1}"
+          f"{', head' if meta['has_head'] == '1' else ''}), moments present, step {meta['step']}")
+    return 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--check-stage":
+        return check_stage(sys.argv[2])
     if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        print(__doc__, file=sys.stderr)
         return 2
     tensors, meta = load(sys.argv[1])
     for k, v in meta.items():

@@ -104,7 +104,8 @@ static int read_spec(fixture_ctx *x, stage_spec *s) {
   memset(s, 0, sizeof(*s));
   model_config *c = &s->model;
   const char *arch = st_meta(&x->f, "arch");
-  if (model_arch_parse(arch, &c->arch)) return fail(x, "fixture arch '%s' is not gpt or llama", arch ? arch : "");
+  if (model_arch_parse(arch, &c->arch))
+    return fail(x, "fixture arch '%s' is not gpt or llama", arch ? arch : "");
   int rc = meta_int(x, "d_model", &c->d_model);
   if (!rc) rc = meta_int(x, "n_heads", &c->n_heads);
   if (!rc) rc = meta_int(x, "n_layers", &c->n_layers);

@@ -72,11 +72,11 @@ int model_config_validate(const model_config *c, char *err, size_t len) {
 /* ---- presets ------------------------------------------------------------------ */
 
 static const model_preset presets[] = {
-    {"tiny", "gpt, byte-level, 0.8M params: trains on two CPU cores in minutes",
+    {"tiny", "gpt, byte-level, 0.84M params: trains on two CPU cores in minutes",
      {MODEL_GPT, 128, 4, 4, 512, 256, 128, 1e-5f, 10000.0f}},
-    {"tiny-llama", "llama, byte-level, 0.7M params: the llama twin of tiny",
+    {"tiny-llama", "llama, byte-level, 0.87M params: the llama twin of tiny",
      {MODEL_LLAMA, 128, 4, 4, 352, 256, 128, 1e-5f, 10000.0f}},
-    {"small", "gpt, byte-level, 10.7M params",
+    {"small", "gpt, byte-level, 10.8M params",
      {MODEL_GPT, 384, 6, 6, 1536, 256, 256, 1e-5f, 10000.0f}},
     {"gpt2-124m", "GPT-2 small (124M) on GPT-2 BPE tokens (llm.c .bin files)",
      {MODEL_GPT, 768, 12, 12, 3072, 50257, 1024, 1e-5f, 10000.0f}},
@@ -84,9 +84,9 @@ static const model_preset presets[] = {
      * Its 18 heads do not divide 1024 (head_dim 56.9), so 16 heads of 64.
      * The paper names no tokenizer; GPT-2's vocabulary lets these presets
      * train on the same llm.c token files. Sequence length 512 as there. */
-    {"paper-llama", "the GWTF paper's LLaMA-like model (d_model 1024, 16 layers, 16 heads)",
+    {"paper-llama", "the GWTF paper's LLaMA-like model (d_model 1024, 16 layers, 16 heads; 308M)",
      {MODEL_LLAMA, 1024, 16, 16, 2816, 50257, 512, 1e-5f, 10000.0f}},
-    {"paper-gpt", "the GWTF paper's GPT-like model (d_model 1024, 16 layers, 16 heads)",
+    {"paper-gpt", "the GWTF paper's GPT-like model (d_model 1024, 16 layers, 16 heads; 254M)",
      {MODEL_GPT, 1024, 16, 16, 4096, 50257, 512, 1e-5f, 10000.0f}},
 };
 

@@ -68,17 +68,14 @@ static int parse_entry(const char *name, json_t *v, size_t data_len, st_tensor *
                    ST_MAX_DIMS);
   t->name = name;
   t->ndim = (int)json_array_size(sh);
-  /* numel * size in 128 bits would be simplest; instead stop once the
-   * product passes the data size, which no valid tensor can exceed. */
   size_t bytes = st_dtype_size(t->dtype);
+  bool overflow = false;
   for (int i = 0; i < t->ndim; i++) {
     json_t *d = json_array_get(sh, (size_t)i);
     if (!json_is_integer(d) || json_integer_value(d) < 0)
       return st_fail(err, len, "tensor '%s': shape entries must be non-negative integers", name);
     t->shape[i] = json_integer_value(d);
-    if (t->shape[i] > 0 && bytes > data_len / (uint64_t)t->shape[i])
-      return st_fail(err, len, "tensor '%s': shape needs more bytes than the file holds", name);
-    bytes *= (size_t)t->shape[i];
+    overflow = overflow || __builtin_mul_overflow(bytes, (size_t)t->shape[i], &bytes);
   }
   if (!json_is_array(off) || json_array_size(off) != 2 || !json_is_integer(json_array_get(off, 0)) ||
       !json_is_integer(json_array_get(off, 1)))
@@ -87,9 +84,12 @@ static int parse_entry(const char *name, json_t *v, size_t data_len, st_tensor *
   if (b < 0 || e < b || (uint64_t)e > data_len)
     return st_fail(err, len, "tensor '%s': data_offsets [%lld, %lld] outside the %zu data bytes", name,
                    (long long)b, (long long)e, data_len);
-  if ((uint64_t)(e - b) != bytes) {
+  if (overflow || (uint64_t)(e - b) != bytes) {
     char s[128];
     format_shape(t->shape, t->ndim, s, sizeof(s));
+    if (overflow)
+      return st_fail(err, len, "tensor '%s': %s %s has more bytes than a file can hold", name,
+                     st_dtype_name(t->dtype), s);
     return st_fail(err, len, "tensor '%s': %s %s needs %zu bytes but data_offsets span %lld", name,
                    st_dtype_name(t->dtype), s, bytes, (long long)(e - b));
   }

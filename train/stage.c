@@ -16,7 +16,9 @@
 /* Sub-buffers start on 64-byte boundaries (16 floats) for aligned loads. */
 #define STAGE_ALIGN_FLOATS (16)
 
-static size_t align_up(size_t n) { return (n + STAGE_ALIGN_FLOATS - 1) / STAGE_ALIGN_FLOATS * STAGE_ALIGN_FLOATS; }
+static size_t align_up(size_t n) {
+  return (n + STAGE_ALIGN_FLOATS - 1) / STAGE_ALIGN_FLOATS * STAGE_ALIGN_FLOATS;
+}
 
 void stage_set_err(char *err, size_t len, const char *fmt, ...) {
   if (!err || !len) return;
@@ -207,7 +209,8 @@ static int build_rope(stage *st) {
 static int init_params(stage *st, uint64_t seed) {
   float *host = malloc(st->n_params * sizeof(float));
   if (!host) return GW_ENOMEM;
-  for (int i = 0; i < st->n_tensors; i++) model_init_tensor(&st->tensors[i], seed, host + st->tensors[i].offset);
+  for (int i = 0; i < st->n_tensors; i++)
+    model_init_tensor(&st->tensors[i], seed, host + st->tensors[i].offset);
   int rc = gpu_upload(st->be, st->params, host, st->n_params * sizeof(float));
   free(host);
   return rc;

@@ -12,7 +12,9 @@
 
 #define STAGE_STATE_FORMAT "gwtf-stage-1"
 
-static const char *const moment_prefix[2] = {"adam.m.", "adam.v."};
+/* The three regions of the data section, in order, and their name prefixes. */
+static const stage_buf state_regions[3] = {STAGE_PARAMS, STAGE_ADAM_M, STAGE_ADAM_V};
+static const char *const state_prefix[3] = {"", "adam.m.", "adam.v."};
 
 static void meta_int(st_writer *w, const char *key, long long v) {
   char s[32];
@@ -20,9 +22,14 @@ static void meta_int(st_writer *w, const char *key, long long v) {
   st_writer_meta(w, key, s);
 }
 
+/* The shortest decimal that reads back as the same float ("1e-05", not
+ * "9.99999975e-06"), for people reading the metadata in Python. */
 static void meta_float(st_writer *w, const char *key, float v) {
   char s[32];
-  snprintf(s, sizeof(s), "%.9g", (double)v);
+  for (int prec = 6; prec <= 9; prec++) {
+    snprintf(s, sizeof(s), "%.*g", prec, (double)v);
+    if (strtof(s, NULL) == v) break;
+  }
   st_writer_meta(w, key, s);
 }
 
@@ -54,7 +61,7 @@ static void add_tensors(const stage *st, st_writer *w) {
     for (int i = 0; i < st->n_tensors; i++) {
       const model_tensor *t = &st->tensors[i];
       int64_t shape[2] = {t->shape[0], t->shape[1]};
-      snprintf(name, sizeof(name), "%s%s", pass ? moment_prefix[pass - 1] : "", t->name);
+      snprintf(name, sizeof(name), "%s%s", state_prefix[pass], t->name);
       st_writer_add(w, name, ST_F32, shape, t->ndim, NULL);
     }
   }
@@ -94,7 +101,7 @@ int stage_state_read(stage *st, size_t offset, void *buf, size_t len) {
       memcpy(out, st->state_header + offset, n);
     } else {
       size_t pos = offset - st->state_header_len, r = pos / region, at = pos % region;
-      const uint8_t *src = (const uint8_t *)stage_buf_ptr(st, r == 0 ? STAGE_PARAMS : r == 1 ? STAGE_ADAM_M : STAGE_ADAM_V);
+      const uint8_t *src = (const uint8_t *)stage_buf_ptr(st, state_regions[r]);
       n = region - at < len ? region - at : len;
       rc = gpu_download(st->be, out, src + at, n);
       if (rc) return rc;
@@ -172,11 +179,11 @@ static int load_tensors(stage *st, const st_file *f, bool copy, char *err, size_
   }
   int rc = 0;
   for (int pass = 0; !rc && pass < 3; pass++) {
-    float *dev = stage_buf_ptr(st, pass == 0 ? STAGE_PARAMS : pass == 1 ? STAGE_ADAM_M : STAGE_ADAM_V);
+    float *dev = stage_buf_ptr(st, state_regions[pass]);
     for (int i = 0; !rc && i < st->n_tensors; i++) {
       const model_tensor *t = &st->tensors[i];
       int64_t shape[2] = {t->shape[0], t->shape[1]};
-      snprintf(name, sizeof(name), "%s%s", pass ? moment_prefix[pass - 1] : "", t->name);
+      snprintf(name, sizeof(name), "%s%s", state_prefix[pass], t->name);
       if (!copy) {
         rc = st_check(f, name, ST_F32, shape, t->ndim, err, len);
       } else {
