@@ -147,27 +147,42 @@ size_t gpu_cuda_attention_state_floats(gpu_backend *be, int B, int T, int NH) {
   return (size_t)B * NH * T * T;
 }
 
-static bool attention_shape_ok(gpu_cuda *g, int B, int T, int C, int NH, const char *what) {
-  return gpu_cuda_require(g, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0, what);
+/* What both directions derive from (B, T, C, NH). */
+typedef struct attn_dims {
+  int hd, C3;     /* head dim; row stride of qkv */
+  long long TT;   /* floats of one head's score matrix */
+  size_t rows;    /* score rows of one batch row: NH*T */
+  float scale;    /* 1/sqrt(hd) */
+} attn_dims;
+
+/* False when there is nothing to do or the shape is impossible (latched). */
+static bool attention_dims(gpu_cuda *g, int B, int T, int C, int NH, const char *what,
+                           attn_dims *d) {
+  if (!gpu_cuda_require(g, B >= 0 && T >= 0 && NH > 0 && C > 0 && C % NH == 0, what)) return false;
+  d->hd = C / NH;
+  d->C3 = 3 * C;
+  d->TT = (long long)T * T;
+  d->rows = (size_t)NH * T;
+  d->scale = 1.0f / sqrtf((float)d->hd);
+  return B > 0 && T > 0;
 }
 
 void gpu_cuda_attention_forward(gpu_backend *be, float *out, float *state, const float *qkv, int B,
                                 int T, int C, int NH) {
   gpu_cuda *g = gpu_cuda_enter(be);
-  if (!g || !attention_shape_ok(g, B, T, C, NH, "attention_forward")) return;
-  if (B == 0 || T == 0) return;
-  int hd = C / NH, C3 = 3 * C;
-  long long TT = (long long)T * T;
-  float scale = 1.0f / sqrtf((float)hd);
+  attn_dims d;
+  if (!g || !attention_dims(g, B, T, C, NH, "attention_forward", &d)) return;
+  int hd = d.hd, C3 = d.C3;
+  long long TT = d.TT;
   for (int b = 0; b < B; b++) {
     const float *q = qkv + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
     float *P = state + (size_t)b * NH * TT;
     /* S (T,T) = scale Q K^T per head;  column-major: S^T = K (T,hd) x Q^T (hd,T),
      * K read transposed from its K^T (hd,T). */
-    gemm_heads(g, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, scale, k, C3, hd, q, C3, hd, P, T, TT, NH,
+    gemm_heads(g, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, d.scale, k, C3, hd, q, C3, hd, P, T, TT, NH,
                "attention_forward: QK^T");
-    size_t rows = (size_t)NH * T;
-    causal_softmax_kernel<<<gpu_cuda_row_grid(rows), GPU_CUDA_THREADS, 0, g->stream>>>(P, rows, T);
+    causal_softmax_kernel<<<gpu_cuda_row_grid(d.rows), GPU_CUDA_THREADS, 0, g->stream>>>(P, d.rows,
+                                                                                         T);
     gpu_cuda_launched(g, "attention_forward: softmax");
     /* out (T,hd) = P V per head, written into head h's columns of out (T,C);
      * column-major: out^T (hd,T) = V^T (hd,T) x P^T (T,T). */
@@ -179,14 +194,12 @@ void gpu_cuda_attention_forward(gpu_backend *be, float *out, float *state, const
 void gpu_cuda_attention_backward(gpu_backend *be, float *dqkv, const float *dout, const float *qkv,
                                  const float *state, int B, int T, int C, int NH) {
   gpu_cuda *g = gpu_cuda_enter(be);
-  if (!g || !attention_shape_ok(g, B, T, C, NH, "attention_backward")) return;
-  if (B == 0 || T == 0) return;
-  int hd = C / NH, C3 = 3 * C;
-  long long TT = (long long)T * T;
-  float scale = 1.0f / sqrtf((float)hd);
-  size_t rows = (size_t)NH * T;
+  attn_dims d;
+  if (!g || !attention_dims(g, B, T, C, NH, "attention_backward", &d)) return;
+  int hd = d.hd, C3 = d.C3;
+  long long TT = d.TT;
   /* dP for one batch row at a time: NH*T*T floats instead of B times that. */
-  float *dP = gpu_cuda_scratch(g, rows * T);
+  float *dP = gpu_cuda_scratch(g, d.rows * T);
   if (!dP) return;
   for (int b = 0; b < B; b++) {
     const float *q = qkv + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
@@ -200,8 +213,8 @@ void gpu_cuda_attention_backward(gpu_backend *be, float *dqkv, const float *dout
      * P read transposed from its P^T. */
     gemm_heads(g, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.0f, dO, C, hd, P, T, TT, dv, C3, hd, NH,
                "attention_backward: P^T dO");
-    causal_softmax_backward_kernel<<<gpu_cuda_row_grid(rows), GPU_CUDA_THREADS, 0, g->stream>>>(
-        dP, P, rows, T, scale);
+    causal_softmax_backward_kernel<<<gpu_cuda_row_grid(d.rows), GPU_CUDA_THREADS, 0, g->stream>>>(
+        dP, P, d.rows, T, d.scale);
     gpu_cuda_launched(g, "attention_backward: softmax");
     /* dQ (T,hd) = dS K;  column-major: dQ^T (hd,T) = K^T (hd,T) x dS^T (T,T). */
     gemm_heads(g, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, 1.0f, k, C3, hd, dP, T, TT, dq, C3, hd, NH,

@@ -107,26 +107,25 @@ __device__ __forceinline__ float gpu_cuda_warp_max(float v) {
   return v;
 }
 
-/* Block-wide reductions for blocks of whole warps; `shared` holds 32 floats.
- * Every thread gets the result. The leading barrier lets one block call them
- * back to back with the same `shared`. */
-__device__ __forceinline__ float gpu_cuda_block_sum(float v, float *shared) {
+/* Block-wide reduction for blocks of whole warps: each warp reduces, then
+ * every warp reduces the per-warp results in index order, so every thread
+ * gets the same value. `shared` holds 32 floats; the leading barrier lets a
+ * block call these back to back with the same `shared`. */
+template <float (*WarpOp)(float)>
+__device__ __forceinline__ float gpu_cuda_block_reduce(float v, float *shared, float identity) {
   int lane = threadIdx.x % GPU_CUDA_WARP, warp = threadIdx.x / GPU_CUDA_WARP;
-  v = gpu_cuda_warp_sum(v);
+  v = WarpOp(v);
   __syncthreads();
   if (lane == 0) shared[warp] = v;
   __syncthreads();
-  v = lane < (int)(blockDim.x / GPU_CUDA_WARP) ? shared[lane] : 0.0f;
-  return gpu_cuda_warp_sum(v);
+  v = lane < (int)(blockDim.x / GPU_CUDA_WARP) ? shared[lane] : identity;
+  return WarpOp(v);
+}
+__device__ __forceinline__ float gpu_cuda_block_sum(float v, float *shared) {
+  return gpu_cuda_block_reduce<gpu_cuda_warp_sum>(v, shared, 0.0f);
 }
 __device__ __forceinline__ float gpu_cuda_block_max(float v, float *shared) {
-  int lane = threadIdx.x % GPU_CUDA_WARP, warp = threadIdx.x / GPU_CUDA_WARP;
-  v = gpu_cuda_warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < (int)(blockDim.x / GPU_CUDA_WARP) ? shared[lane] : -INFINITY;
-  return gpu_cuda_warp_max(v);
+  return gpu_cuda_block_reduce<gpu_cuda_warp_max>(v, shared, -INFINITY);
 }
 
 /* ---- deterministic column sums --------------------------------------------------
@@ -137,8 +136,8 @@ __device__ __forceinline__ float gpu_cuda_block_max(float v, float *shared) {
  *      8 threads per column take every 8th row, then thread 0 of the column
  *      adds the 8 partial sums in order; the result goes to scratch;
  *   2. one thread per column adds the chunk partials in chunk order.
- * The chunking depends on N only, so the result is bit-identical run to run
- * (and between GPUs). */
+ * The chunking depends on N only (not on the SM count or on scheduling), so
+ * the result is bit-identical run to run. */
 
 #define GPU_CUDA_COLSUM_COLS (32)  /* columns per block: one warp reads 128 B */
 #define GPU_CUDA_COLSUM_LANES (8)  /* threads per column */
