@@ -17,6 +17,7 @@ void flow_tunables_default(flow_tunables *t) {
       .tick_ms = 2000,
       .request_retry_ticks = 5,
       .inflow_timeout_ticks = 12,
+      .pushback_timeout_ticks = 5,
       .outflow_idle_ticks = 12,
       .reject_ignore_attempts = 5,
       .temp_relay = 1.7,
@@ -30,7 +31,7 @@ void flow_tunables_default(flow_tunables *t) {
       .audit_period_ticks = 3,
       .peer_timeout_ticks = 10,
       .probe_period_ticks = 3,
-      .live_ticks = 7,
+      .live_ticks = 10,
       .tombstone_ticks = 10,
       .stable_ticks = 6,
       .dangling_weight = 0.1,
@@ -54,6 +55,7 @@ static const tun_field tun_fields[] = {
     TUN(tick_ms, TUN_U64),
     TUN(request_retry_ticks, TUN_INT),
     TUN(inflow_timeout_ticks, TUN_INT),
+    TUN(pushback_timeout_ticks, TUN_INT),
     TUN(outflow_idle_ticks, TUN_INT),
     TUN(reject_ignore_attempts, TUN_INT),
     TUN(temp_relay, TUN_DOUBLE),
@@ -150,7 +152,8 @@ double flow_cost_eq1(double c_i, double c_j, double lat_ij, double lat_ji, doubl
 }
 
 static bool tunables_ok(const flow_tunables *t) {
-  return t->tick_ms > 0 && t->request_retry_ticks > 0 && t->inflow_timeout_ticks > 0 && t->outflow_idle_ticks > 0 &&
+  return t->tick_ms > 0 && t->request_retry_ticks > 0 && t->inflow_timeout_ticks > 0 &&
+         t->pushback_timeout_ticks > 0 && t->outflow_idle_ticks > 0 &&
          t->reject_ignore_attempts >= 0 && t->temp_relay > 0 && t->temp_data > 0 && t->cooling > 0 &&
          t->cooling <= 1 && t->p_propose_unmet >= 0 && t->p_propose_unmet <= 1 && t->p_propose_satisfied >= 0 &&
          t->p_propose_satisfied <= 1 && t->offer_period_ticks > 0 && t->state_period_ticks > 0 &&

@@ -106,6 +106,8 @@ typedef struct flow_tunables {
   uint64_t tick_ms;             /* 2000: the prototype's periodic() */
   int request_retry_ticks;      /* 5: a request is re-sent this many ticks, then dropped */
   int inflow_timeout_ticks;     /* 12: an unpaired inflow is pushed back (DENY) after this */
+  int pushback_timeout_ticks;   /* 5: ... or after this, when it lost its next hop (pushed back to us,
+                                   or the next hop died): the prototype's push-back variant */
   int outflow_idle_ticks;       /* 12: an unpaired outflow nobody takes is cancelled after this */
   int reject_ignore_attempts;   /* 5: a same-stage peer that rejected is skipped this many proposals */
   double temp_relay;            /* 1.7: initial annealing temperature of a relay */
@@ -119,7 +121,8 @@ typedef struct flow_tunables {
   int audit_period_ticks;       /* 6: segment audit per neighbour (CHECK_FLOW ran twice per 12 ticks) */
   int peer_timeout_ticks;       /* 13: silence after which a neighbour is presumed dead: two audits lost, plus one */
   int probe_period_ticks;       /* 3: data nodes probe their flows (EVAL) */
-  int live_ticks;               /* 7: a unit counts as part of a complete flow this long after a probe */
+  int live_ticks;               /* 10: a unit counts as part of a complete flow this long after a probe
+                                   (three probes in a row must be lost to forget it) */
   int tombstone_ticks;          /* 10: how long dropped segment ids are remembered */
   int stable_ticks;             /* 6: ticks without a change to a complete flow before flow_is_stable */
   double dangling_weight;       /* 0.1: weight of standby (incomplete) paths in the objective */

@@ -107,7 +107,9 @@ void flow_bind_in(flow *f, int u, int peer, uint64_t seg) {
   if (un->has_out) flow_emit(f, FLOW_EV_ESTABLISHED, un, peer);
 }
 
-void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest) {
+static void early_cost_take(flow *f, int u);
+
+void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest, uint64_t version) {
   funit *un = &f->units[u];
   bool was_out = un->has_out;
   un->has_out = true;
@@ -115,6 +117,9 @@ void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest) {
   un->out_seg = seg;
   un->out_since = f->now;
   un->rest = rest;
+  un->rest_version = version;
+  early_cost_take(f, u);
+  un->pushed_back = false;
   if (!un->has_in) un->unpaired_since = f->now;
   f->offer_dirty = f->state_dirty = true;
   if (was_out)
@@ -142,6 +147,7 @@ void flow_drop_out(flow *f, int u) {
   un->has_out = false;
   un->live_until = 0;
   un->unpaired_since = f->now;
+  un->pushed_back = false; /* on_deny and a dead next hop set it */
   free(un->path);
   un->path = NULL;
   un->path_len = 0;
@@ -180,7 +186,10 @@ void flow_peer_teardown(flow *f, int p) {
     funit *un = &f->units[u];
     if (!un->used) continue;
     if (un->has_in && un->in_peer == p) flow_drop_in(f, u);
-    if (un->used && un->has_out && un->out_peer == p) flow_drop_out(f, u);
+    if (un->used && un->has_out && un->out_peer == p) {
+      flow_drop_out(f, u);
+      un->pushed_back = true;
+    }
   }
 }
 
@@ -215,4 +224,35 @@ void flow_unit_forget(flow *f, int u) {
     unit_free(f, u);
   }
   f->offer_dirty = f->state_dirty = true;
+}
+
+void flow_set_rest(flow *f, int u, double rest, uint64_t version) {
+  funit *un = &f->units[u];
+  if (version <= un->rest_version) return; /* overtaken by a newer one */
+  un->rest = rest;
+  un->rest_version = version;
+  f->state_dirty = true;
+  if (!un->has_in) f->offer_dirty = true;
+  flow_push_cost(f, u, false);
+}
+
+void flow_early_cost_add(flow *f, int peer, uint64_t seg, double cost, uint64_t version) {
+  early_cost *e = &f->early[f->early_next];
+  f->early_next = (f->early_next + 1) % FLOW_EARLY_COSTS;
+  *e = (early_cost){f->peers[peer].id, seg, cost, version, f->now + (uint64_t)f->tun.tombstone_ticks * f->tun.tick_ms};
+}
+
+/* Cost updates that overtook the message binding this outflow: the newest
+ * one wins over what the binding carried. */
+static void early_cost_take(flow *f, int u) {
+  funit *un = &f->units[u];
+  for (int i = 0; i < FLOW_EARLY_COSTS; i++) {
+    early_cost *e = &f->early[i];
+    if (e->until <= f->now || e->seg != un->out_seg || !gw_id_eq(&e->peer, &f->peers[un->out_peer].id)) continue;
+    if (e->version > un->rest_version) {
+      un->rest = e->cost;
+      un->rest_version = e->version;
+    }
+    e->until = 0;
+  }
 }

@@ -55,6 +55,7 @@ int flow_send_cost(flow *f, int peer, uint64_t seg, double cost) {
   Gwtf__FlowCost c = GWTF__FLOW_COST__INIT;
   c.seg = seg;
   c.cost = cost;
+  c.version = ++f->cost_clock;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
   m.msg_case = GWTF__FLOW_MESSAGE__MSG_COST;
   m.cost = &c;
@@ -114,6 +115,7 @@ int flow_send_reply(flow *f, int peer, uint64_t seg, const gw_id *target, bool a
   r.cost = accept ? cost : (flow_cost_ok(best) ? best : 0);
   r.count = count;
   r.spare = flow_spare(f);
+  r.version = ++f->cost_clock;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
   m.msg_case = GWTF__FLOW_MESSAGE__MSG_REPLY;
   m.reply = &r;
@@ -262,25 +264,76 @@ int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64
   return flow_send(f, peer, &m);
 }
 
-int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up) {
-  Gwtf__FlowSwitchUp s = GWTF__FLOW_SWITCH_UP__INIT;
-  s.seg = seg;
-  s.old_up = id_bytes(old_up < 0 ? &f->cfg.self : &f->peers[old_up].id);
-  s.new_up = id_bytes(new_up < 0 ? &f->cfg.self : &f->peers[new_up].id);
+static int send_switch(flow *f, const pswitch *ps) {
+  int to = flow_peer_find(f, &ps->to);
+  if (to < 0) return GW_ENOENT;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
-  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_UP;
-  m.switch_up = &s;
+  Gwtf__FlowSwitchUp up = GWTF__FLOW_SWITCH_UP__INIT;
+  Gwtf__FlowSwitchDown down = GWTF__FLOW_SWITCH_DOWN__INIT;
+  if (ps->up) {
+    up.seg = ps->seg;
+    up.old_up = id_bytes(&ps->old_end);
+    up.new_up = id_bytes(&ps->new_end);
+    m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_UP;
+    m.switch_up = &up;
+  } else {
+    down.seg = ps->seg;
+    down.old_down = id_bytes(&ps->old_end);
+    down.new_down = id_bytes(&ps->new_end);
+    down.cost = ps->cost;
+    m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_DOWN;
+    m.switch_down = &down;
+  }
   return flow_send(f, to, &m);
 }
 
+/* Registers a notify-switch for re-sending and sends it. A full table
+ * (hundreds unacked) means the peers are gone; the audit covers the rest. */
+static int reliable_switch(flow *f, bool up, int to, uint64_t seg, int old_end, int new_end, double cost) {
+  pswitch ps = {.used = true, .up = up, .to = f->peers[to].id, .seg = seg, .cost = cost,
+                .ticks_left = f->tun.request_retry_ticks};
+  ps.old_end = old_end < 0 ? f->cfg.self : f->peers[old_end].id;
+  ps.new_end = new_end < 0 ? f->cfg.self : f->peers[new_end].id;
+  for (int i = 0; i < FLOW_PENDING_SWITCHES; i++)
+    if (!f->switches[i].used) {
+      f->switches[i] = ps;
+      break;
+    }
+  return send_switch(f, &ps);
+}
+
+int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up) {
+  return reliable_switch(f, true, to, seg, old_up, new_up, 0);
+}
+
 int flow_send_switch_down(flow *f, int to, uint64_t seg, int old_down, int new_down, double cost) {
-  Gwtf__FlowSwitchDown s = GWTF__FLOW_SWITCH_DOWN__INIT;
-  s.seg = seg;
-  s.old_down = id_bytes(old_down < 0 ? &f->cfg.self : &f->peers[old_down].id);
-  s.new_down = id_bytes(new_down < 0 ? &f->cfg.self : &f->peers[new_down].id);
-  s.cost = cost;
+  return reliable_switch(f, false, to, seg, old_down, new_down, cost);
+}
+
+int flow_send_switch_ack(flow *f, int to, uint64_t seg) {
+  Gwtf__FlowSwitchAck a = GWTF__FLOW_SWITCH_ACK__INIT;
+  a.seg = seg;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
-  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_DOWN;
-  m.switch_down = &s;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_ACK;
+  m.switch_ack = &a;
   return flow_send(f, to, &m);
+}
+
+void flow_switch_acked(flow *f, int from, uint64_t seg) {
+  for (int i = 0; i < FLOW_PENDING_SWITCHES; i++) {
+    pswitch *ps = &f->switches[i];
+    if (ps->used && ps->seg == seg && gw_id_eq(&ps->to, &f->peers[from].id)) ps->used = false;
+  }
+}
+
+void flow_resend_switches(flow *f) {
+  for (int i = 0; i < FLOW_PENDING_SWITCHES; i++) {
+    pswitch *ps = &f->switches[i];
+    if (!ps->used) continue;
+    if (--ps->ticks_left <= 0) {
+      ps->used = false;
+      continue;
+    }
+    send_switch(f, ps);
+  }
 }

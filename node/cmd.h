@@ -21,5 +21,7 @@ int cmd_sim_flow(int argc, char **argv);
 void cmd_sim_flow_help(void);
 int cmd_sim_gen(int argc, char **argv);
 void cmd_sim_gen_help(void);
+int cmd_sim_join(int argc, char **argv);
+void cmd_sim_join_help(void);
 
 #endif

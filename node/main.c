@@ -15,6 +15,7 @@ static const gwtf_cmd commands[] = {
     {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
     {"sim flow", "route an instance's flows: gwtf protocol (simulated), optimal or greedy", cmd_sim_flow, cmd_sim_flow_help},
     {"sim gen", "write the flow instance of the paper's Table V setting K", cmd_sim_gen, cmd_sim_gen_help},
+    {"sim join", "compare where joining nodes go (paper Table IV / Fig. 5)", cmd_sim_join, cmd_sim_join_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);
