@@ -38,6 +38,7 @@ void flow_tunables_default(flow_tunables *t) {
       .chain_requests = true,
       .reroute = true,
       .objective = FLOW_OBJ_MAX,
+      .max_norm = 8,
   };
 }
 
@@ -76,6 +77,7 @@ static const tun_field tun_fields[] = {
     TUN(chain_requests, TUN_BOOL),
     TUN(reroute, TUN_BOOL),
     TUN(objective, TUN_OBJECTIVE),
+    TUN(max_norm, TUN_DOUBLE),
 };
 #undef TUN
 
@@ -159,7 +161,7 @@ static bool tunables_ok(const flow_tunables *t) {
          t->p_propose_satisfied <= 1 && t->offer_period_ticks > 0 && t->state_period_ticks > 0 &&
          t->cost_period_ticks > 0 && t->audit_period_ticks > 0 && t->peer_timeout_ticks > t->audit_period_ticks &&
          t->probe_period_ticks > 0 && t->live_ticks > 0 && t->tombstone_ticks > 0 && t->stable_ticks >= 0 &&
-         t->dangling_weight >= 0 && t->dangling_weight <= 1 &&
+         t->dangling_weight >= 0 && t->dangling_weight <= 1 && t->max_norm >= 0 && t->max_norm <= 64 &&
          (t->objective == FLOW_OBJ_MAX || t->objective == FLOW_OBJ_SUM);
 }
 
@@ -485,7 +487,7 @@ int flow_pick_first_hop(flow *f, gw_id *next, uint64_t *seg) {
   for (int k = 0; k < f->n_units; k++) {
     int u = (f->rr_first + 1 + k) % (f->n_units ? f->n_units : 1);
     const funit *un = &f->units[u];
-    if (un->used && un->kind == UNIT_SOURCE && un->has_out) {
+    if (un->used && un->kind == UNIT_SOURCE && un->has_out && flow_cost_ok(flow_unit_cost(f, un))) {
       f->rr_first = u;
       *next = f->peers[un->out_peer].id;
       *seg = un->out_seg;

@@ -92,9 +92,14 @@ typedef struct flow flow;
 
 typedef enum flow_role { FLOW_DATA = 0, FLOW_RELAY = 1 } flow_role;
 
-/* max: the paper's local objective (minimise the largest link cost on each
- * flow's path; the default). sum: Eq. 2, the sum of link costs over all
- * flows (used for comparison with the exact optimum). */
+/* max: the paper's local objective, the largest link cost on a flow's path
+ * (the default). Taken literally every path through the same bottleneck
+ * ties, and the local moves cannot tell a detour from a shortcut; so a
+ * path's cost under max is the L_p norm of its link costs with p =
+ * max_norm (8 by default: within 30% of the largest link for paths of 8
+ * links, and a shorter path wins a tie), max_norm = 0 the plain largest.
+ * sum: Eq. 2, the sum of link costs over all flows (used for comparison
+ * with the exact optimum). */
 typedef enum flow_objective { FLOW_OBJ_MAX = 0, FLOW_OBJ_SUM = 1 } flow_objective;
 
 typedef enum flow_dir { FLOW_DIR_NEXT = 0, FLOW_DIR_PREV = 1 } flow_dir;
@@ -130,9 +135,13 @@ typedef struct flow_tunables {
   bool reroute;                 /* true: a paired unit requests a strictly cheaper offered path and
                                    leaves its old one as standby (extension; see docs/FLOW.md) */
   flow_objective objective;     /* FLOW_OBJ_MAX */
+  double max_norm;              /* 8: p of the L_p norm that stands for "largest" under max (0: exact) */
 } flow_tunables;
 
 void flow_tunables_default(flow_tunables *t);
+/* A path's cost to sink from one link and the cost behind it, under the
+ * tunables' objective (what every node computes and pushes upstream). */
+double flow_cost_combine(const flow_tunables *t, double link, double rest);
 /* Sets one tunable by its field name ("temp_relay", "objective" takes
  * max|sum, booleans take true|false|1|0). GW_ENOENT for an unknown name,
  * GW_EINVAL for a bad value. */

@@ -20,6 +20,8 @@
 #define FLOW_PENDING_SWITCHES (256) /* notify-switches awaiting their ack */
 #define FLOW_REPLY_CACHE (32)       /* answers to recent proposals, for re-sent proposals */
 #define FLOW_EARLY_COSTS (64)       /* cost updates that arrived before their segment */
+#define FLOW_HANDOVERS (64)         /* segment ends we handed to a same-stage peer, for forwarding */
+#define FLOW_MAX_FORWARDS (4)       /* a notify-switch is passed on at most this often */
 
 /* Costs equal within this tolerance are the same cost (they travel as
  * doubles through several additions on different nodes). */
@@ -117,8 +119,18 @@ typedef struct pswitch {
   gw_id to, old_end, new_end;
   uint64_t seg;
   double cost;
+  uint32_t forwarded;
   int ticks_left;
 } pswitch;
+
+/* We handed one end of a segment to a same-stage peer (change, redirect).
+ * A notify-switch for that end that crosses the handover is forwarded. */
+typedef struct handover {
+  uint64_t seg;
+  bool up_end; /* we were the upstream end */
+  gw_id to;
+  uint64_t until;
+} handover;
 
 /* How we answered a proposal, so a re-sent proposal gets the same answer. */
 typedef struct cached_reply {
@@ -168,6 +180,8 @@ struct flow {
   int reply_next;
   early_cost early[FLOW_EARLY_COSTS];
   int early_next;
+  handover handovers[FLOW_HANDOVERS];
+  int handover_next;
   uint64_t cost_clock; /* advanced with every cost we send */
 
   bool offer_dirty, state_dirty;
@@ -238,9 +252,16 @@ int flow_send_state(flow *f, int peer);
 int flow_send_audit(flow *f, int peer, bool reply);
 int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64_t origin_seg, const gw_id *path,
                     int path_len, double cost);
-/* Notify-switches are reliable: kept and re-sent each tick until acked. */
+/* Notify-switches are reliable: kept and re-sent each tick until acked.
+ * Ends are peer indices, -1 for ourselves. */
 int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up);
 int flow_send_switch_down(flow *f, int to, uint64_t seg, int old_down, int new_down, double cost);
+/* Passes a notify-switch we cannot apply on to the peer we handed that end to. */
+int flow_forward_switch(flow *f, int to, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
+                        double cost, uint32_t forwarded);
+void flow_handover_add(flow *f, uint64_t seg, bool up_end, int to);
+/* The peer we recently handed that end of seg to, or -1. */
+int flow_handover_find(const flow *f, uint64_t seg, bool up_end);
 int flow_send_switch_ack(flow *f, int to, uint64_t seg);
 void flow_switch_acked(flow *f, int from, uint64_t seg);
 void flow_resend_switches(flow *f);

@@ -210,23 +210,53 @@ static void on_deny(flow *f, int p, const Gwtf__FlowDeny *d) {
 
 static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
   if (!flow_cost_ok(c->cost)) { bad_message(f, p, "cost"); return; }
+  double cost = c->broken ? INFINITY : c->cost;
   int u = flow_find_out(f, p, c->seg);
   if (u < 0) {
     /* It may have overtaken the message that gives us the segment. */
-    flow_early_cost_add(f, p, c->seg, c->cost, c->version);
+    flow_early_cost_add(f, p, c->seg, cost, c->version);
     return;
   }
-  flow_set_rest(f, u, c->cost, c->version);
+  flow_set_rest(f, u, cost, c->version);
 }
 
 /* ---- notify-switch ---- */
 
+/* A notify-switch for an end we no longer hold: when we handed it to a
+ * same-stage peer moments ago (a change or redirect crossed this switch),
+ * pass it on; when our own pending proposal is about to give it to us,
+ * leave it unacknowledged so that its sender tries again. */
+static bool switch_elsewhere(flow *f, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end, double cost,
+                             uint32_t forwarded, int sender) {
+  int z = flow_handover_find(f, seg, !up);
+  if (z >= 0 && forwarded < FLOW_MAX_FORWARDS) {
+    flow_forward_switch(f, z, up, seg, old_end, new_end, cost, forwarded + 1);
+    flow_send_switch_ack(f, sender, seg);
+    return true;
+  }
+  const pending *pd = &f->pend;
+  if (up) return pd->kind == REQ_REDIRECT && pd->in_seg == seg;
+  return (pd->kind == REQ_REDIRECT && pd->out_seg == seg) || (pd->kind == REQ_CHANGE && pd->your_seg == seg);
+}
+
 static void on_switch_up(flow *f, int p, const Gwtf__FlowSwitchUp *s) {
-  int old_up = peer_of(f, &s->old_up), new_up = peer_of(f, &s->new_up);
-  if (p != old_up && p != new_up) { bad_message(f, p, "switch_up_sender"); return; }
-  flow_send_switch_ack(f, p, s->seg);
-  if (new_up >= 0 && flow_find_in(f, new_up, s->seg) >= 0) return; /* a re-send we already applied */
+  gw_id old_id, new_id;
+  if (!flow_id_from_bytes(&s->old_up, &old_id) || !flow_id_from_bytes(&s->new_up, &new_id)) {
+    bad_message(f, p, "switch_up");
+    return;
+  }
+  int old_up = flow_peer_find(f, &old_id), new_up = flow_peer_find(f, &new_id);
+  if (p != old_up && p != new_up && !(s->forwarded && flow_peer_is_same(f, p))) {
+    bad_message(f, p, "switch_up_sender");
+    return;
+  }
+  if (new_up >= 0 && flow_find_in(f, new_up, s->seg) >= 0) { /* a re-send we already applied */
+    flow_send_switch_ack(f, p, s->seg);
+    return;
+  }
   int u = old_up >= 0 ? flow_find_in(f, old_up, s->seg) : -1;
+  if (u < 0 && switch_elsewhere(f, true, s->seg, &old_id, &new_id, 0, s->forwarded, p)) return;
+  flow_send_switch_ack(f, p, s->seg);
   if (u >= 0 && new_up >= 0 && flow_peer_usable_prev(f, new_up) && !flow_tomb_has(f, s->seg, new_up)) {
     funit *un = &f->units[u];
     un->in_peer = new_up;
@@ -241,12 +271,24 @@ static void on_switch_up(flow *f, int p, const Gwtf__FlowSwitchUp *s) {
 }
 
 static void on_switch_down(flow *f, int p, const Gwtf__FlowSwitchDown *s) {
-  int old_down = peer_of(f, &s->old_down), new_down = peer_of(f, &s->new_down);
-  if (p != old_down) { bad_message(f, p, "switch_down_sender"); return; }
-  if (!flow_cost_ok(s->cost)) { bad_message(f, p, "switch_down_cost"); return; }
+  gw_id old_id, new_id;
+  if (!flow_id_from_bytes(&s->old_down, &old_id) || !flow_id_from_bytes(&s->new_down, &new_id) ||
+      !flow_cost_ok(s->cost)) {
+    bad_message(f, p, "switch_down");
+    return;
+  }
+  int old_down = flow_peer_find(f, &old_id), new_down = flow_peer_find(f, &new_id);
+  if (p != old_down && !(s->forwarded && flow_peer_is_same(f, p))) {
+    bad_message(f, p, "switch_down_sender");
+    return;
+  }
+  if (new_down >= 0 && flow_find_out(f, new_down, s->seg) >= 0) { /* already applied */
+    flow_send_switch_ack(f, p, s->seg);
+    return;
+  }
+  int u = old_down >= 0 ? flow_find_out(f, old_down, s->seg) : -1;
+  if (u < 0 && switch_elsewhere(f, false, s->seg, &old_id, &new_id, s->cost, s->forwarded, p)) return;
   flow_send_switch_ack(f, p, s->seg);
-  if (new_down >= 0 && flow_find_out(f, new_down, s->seg) >= 0) return; /* already applied */
-  int u = flow_find_out(f, old_down, s->seg);
   if (u >= 0 && new_down >= 0 && flow_peer_usable_next(f, new_down) && !flow_tomb_has(f, s->seg, new_down)) {
     flow_bind_out(f, u, new_down, s->seg, s->cost, 0); /* x's estimate; y's own cost follows */
     return;
@@ -354,7 +396,8 @@ static void on_propose_change(flow *f, int a, const Gwtf__FlowProposeChange *pc)
   int u = e >= 0 ? flow_find_out(f, e, pc->your_seg) : -1;
   bool busy = f->pend.kind == REQ_CHANGE || f->pend.kind == REQ_REDIRECT;
   if (busy || !flow_peer_is_same(f, a) || u < 0 || b == e || !flow_peer_usable_next(f, b) ||
-      f->units[u].kind != UNIT_RELAY || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target)) {
+      f->units[u].kind != UNIT_RELAY || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target) ||
+      !flow_cost_ok(f->units[u].rest)) {
     reply_change(f, a, pc, false, 0);
     return;
   }
@@ -370,6 +413,7 @@ static void on_propose_change(flow *f, int a, const Gwtf__FlowProposeChange *pc)
   f->temperature *= f->tun.cooling;
   double rest_e = un->rest;
   reply_change(f, a, pc, true, rest_e);
+  flow_handover_add(f, pc->your_seg, true, a);
   flow_send_switch_up(f, b, pc->my_seg, a, -1);
   flow_send_switch_up(f, e, pc->your_seg, -1, a);
   flow_bind_out(f, u, b, pc->my_seg, pc->my_rest, 0);
@@ -407,6 +451,7 @@ static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   }
   if (ours) f->temperature *= f->tun.cooling;
   int b = peer_of(f, &r->my_next), e = peer_of(f, &r->your_next);
+  flow_handover_add(f, r->my_seg, true, c);
   /* c now owns my_seg -> b; whatever we still hold of it goes, silently. */
   int u = b >= 0 ? flow_find_out(f, b, r->my_seg) : -1;
   if (u >= 0 && (!flow_peer_usable_next(f, e) || flow_tomb_has(f, r->your_seg, e))) {
@@ -449,7 +494,8 @@ static void on_propose_redirect(flow *f, int y, const Gwtf__FlowProposeRedirect 
   int u = prev >= 0 ? flow_find_in(f, prev, pr->in_seg) : -1;
   bool busy = f->pend.kind == REQ_CHANGE || f->pend.kind == REQ_REDIRECT;
   if (busy || !flow_peer_is_same(f, y) || u < 0 || !f->units[u].has_out || f->units[u].out_peer != next ||
-      f->units[u].out_seg != pr->out_seg || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target)) {
+      f->units[u].out_seg != pr->out_seg || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target) ||
+      !flow_cost_ok(f->units[u].rest)) {
     reply_redirect(f, y, pr, false, 0);
     return;
   }
@@ -464,6 +510,8 @@ static void on_propose_redirect(flow *f, int y, const Gwtf__FlowProposeRedirect 
   f->temperature *= f->tun.cooling;
   double rest = un->rest;
   reply_redirect(f, y, pr, true, rest);
+  flow_handover_add(f, pr->in_seg, false, y);
+  flow_handover_add(f, pr->out_seg, true, y);
   flow_send_switch_up(f, next, pr->out_seg, -1, y);
   flow_send_switch_down(f, prev, pr->in_seg, -1, y, flow_combine(f, pr->new_out_link, rest));
   flow_emit(f, FLOW_EV_CHANGED, un, y);

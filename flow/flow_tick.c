@@ -173,7 +173,7 @@ static void changes_with(flow *f, search *s, int c) {
   const fpeer *pe = &f->peers[c];
   for (int a_u = 0; a_u < f->n_units; a_u++) {
     const funit *ua = &f->units[a_u];
-    if (!ua->used || ua->kind != UNIT_RELAY || !ua->has_out || ua->locked_txn) continue;
+    if (!ua->used || ua->kind != UNIT_RELAY || !ua->has_out || ua->locked_txn || !flow_cost_ok(ua->rest)) continue;
     double link_c_b = peer_next_cost(pe, &f->peers[ua->out_peer].id);
     if (link_c_b < 0) continue;
     for (int k = 0; k < pe->n_units; k++) {

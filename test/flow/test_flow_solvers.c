@@ -123,6 +123,9 @@ static void test_optimal_matches_brute_force(void **state) {
     assert_int_equal(sol.n_flows, b.best_n);
     assert_near(flow_solution_total(&sol), b.best_cost, 1e-9);
     assert_int_equal(flow_solution_check(&in, &sol, err, sizeof(err)), 0);
+    int most;
+    assert_int_equal(flow_max_flows(&in, NULL, &most), 0);
+    assert_int_equal(most, b.best_n); /* one data node: the relaxation is exact */
     checked++;
     nontrivial += b.best_n >= 2;
     flow_solution_free(&sol);
@@ -140,6 +143,16 @@ static void test_optimal_refuses_several_data_nodes(void **state) {
   flow_solution sol;
   assert_int_equal(flow_optimal(&in, NULL, &sol), GW_EUNSUPPORTED);
   flow_solution_free(&sol);
+  /* ... but the relaxed count is there: the smallest stage's capacity (all
+   * links complete, data nodes never the bottleneck) */
+  int most, smallest = 1 << 30;
+  assert_int_equal(flow_max_flows(&in, NULL, &most), 0);
+  for (int s = 1; s <= in.stages; s++) {
+    int c = 0;
+    for (int i = 0; i < in.n_nodes; i++) c += in.nodes[i].stage == s ? in.nodes[i].capacity : 0;
+    smallest = c < smallest ? c : smallest;
+  }
+  assert_int_equal(most, smallest);
   flow_instance_free(&in);
 }
 
