@@ -17,6 +17,7 @@ void flow_tunables_default(flow_tunables *t) {
       .tick_ms = 2000,
       .request_retry_ticks = 5,
       .inflow_timeout_ticks = 12,
+      .pushback_timeout_ticks = 5,
       .outflow_idle_ticks = 12,
       .reject_ignore_attempts = 5,
       .temp_relay = 1.7,
@@ -30,13 +31,14 @@ void flow_tunables_default(flow_tunables *t) {
       .audit_period_ticks = 3,
       .peer_timeout_ticks = 10,
       .probe_period_ticks = 3,
-      .live_ticks = 7,
+      .live_ticks = 10,
       .tombstone_ticks = 10,
       .stable_ticks = 6,
       .dangling_weight = 0.1,
       .chain_requests = true,
       .reroute = true,
       .objective = FLOW_OBJ_MAX,
+      .max_norm = 8,
   };
 }
 
@@ -54,6 +56,7 @@ static const tun_field tun_fields[] = {
     TUN(tick_ms, TUN_U64),
     TUN(request_retry_ticks, TUN_INT),
     TUN(inflow_timeout_ticks, TUN_INT),
+    TUN(pushback_timeout_ticks, TUN_INT),
     TUN(outflow_idle_ticks, TUN_INT),
     TUN(reject_ignore_attempts, TUN_INT),
     TUN(temp_relay, TUN_DOUBLE),
@@ -74,6 +77,7 @@ static const tun_field tun_fields[] = {
     TUN(chain_requests, TUN_BOOL),
     TUN(reroute, TUN_BOOL),
     TUN(objective, TUN_OBJECTIVE),
+    TUN(max_norm, TUN_DOUBLE),
 };
 #undef TUN
 
@@ -150,13 +154,14 @@ double flow_cost_eq1(double c_i, double c_j, double lat_ij, double lat_ji, doubl
 }
 
 static bool tunables_ok(const flow_tunables *t) {
-  return t->tick_ms > 0 && t->request_retry_ticks > 0 && t->inflow_timeout_ticks > 0 && t->outflow_idle_ticks > 0 &&
+  return t->tick_ms > 0 && t->request_retry_ticks > 0 && t->inflow_timeout_ticks > 0 &&
+         t->pushback_timeout_ticks > 0 && t->outflow_idle_ticks > 0 &&
          t->reject_ignore_attempts >= 0 && t->temp_relay > 0 && t->temp_data > 0 && t->cooling > 0 &&
          t->cooling <= 1 && t->p_propose_unmet >= 0 && t->p_propose_unmet <= 1 && t->p_propose_satisfied >= 0 &&
          t->p_propose_satisfied <= 1 && t->offer_period_ticks > 0 && t->state_period_ticks > 0 &&
          t->cost_period_ticks > 0 && t->audit_period_ticks > 0 && t->peer_timeout_ticks > t->audit_period_ticks &&
          t->probe_period_ticks > 0 && t->live_ticks > 0 && t->tombstone_ticks > 0 && t->stable_ticks >= 0 &&
-         t->dangling_weight >= 0 && t->dangling_weight <= 1 &&
+         t->dangling_weight >= 0 && t->dangling_weight <= 1 && t->max_norm >= 0 && t->max_norm <= 64 &&
          (t->objective == FLOW_OBJ_MAX || t->objective == FLOW_OBJ_SUM);
 }
 
@@ -482,7 +487,7 @@ int flow_pick_first_hop(flow *f, gw_id *next, uint64_t *seg) {
   for (int k = 0; k < f->n_units; k++) {
     int u = (f->rr_first + 1 + k) % (f->n_units ? f->n_units : 1);
     const funit *un = &f->units[u];
-    if (un->used && un->kind == UNIT_SOURCE && un->has_out) {
+    if (un->used && un->kind == UNIT_SOURCE && un->has_out && flow_cost_ok(flow_unit_cost(f, un))) {
       f->rr_first = u;
       *next = f->peers[un->out_peer].id;
       *seg = un->out_seg;

@@ -92,9 +92,14 @@ typedef struct flow flow;
 
 typedef enum flow_role { FLOW_DATA = 0, FLOW_RELAY = 1 } flow_role;
 
-/* max: the paper's local objective (minimise the largest link cost on each
- * flow's path; the default). sum: Eq. 2, the sum of link costs over all
- * flows (used for comparison with the exact optimum). */
+/* max: the paper's local objective, the largest link cost on a flow's path
+ * (the default). Taken literally every path through the same bottleneck
+ * ties, and the local moves cannot tell a detour from a shortcut; so a
+ * path's cost under max is the L_p norm of its link costs with p =
+ * max_norm (8 by default: within 30% of the largest link for paths of 8
+ * links, and a shorter path wins a tie), max_norm = 0 the plain largest.
+ * sum: Eq. 2, the sum of link costs over all flows (used for comparison
+ * with the exact optimum). */
 typedef enum flow_objective { FLOW_OBJ_MAX = 0, FLOW_OBJ_SUM = 1 } flow_objective;
 
 typedef enum flow_dir { FLOW_DIR_NEXT = 0, FLOW_DIR_PREV = 1 } flow_dir;
@@ -106,6 +111,8 @@ typedef struct flow_tunables {
   uint64_t tick_ms;             /* 2000: the prototype's periodic() */
   int request_retry_ticks;      /* 5: a request is re-sent this many ticks, then dropped */
   int inflow_timeout_ticks;     /* 12: an unpaired inflow is pushed back (DENY) after this */
+  int pushback_timeout_ticks;   /* 5: ... or after this, when it lost its next hop (pushed back to us,
+                                   or the next hop died): the prototype's push-back variant */
   int outflow_idle_ticks;       /* 12: an unpaired outflow nobody takes is cancelled after this */
   int reject_ignore_attempts;   /* 5: a same-stage peer that rejected is skipped this many proposals */
   double temp_relay;            /* 1.7: initial annealing temperature of a relay */
@@ -119,7 +126,8 @@ typedef struct flow_tunables {
   int audit_period_ticks;       /* 6: segment audit per neighbour (CHECK_FLOW ran twice per 12 ticks) */
   int peer_timeout_ticks;       /* 13: silence after which a neighbour is presumed dead: two audits lost, plus one */
   int probe_period_ticks;       /* 3: data nodes probe their flows (EVAL) */
-  int live_ticks;               /* 7: a unit counts as part of a complete flow this long after a probe */
+  int live_ticks;               /* 10: a unit counts as part of a complete flow this long after a probe
+                                   (three probes in a row must be lost to forget it) */
   int tombstone_ticks;          /* 10: how long dropped segment ids are remembered */
   int stable_ticks;             /* 6: ticks without a change to a complete flow before flow_is_stable */
   double dangling_weight;       /* 0.1: weight of standby (incomplete) paths in the objective */
@@ -127,9 +135,13 @@ typedef struct flow_tunables {
   bool reroute;                 /* true: a paired unit requests a strictly cheaper offered path and
                                    leaves its old one as standby (extension; see docs/FLOW.md) */
   flow_objective objective;     /* FLOW_OBJ_MAX */
+  double max_norm;              /* 8: p of the L_p norm that stands for "largest" under max (0: exact) */
 } flow_tunables;
 
 void flow_tunables_default(flow_tunables *t);
+/* A path's cost to sink from one link and the cost behind it, under the
+ * tunables' objective (what every node computes and pushes upstream). */
+double flow_cost_combine(const flow_tunables *t, double link, double rest);
 /* Sets one tunable by its field name ("temp_relay", "objective" takes
  * max|sum, booleans take true|false|1|0). GW_ENOENT for an unknown name,
  * GW_EINVAL for a bad value. */

@@ -17,6 +17,11 @@
 #define FLOW_MAX_AUDIT_SEGS (2 * FLOW_MAX_CAPACITY)
 #define FLOW_MAX_PATH (64 + 2)
 #define FLOW_TOMBSTONES (256)
+#define FLOW_PENDING_SWITCHES (256) /* notify-switches awaiting their ack */
+#define FLOW_REPLY_CACHE (32)       /* answers to recent proposals, for re-sent proposals */
+#define FLOW_EARLY_COSTS (64)       /* cost updates that arrived before their segment */
+#define FLOW_HANDOVERS (64)         /* segment ends we handed to a same-stage peer, for forwarding */
+#define FLOW_MAX_FORWARDS (4)       /* a notify-switch is passed on at most this often */
 
 /* Costs equal within this tolerance are the same cost (they travel as
  * doubles through several additions on different nodes). */
@@ -35,8 +40,10 @@ typedef struct funit {
   uint64_t in_seg, out_seg;
   uint64_t in_since, out_since; /* when the segment was bound (audit grace) */
   double rest;                  /* next hop's cost to sink for out_seg */
+  uint64_t rest_version;        /* the next hop's cost clock for rest (0: heard from a third node) */
   double sent_cost;             /* cost last pushed upstream; NAN: never */
   uint64_t unpaired_since;      /* when it last became unpaired */
+  bool pushed_back;             /* unpaired because its next hop went (DENY, death): the short timeout */
   uint64_t live_until;          /* a probe passed; counts as a complete flow until then */
   uint64_t locked_txn;          /* nonzero: involved in our pending proposal */
   /* data node source slots: the path a probe brought back */
@@ -103,7 +110,45 @@ typedef struct pending {
   /* redirect */
   uint64_t in_seg, out_seg;
   int prev, next;
+  int theirs_unit; /* unused after sending; kept for logs */
 } pending;
+
+/* A notify-switch re-sent each tick until acknowledged. */
+typedef struct pswitch {
+  bool used, up; /* up: FlowSwitchUp, else FlowSwitchDown */
+  gw_id to, old_end, new_end;
+  uint64_t seg;
+  double cost;
+  uint32_t forwarded;
+  int ticks_left;
+} pswitch;
+
+/* We handed one end of a segment to a same-stage peer (change, redirect).
+ * A notify-switch for that end that crosses the handover is forwarded. */
+typedef struct handover {
+  uint64_t seg;
+  bool up_end; /* we were the upstream end */
+  gw_id to;
+  uint64_t until;
+} handover;
+
+/* How we answered a proposal, so a re-sent proposal gets the same answer. */
+typedef struct cached_reply {
+  gw_id peer;
+  uint64_t txn;
+  bool accept;
+  double rest;
+} cached_reply;
+
+/* A cost update for a segment we did not hold yet. The downstream end's own
+ * word on its cost is newer than any cost a grant or switch carried. */
+typedef struct early_cost {
+  gw_id peer;
+  uint64_t seg;
+  double cost;
+  uint64_t version;
+  uint64_t until;
+} early_cost;
 
 typedef struct tombstone {
   uint64_t seg;
@@ -130,6 +175,14 @@ struct flow {
   pending pend;
   tombstone tombs[FLOW_TOMBSTONES];
   int tomb_next;
+  pswitch switches[FLOW_PENDING_SWITCHES];
+  cached_reply replies[FLOW_REPLY_CACHE];
+  int reply_next;
+  early_cost early[FLOW_EARLY_COSTS];
+  int early_next;
+  handover handovers[FLOW_HANDOVERS];
+  int handover_next;
+  uint64_t cost_clock; /* advanced with every cost we send */
 
   bool offer_dirty, state_dirty;
   uint64_t last_change; /* last change to a complete flow */
@@ -158,7 +211,12 @@ int flow_find_in(const flow *f, int peer, uint64_t seg);
 int flow_find_out(const flow *f, int peer, uint64_t seg);
 int flow_find_out_seg(const flow *f, uint64_t seg);
 void flow_bind_in(flow *f, int u, int peer, uint64_t seg);
-void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest);
+/* Binds (or re-binds) the unit's outflow; the one place an outflow is set,
+ * so early costs, events and the cost push are never forgotten. */
+void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest, uint64_t version);
+/* A cost from the next hop itself: applied when newer than what we have. */
+void flow_set_rest(flow *f, int u, double rest, uint64_t version);
+void flow_early_cost_add(flow *f, int peer, uint64_t seg, double cost, uint64_t version);
 /* Remove a segment locally (the other end is told by the caller, if at all). */
 void flow_drop_in(flow *f, int u);
 void flow_drop_out(flow *f, int u);
@@ -194,8 +252,19 @@ int flow_send_state(flow *f, int peer);
 int flow_send_audit(flow *f, int peer, bool reply);
 int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64_t origin_seg, const gw_id *path,
                     int path_len, double cost);
+/* Notify-switches are reliable: kept and re-sent each tick until acked.
+ * Ends are peer indices, -1 for ourselves. */
 int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up);
 int flow_send_switch_down(flow *f, int to, uint64_t seg, int old_down, int new_down, double cost);
+/* Passes a notify-switch we cannot apply on to the peer we handed that end to. */
+int flow_forward_switch(flow *f, int to, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
+                        double cost, uint32_t forwarded);
+void flow_handover_add(flow *f, uint64_t seg, bool up_end, int to);
+/* The peer we recently handed that end of seg to, or -1. */
+int flow_handover_find(const flow *f, uint64_t seg, bool up_end);
+int flow_send_switch_ack(flow *f, int to, uint64_t seg);
+void flow_switch_acked(flow *f, int from, uint64_t seg);
+void flow_resend_switches(flow *f);
 /* Offer summary for target t: unpaired outflow count and cheapest cost. */
 void flow_offer_for(const flow *f, const gw_id *t, uint32_t *count, double *cost);
 uint32_t flow_spare(const flow *f);
@@ -210,6 +279,8 @@ void flow_handle(flow *f, int peer, const Gwtf__FlowMessage *m);
 bool flow_try_request(flow *f);
 /* Considers one Request Change / Redirect; true when a proposal was sent. */
 bool flow_try_propose(flow *f);
+/* (Re)sends the pending change or redirect proposal. */
+void flow_send_proposal(flow *f);
 void flow_clear_pending(flow *f);
 /* Annealing acceptance of a move with improvement delta (> 0 = better). */
 bool flow_anneal_accept(flow *f, double delta);

@@ -156,7 +156,7 @@ static void reroute_granted(flow *f, const pending *pd, int p, const Gwtf__FlowR
     return;
   }
   flow_send_cancel(f, un->out_peer, un->out_seg);
-  flow_bind_out(f, pd->unit, p, r->seg, r->cost);
+  flow_bind_out(f, pd->unit, p, r->seg, r->cost, r->version);
 }
 
 static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
@@ -180,7 +180,7 @@ static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
   if (r->accept) {
     int u = flow_tomb_has(f, r->seg, p) ? -1 : unit_for_grant(f, &pd, &target);
     if (u >= 0 && flow_peer_usable_next(f, p))
-      flow_bind_out(f, u, p, r->seg, r->cost);
+      flow_bind_out(f, u, p, r->seg, r->cost, r->version);
     else
       flow_send_cancel(f, p, r->seg);
   }
@@ -205,24 +205,58 @@ static void on_deny(flow *f, int p, const Gwtf__FlowDeny *d) {
   }
   if (d->full) flow_emit(f, FLOW_EV_DENY, &f->units[u], p);
   flow_drop_out(f, u);
+  f->units[u].pushed_back = true;
 }
 
 static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
   if (!flow_cost_ok(c->cost)) { bad_message(f, p, "cost"); return; }
+  double cost = c->broken ? INFINITY : c->cost;
   int u = flow_find_out(f, p, c->seg);
-  if (u < 0) return;
-  f->units[u].rest = c->cost;
-  f->state_dirty = true;
-  if (!f->units[u].has_in) f->offer_dirty = true;
-  flow_push_cost(f, u, false);
+  if (u < 0) {
+    /* It may have overtaken the message that gives us the segment. */
+    flow_early_cost_add(f, p, c->seg, cost, c->version);
+    return;
+  }
+  flow_set_rest(f, u, cost, c->version);
 }
 
 /* ---- notify-switch ---- */
 
+/* A notify-switch for an end we no longer hold: when we handed it to a
+ * same-stage peer moments ago (a change or redirect crossed this switch),
+ * pass it on; when our own pending proposal is about to give it to us,
+ * leave it unacknowledged so that its sender tries again. */
+static bool switch_elsewhere(flow *f, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end, double cost,
+                             uint32_t forwarded, int sender) {
+  int z = flow_handover_find(f, seg, !up);
+  if (z >= 0 && forwarded < FLOW_MAX_FORWARDS) {
+    flow_forward_switch(f, z, up, seg, old_end, new_end, cost, forwarded + 1);
+    flow_send_switch_ack(f, sender, seg);
+    return true;
+  }
+  const pending *pd = &f->pend;
+  if (up) return pd->kind == REQ_REDIRECT && pd->in_seg == seg;
+  return (pd->kind == REQ_REDIRECT && pd->out_seg == seg) || (pd->kind == REQ_CHANGE && pd->your_seg == seg);
+}
+
 static void on_switch_up(flow *f, int p, const Gwtf__FlowSwitchUp *s) {
-  int old_up = peer_of(f, &s->old_up), new_up = peer_of(f, &s->new_up);
-  if (p != old_up && p != new_up) { bad_message(f, p, "switch_up_sender"); return; }
+  gw_id old_id, new_id;
+  if (!flow_id_from_bytes(&s->old_up, &old_id) || !flow_id_from_bytes(&s->new_up, &new_id)) {
+    bad_message(f, p, "switch_up");
+    return;
+  }
+  int old_up = flow_peer_find(f, &old_id), new_up = flow_peer_find(f, &new_id);
+  if (p != old_up && p != new_up && !(s->forwarded && flow_peer_is_same(f, p))) {
+    bad_message(f, p, "switch_up_sender");
+    return;
+  }
+  if (new_up >= 0 && flow_find_in(f, new_up, s->seg) >= 0) { /* a re-send we already applied */
+    flow_send_switch_ack(f, p, s->seg);
+    return;
+  }
   int u = old_up >= 0 ? flow_find_in(f, old_up, s->seg) : -1;
+  if (u < 0 && switch_elsewhere(f, true, s->seg, &old_id, &new_id, 0, s->forwarded, p)) return;
+  flow_send_switch_ack(f, p, s->seg);
   if (u >= 0 && new_up >= 0 && flow_peer_usable_prev(f, new_up) && !flow_tomb_has(f, s->seg, new_up)) {
     funit *un = &f->units[u];
     un->in_peer = new_up;
@@ -237,18 +271,26 @@ static void on_switch_up(flow *f, int p, const Gwtf__FlowSwitchUp *s) {
 }
 
 static void on_switch_down(flow *f, int p, const Gwtf__FlowSwitchDown *s) {
-  int old_down = peer_of(f, &s->old_down), new_down = peer_of(f, &s->new_down);
-  if (p != old_down) { bad_message(f, p, "switch_down_sender"); return; }
-  if (!flow_cost_ok(s->cost)) { bad_message(f, p, "switch_down_cost"); return; }
-  int u = flow_find_out(f, old_down, s->seg);
+  gw_id old_id, new_id;
+  if (!flow_id_from_bytes(&s->old_down, &old_id) || !flow_id_from_bytes(&s->new_down, &new_id) ||
+      !flow_cost_ok(s->cost)) {
+    bad_message(f, p, "switch_down");
+    return;
+  }
+  int old_down = flow_peer_find(f, &old_id), new_down = flow_peer_find(f, &new_id);
+  if (p != old_down && !(s->forwarded && flow_peer_is_same(f, p))) {
+    bad_message(f, p, "switch_down_sender");
+    return;
+  }
+  if (new_down >= 0 && flow_find_out(f, new_down, s->seg) >= 0) { /* already applied */
+    flow_send_switch_ack(f, p, s->seg);
+    return;
+  }
+  int u = old_down >= 0 ? flow_find_out(f, old_down, s->seg) : -1;
+  if (u < 0 && switch_elsewhere(f, false, s->seg, &old_id, &new_id, s->cost, s->forwarded, p)) return;
+  flow_send_switch_ack(f, p, s->seg);
   if (u >= 0 && new_down >= 0 && flow_peer_usable_next(f, new_down) && !flow_tomb_has(f, s->seg, new_down)) {
-    funit *un = &f->units[u];
-    un->out_peer = new_down;
-    un->out_since = f->now;
-    un->rest = s->cost;
-    f->state_dirty = f->offer_dirty = true;
-    flow_emit(f, FLOW_EV_CHANGED, un, new_down);
-    flow_push_cost(f, u, false);
+    flow_bind_out(f, u, new_down, s->seg, s->cost, 0); /* x's estimate; y's own cost follows */
     return;
   }
   if (u >= 0) flow_drop_out(f, u);
@@ -302,6 +344,23 @@ static void on_state(flow *f, int p, const Gwtf__FlowState *st) {
   pe->n_next_costs = (int)st->n_next_costs;
 }
 
+/* ---- answers to proposals ---- */
+
+/* A proposal we answered already (its sender re-sends until it hears back):
+ * the same answer again, without deciding twice. */
+static const cached_reply *cached(const flow *f, int p, uint64_t txn) {
+  for (int i = 0; i < FLOW_REPLY_CACHE; i++) {
+    const cached_reply *c = &f->replies[i];
+    if (c->txn == txn && txn != 0 && gw_id_eq(&c->peer, &f->peers[p].id)) return c;
+  }
+  return NULL;
+}
+
+static void remember(flow *f, int p, uint64_t txn, bool accept, double rest) {
+  f->replies[f->reply_next] = (cached_reply){f->peers[p].id, txn, accept, rest};
+  f->reply_next = (f->reply_next + 1) % FLOW_REPLY_CACHE;
+}
+
 /* ---- Request Change ---- */
 
 static void reply_change(flow *f, int p, const Gwtf__FlowProposeChange *pc, bool accept, double rest) {
@@ -314,6 +373,7 @@ static void reply_change(flow *f, int p, const Gwtf__FlowProposeChange *pc, bool
   r.your_next = pc->your_next;
   r.target = pc->target;
   r.rest = rest;
+  if (!cached(f, p, pc->txn)) remember(f, p, pc->txn, accept, rest);
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
   m.msg_case = GWTF__FLOW_MESSAGE__MSG_CHANGE_REPLY;
   m.change_reply = &r;
@@ -327,11 +387,17 @@ static void on_propose_change(flow *f, int a, const Gwtf__FlowProposeChange *pc)
   if (!flow_id_from_bytes(&pc->target, &target) || !flow_cost_ok(pc->my_link) || !flow_cost_ok(pc->my_new_link) ||
       !flow_cost_ok(pc->my_rest))
     { bad_message(f, a, "propose_change"); return; }
+  const cached_reply *again = cached(f, a, pc->txn);
+  if (again) {
+    reply_change(f, a, pc, again->accept, again->rest);
+    return;
+  }
   int b = peer_of(f, &pc->my_next), e = peer_of(f, &pc->your_next);
   int u = e >= 0 ? flow_find_out(f, e, pc->your_seg) : -1;
   bool busy = f->pend.kind == REQ_CHANGE || f->pend.kind == REQ_REDIRECT;
   if (busy || !flow_peer_is_same(f, a) || u < 0 || b == e || !flow_peer_usable_next(f, b) ||
-      f->units[u].kind != UNIT_RELAY || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target)) {
+      f->units[u].kind != UNIT_RELAY || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target) ||
+      !flow_cost_ok(f->units[u].rest)) {
     reply_change(f, a, pc, false, 0);
     return;
   }
@@ -347,15 +413,10 @@ static void on_propose_change(flow *f, int a, const Gwtf__FlowProposeChange *pc)
   f->temperature *= f->tun.cooling;
   double rest_e = un->rest;
   reply_change(f, a, pc, true, rest_e);
+  flow_handover_add(f, pc->your_seg, true, a);
   flow_send_switch_up(f, b, pc->my_seg, a, -1);
   flow_send_switch_up(f, e, pc->your_seg, -1, a);
-  un->out_peer = b;
-  un->out_seg = pc->my_seg;
-  un->out_since = f->now;
-  un->rest = pc->my_rest;
-  f->state_dirty = f->offer_dirty = true;
-  flow_emit(f, FLOW_EV_CHANGED, un, b);
-  flow_push_cost(f, u, false);
+  flow_bind_out(f, u, b, pc->my_seg, pc->my_rest, 0);
 }
 
 /* Takes over segment seg -> e that a peer handed to us, on unit u if given,
@@ -375,18 +436,7 @@ static void adopt_out(flow *f, int u, int e, uint64_t seg, const gw_id *target, 
     flow_send_cancel(f, e, seg);
     return;
   }
-  funit *un = &f->units[u];
-  if (un->has_out) {
-    un->out_peer = e;
-    un->out_seg = seg;
-    un->out_since = f->now;
-    un->rest = rest;
-    f->state_dirty = f->offer_dirty = true;
-    flow_emit(f, FLOW_EV_CHANGED, un, e);
-    flow_push_cost(f, u, false);
-  } else {
-    flow_bind_out(f, u, e, seg, rest);
-  }
+  flow_bind_out(f, u, e, seg, rest, 0);
 }
 
 /* We are a: c answered our proposal (or a proposal that already timed out). */
@@ -401,6 +451,7 @@ static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   }
   if (ours) f->temperature *= f->tun.cooling;
   int b = peer_of(f, &r->my_next), e = peer_of(f, &r->your_next);
+  flow_handover_add(f, r->my_seg, true, c);
   /* c now owns my_seg -> b; whatever we still hold of it goes, silently. */
   int u = b >= 0 ? flow_find_out(f, b, r->my_seg) : -1;
   if (u >= 0 && (!flow_peer_usable_next(f, e) || flow_tomb_has(f, r->your_seg, e))) {
@@ -422,6 +473,7 @@ static void reply_redirect(flow *f, int p, const Gwtf__FlowProposeRedirect *pr, 
   r.next = pr->next;
   r.target = pr->target;
   r.rest = rest;
+  if (!cached(f, p, pr->txn)) remember(f, p, pr->txn, accept, rest);
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
   m.msg_case = GWTF__FLOW_MESSAGE__MSG_REDIRECT_REPLY;
   m.redirect_reply = &r;
@@ -433,11 +485,17 @@ static void on_propose_redirect(flow *f, int y, const Gwtf__FlowProposeRedirect 
   gw_id target;
   if (!flow_id_from_bytes(&pr->target, &target) || !flow_cost_ok(pr->new_in_link) || !flow_cost_ok(pr->new_out_link))
     { bad_message(f, y, "propose_redirect"); return; }
+  const cached_reply *again = cached(f, y, pr->txn);
+  if (again) {
+    reply_redirect(f, y, pr, again->accept, again->rest);
+    return;
+  }
   int prev = peer_of(f, &pr->prev), next = peer_of(f, &pr->next);
   int u = prev >= 0 ? flow_find_in(f, prev, pr->in_seg) : -1;
   bool busy = f->pend.kind == REQ_CHANGE || f->pend.kind == REQ_REDIRECT;
   if (busy || !flow_peer_is_same(f, y) || u < 0 || !f->units[u].has_out || f->units[u].out_peer != next ||
-      f->units[u].out_seg != pr->out_seg || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target)) {
+      f->units[u].out_seg != pr->out_seg || f->units[u].locked_txn || !gw_id_eq(&f->units[u].target, &target) ||
+      !flow_cost_ok(f->units[u].rest)) {
     reply_redirect(f, y, pr, false, 0);
     return;
   }
@@ -452,6 +510,8 @@ static void on_propose_redirect(flow *f, int y, const Gwtf__FlowProposeRedirect 
   f->temperature *= f->tun.cooling;
   double rest = un->rest;
   reply_redirect(f, y, pr, true, rest);
+  flow_handover_add(f, pr->in_seg, false, y);
+  flow_handover_add(f, pr->out_seg, true, y);
   flow_send_switch_up(f, next, pr->out_seg, -1, y);
   flow_send_switch_down(f, prev, pr->in_seg, -1, y, flow_combine(f, pr->new_out_link, rest));
   flow_emit(f, FLOW_EV_CHANGED, un, y);
@@ -486,18 +546,9 @@ static void on_redirect_reply(flow *f, int x, const Gwtf__FlowRedirectReply *r) 
     if (prev >= 0) flow_send_deny(f, prev, r->in_seg, false);
     return;
   }
-  funit *un = &f->units[u];
-  un->target = target;
-  un->has_in = un->has_out = true;
-  un->in_peer = prev;
-  un->in_seg = r->in_seg;
-  un->out_peer = next;
-  un->out_seg = r->out_seg;
-  un->in_since = un->out_since = f->now;
-  un->rest = r->rest;
-  f->state_dirty = f->offer_dirty = true;
-  flow_emit(f, FLOW_EV_CHANGED, un, x);
-  flow_push_cost(f, u, true);
+  f->units[u].target = target;
+  flow_bind_in(f, u, prev, r->in_seg);
+  flow_bind_out(f, u, next, r->out_seg, r->rest, 0); /* and tells prev our cost */
 }
 
 /* ---- audit ---- */
@@ -583,6 +634,7 @@ void flow_handle(flow *f, int p, const Gwtf__FlowMessage *m) {
   case GWTF__FLOW_MESSAGE__MSG_REDIRECT_REPLY: on_redirect_reply(f, p, m->redirect_reply); break;
   case GWTF__FLOW_MESSAGE__MSG_AUDIT: on_audit(f, p, m->audit); break;
   case GWTF__FLOW_MESSAGE__MSG_PROBE: on_probe(f, p, m->probe); break;
+  case GWTF__FLOW_MESSAGE__MSG_SWITCH_ACK: flow_switch_acked(f, p, m->switch_ack->seg); break;
   case GWTF__FLOW_MESSAGE__MSG_PLACE_QUERY:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_JOIN:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_ASSIGN: break; /* flow/place.h handles these */

@@ -173,7 +173,7 @@ static void changes_with(flow *f, search *s, int c) {
   const fpeer *pe = &f->peers[c];
   for (int a_u = 0; a_u < f->n_units; a_u++) {
     const funit *ua = &f->units[a_u];
-    if (!ua->used || ua->kind != UNIT_RELAY || !ua->has_out || ua->locked_txn) continue;
+    if (!ua->used || ua->kind != UNIT_RELAY || !ua->has_out || ua->locked_txn || !flow_cost_ok(ua->rest)) continue;
     double link_c_b = peer_next_cost(pe, &f->peers[ua->out_peer].id);
     if (link_c_b < 0) continue;
     for (int k = 0; k < pe->n_units; k++) {
@@ -213,7 +213,6 @@ static void propose(flow *f, const move *m) {
   f->pend.ticks_left = f->tun.request_retry_ticks;
   f->pend.txn = txn;
   f->pend.target = theirs->target;
-  Gwtf__FlowMessage msg = GWTF__FLOW_MESSAGE__INIT;
   if (!m->redirect) {
     funit *ua = &f->units[m->mine];
     ua->locked_txn = txn;
@@ -223,39 +222,53 @@ static void propose(flow *f, const move *m) {
     f->pend.my_next = ua->out_peer;
     f->pend.your_seg = theirs->out_seg;
     f->pend.your_next = m->other;
+  } else {
+    f->pend.kind = REQ_REDIRECT;
+    f->pend.in_seg = theirs->in_seg;
+    f->pend.out_seg = theirs->out_seg;
+    f->pend.prev = m->other;
+    f->pend.next = m->next;
+  }
+  flow_send_proposal(f);
+}
+
+static ProtobufCBinaryData peer_bytes(flow *f, int p) { return (ProtobufCBinaryData){GW_ID_BYTES, f->peers[p].id.b}; }
+
+/* Built from the pending record (and our locked unit), so a re-send carries
+ * the same transaction with today's costs. */
+void flow_send_proposal(flow *f) {
+  const pending *pd = &f->pend;
+  Gwtf__FlowMessage msg = GWTF__FLOW_MESSAGE__INIT;
+  if (pd->kind == REQ_CHANGE) {
+    const funit *ua = &f->units[pd->unit];
     Gwtf__FlowProposeChange pc = GWTF__FLOW_PROPOSE_CHANGE__INIT;
-    pc.txn = txn;
-    pc.my_seg = ua->out_seg;
-    pc.my_next = (ProtobufCBinaryData){GW_ID_BYTES, f->peers[ua->out_peer].id.b};
-    pc.your_seg = theirs->out_seg;
-    pc.your_next = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)theirs->next.b};
-    pc.target = (ProtobufCBinaryData){GW_ID_BYTES, ua->target.b};
-    pc.my_link = f->peers[ua->out_peer].cost_next;
-    pc.my_new_link = m->link1;
+    pc.txn = pd->txn;
+    pc.my_seg = pd->my_seg;
+    pc.my_next = peer_bytes(f, pd->my_next);
+    pc.your_seg = pd->your_seg;
+    pc.your_next = peer_bytes(f, pd->your_next);
+    pc.target = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)pd->target.b};
+    pc.my_link = f->peers[pd->my_next].cost_next;
+    pc.my_new_link = f->peers[pd->your_next].cost_next;
     pc.my_rest = ua->rest;
     pc.my_live = flow_unit_live(f, ua);
     msg.msg_case = GWTF__FLOW_MESSAGE__MSG_PROPOSE_CHANGE;
     msg.propose_change = &pc;
-    flow_send(f, m->peer, &msg);
-    return;
+    flow_send(f, pd->peer, &msg);
+  } else if (pd->kind == REQ_REDIRECT) {
+    Gwtf__FlowProposeRedirect pr = GWTF__FLOW_PROPOSE_REDIRECT__INIT;
+    pr.txn = pd->txn;
+    pr.in_seg = pd->in_seg;
+    pr.prev = peer_bytes(f, pd->prev);
+    pr.out_seg = pd->out_seg;
+    pr.next = peer_bytes(f, pd->next);
+    pr.target = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)pd->target.b};
+    pr.new_in_link = f->peers[pd->prev].cost_prev;
+    pr.new_out_link = f->peers[pd->next].cost_next;
+    msg.msg_case = GWTF__FLOW_MESSAGE__MSG_PROPOSE_REDIRECT;
+    msg.propose_redirect = &pr;
+    flow_send(f, pd->peer, &msg);
   }
-  f->pend.kind = REQ_REDIRECT;
-  f->pend.in_seg = theirs->in_seg;
-  f->pend.out_seg = theirs->out_seg;
-  f->pend.prev = m->other;
-  f->pend.next = m->next;
-  Gwtf__FlowProposeRedirect pr = GWTF__FLOW_PROPOSE_REDIRECT__INIT;
-  pr.txn = txn;
-  pr.in_seg = theirs->in_seg;
-  pr.prev = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)theirs->prev.b};
-  pr.out_seg = theirs->out_seg;
-  pr.next = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)theirs->next.b};
-  pr.target = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)theirs->target.b};
-  pr.new_in_link = m->link1;
-  pr.new_out_link = m->link2;
-  msg.msg_case = GWTF__FLOW_MESSAGE__MSG_PROPOSE_REDIRECT;
-  msg.propose_redirect = &pr;
-  flow_send(f, m->peer, &msg);
 }
 
 bool flow_try_propose(flow *f) {
@@ -329,8 +342,12 @@ static void check_liveness(flow *f) {
 static void pending_timeout(flow *f) {
   if (f->pend.kind == REQ_NONE) return;
   if (--f->pend.ticks_left > 0) {
-    if (f->pend.kind == REQ_FLOW) /* lost on the way, or its reply was: ask again, same id */
+    /* Lost on the way, or its answer was: ask again with the same id (the
+     * other side answers a repeat as it answered the first). */
+    if (f->pend.kind == REQ_FLOW)
       flow_send_request(f, f->pend.peer, f->pend.txn, &f->pend.target, f->pend.cost);
+    else
+      flow_send_proposal(f);
     return;
   }
   /* No answer: forget what that peer offered; it offers again if alive. */
@@ -346,11 +363,12 @@ static void pending_timeout(flow *f) {
 static void unit_timeouts(flow *f) {
   if (f->cfg.role != FLOW_RELAY) return;
   uint64_t in_to = (uint64_t)f->tun.inflow_timeout_ticks * f->tun.tick_ms;
+  uint64_t back_to = (uint64_t)f->tun.pushback_timeout_ticks * f->tun.tick_ms;
   uint64_t out_to = (uint64_t)f->tun.outflow_idle_ticks * f->tun.tick_ms;
   for (int u = 0; u < f->n_units; u++) {
     funit *un = &f->units[u];
     if (!un->used || un->locked_txn || (f->pend.kind == REQ_FLOW && f->pend.unit == u)) continue;
-    if (un->has_in && !un->has_out && f->now >= un->unpaired_since + in_to) {
+    if (un->has_in && !un->has_out && f->now >= un->unpaired_since + (un->pushed_back ? back_to : in_to)) {
       /* We cannot place this flow: DENY pushes it back upstream (§V-D). */
       flow_unit_release(f, u, true);
     } else if (un->has_out && !un->has_in && f->now >= un->unpaired_since + out_to) {
@@ -399,6 +417,7 @@ void flow_on_tick(flow *f, uint64_t now_ms) {
   if (now_ms > f->now) f->now = now_ms;
   f->ticks++;
   check_liveness(f);
+  flow_resend_switches(f);
   pending_timeout(f);
   unit_timeouts(f);
   periodic_sends(f);

@@ -7,10 +7,17 @@
 
 #include "flow/flow_internal.h"
 
-double flow_combine(const flow *f, double link, double rest) {
-  if (f->tun.objective == FLOW_OBJ_SUM) return link + rest;
-  return link > rest ? link : rest;
+double flow_cost_combine(const flow_tunables *t, double link, double rest) {
+  if (!isfinite(link) || !isfinite(rest)) return INFINITY; /* no path */
+  if (t->objective == FLOW_OBJ_SUM) return link + rest;
+  double m = link > rest ? link : rest;
+  if (t->max_norm <= 0 || m <= 0) return m;
+  /* (link^p + rest^p)^(1/p), scaled by the larger so nothing overflows */
+  double p = t->max_norm;
+  return m * pow(pow(link / m, p) + pow(rest / m, p), 1 / p);
 }
+
+double flow_combine(const flow *f, double link, double rest) { return flow_cost_combine(&f->tun, link, rest); }
 
 double flow_unit_cost(const flow *f, const funit *u) {
   if (u->kind == UNIT_SINK) return 0; /* the flow has arrived */
@@ -107,7 +114,9 @@ void flow_bind_in(flow *f, int u, int peer, uint64_t seg) {
   if (un->has_out) flow_emit(f, FLOW_EV_ESTABLISHED, un, peer);
 }
 
-void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest) {
+static void early_cost_take(flow *f, int u);
+
+void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest, uint64_t version) {
   funit *un = &f->units[u];
   bool was_out = un->has_out;
   un->has_out = true;
@@ -115,6 +124,9 @@ void flow_bind_out(flow *f, int u, int peer, uint64_t seg, double rest) {
   un->out_seg = seg;
   un->out_since = f->now;
   un->rest = rest;
+  un->rest_version = version;
+  early_cost_take(f, u);
+  un->pushed_back = false;
   if (!un->has_in) un->unpaired_since = f->now;
   f->offer_dirty = f->state_dirty = true;
   if (was_out)
@@ -142,19 +154,23 @@ void flow_drop_out(flow *f, int u) {
   un->has_out = false;
   un->live_until = 0;
   un->unpaired_since = f->now;
+  un->pushed_back = false; /* on_deny and a dead next hop set it */
   free(un->path);
   un->path = NULL;
   un->path_len = 0;
   f->offer_dirty = f->state_dirty = true;
-  if (!un->has_in && un->kind == UNIT_RELAY) unit_free(f, u);
+  if (!un->has_in && un->kind == UNIT_RELAY)
+    unit_free(f, u);
+  else
+    flow_push_cost(f, u, false); /* the flows above us are broken until we find a next hop */
 }
 
 void flow_push_cost(flow *f, int u, bool force) {
   funit *un = &f->units[u];
   if (!un->used || !un->has_in) return;
-  double c = flow_unit_cost(f, un);
-  if (!flow_cost_ok(c)) return; /* no next hop: upstream learns by DENY or a new cost */
-  if (!force && !isnan(un->sent_cost) && fabs(c - un->sent_cost) <= FLOW_COST_EPS * (1 + fabs(c))) return;
+  double c = flow_unit_cost(f, un); /* +inf: no path behind us, sent as "broken" */
+  bool same = isinf(c) ? isinf(un->sent_cost) : fabs(c - un->sent_cost) <= FLOW_COST_EPS * (1 + fabs(c));
+  if (!force && !isnan(un->sent_cost) && same) return;
   un->sent_cost = c;
   flow_send_cost(f, un->in_peer, un->in_seg, c);
 }
@@ -180,7 +196,10 @@ void flow_peer_teardown(flow *f, int p) {
     funit *un = &f->units[u];
     if (!un->used) continue;
     if (un->has_in && un->in_peer == p) flow_drop_in(f, u);
-    if (un->used && un->has_out && un->out_peer == p) flow_drop_out(f, u);
+    if (un->used && un->has_out && un->out_peer == p) {
+      flow_drop_out(f, u);
+      un->pushed_back = true;
+    }
   }
 }
 
@@ -215,4 +234,49 @@ void flow_unit_forget(flow *f, int u) {
     unit_free(f, u);
   }
   f->offer_dirty = f->state_dirty = true;
+}
+
+void flow_set_rest(flow *f, int u, double rest, uint64_t version) {
+  funit *un = &f->units[u];
+  if (version <= un->rest_version) return; /* overtaken by a newer one */
+  un->rest = rest;
+  un->rest_version = version;
+  f->state_dirty = true;
+  if (!un->has_in) f->offer_dirty = true;
+  flow_push_cost(f, u, false);
+}
+
+void flow_early_cost_add(flow *f, int peer, uint64_t seg, double cost, uint64_t version) {
+  early_cost *e = &f->early[f->early_next];
+  f->early_next = (f->early_next + 1) % FLOW_EARLY_COSTS;
+  *e = (early_cost){f->peers[peer].id, seg, cost, version, f->now + (uint64_t)f->tun.tombstone_ticks * f->tun.tick_ms};
+}
+
+/* Cost updates that overtook the message binding this outflow: the newest
+ * one wins over what the binding carried. */
+static void early_cost_take(flow *f, int u) {
+  funit *un = &f->units[u];
+  for (int i = 0; i < FLOW_EARLY_COSTS; i++) {
+    early_cost *e = &f->early[i];
+    if (e->until <= f->now || e->seg != un->out_seg || !gw_id_eq(&e->peer, &f->peers[un->out_peer].id)) continue;
+    if (e->version > un->rest_version) {
+      un->rest = e->cost;
+      un->rest_version = e->version;
+    }
+    e->until = 0;
+  }
+}
+
+void flow_handover_add(flow *f, uint64_t seg, bool up_end, int to) {
+  handover *h = &f->handovers[f->handover_next];
+  f->handover_next = (f->handover_next + 1) % FLOW_HANDOVERS;
+  *h = (handover){seg, up_end, f->peers[to].id, f->now + (uint64_t)f->tun.tombstone_ticks * f->tun.tick_ms};
+}
+
+int flow_handover_find(const flow *f, uint64_t seg, bool up_end) {
+  for (int i = 0; i < FLOW_HANDOVERS; i++) {
+    const handover *h = &f->handovers[i];
+    if (h->until > f->now && h->seg == seg && h->up_end == up_end) return flow_peer_find(f, &h->to);
+  }
+  return -1;
 }

@@ -54,7 +54,9 @@ int flow_send_deny(flow *f, int peer, uint64_t seg, bool full) {
 int flow_send_cost(flow *f, int peer, uint64_t seg, double cost) {
   Gwtf__FlowCost c = GWTF__FLOW_COST__INIT;
   c.seg = seg;
-  c.cost = cost;
+  c.broken = !flow_cost_ok(cost);
+  c.cost = c.broken ? 0 : cost;
+  c.version = ++f->cost_clock;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
   m.msg_case = GWTF__FLOW_MESSAGE__MSG_COST;
   m.cost = &c;
@@ -94,8 +96,8 @@ void flow_offer_for(const flow *f, const gw_id *t, uint32_t *count, double *cost
   for (int u = 0; u < f->n_units; u++) {
     const funit *un = &f->units[u];
     if (!un->used || !un->has_out || un->has_in || un->locked_txn || !gw_id_eq(&un->target, t)) continue;
-    if (!f->peers[un->out_peer].alive) continue;
     double c = flow_unit_cost(f, un);
+    if (!f->peers[un->out_peer].alive || !flow_cost_ok(c)) continue; /* a broken path is no offer */
     (*count)++;
     if (c < *cost) *cost = c;
   }
@@ -114,6 +116,7 @@ int flow_send_reply(flow *f, int peer, uint64_t seg, const gw_id *target, bool a
   r.cost = accept ? cost : (flow_cost_ok(best) ? best : 0);
   r.count = count;
   r.spare = flow_spare(f);
+  r.version = ++f->cost_clock;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
   m.msg_case = GWTF__FLOW_MESSAGE__MSG_REPLY;
   m.reply = &r;
@@ -181,7 +184,7 @@ int flow_send_state(flow *f, int peer) {
       i->in_seg = un->in_seg;
       i->in_link = f->peers[un->in_peer].cost_prev;
     }
-    if (un->has_out) {
+    if (un->has_out && flow_cost_ok(un->rest)) { /* a broken path is nothing to trade */
       i->next = id_bytes(&f->peers[un->out_peer].id);
       i->out_seg = un->out_seg;
       i->out_link = f->peers[un->out_peer].cost_next;
@@ -262,25 +265,89 @@ int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64
   return flow_send(f, peer, &m);
 }
 
-int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up) {
-  Gwtf__FlowSwitchUp s = GWTF__FLOW_SWITCH_UP__INIT;
-  s.seg = seg;
-  s.old_up = id_bytes(old_up < 0 ? &f->cfg.self : &f->peers[old_up].id);
-  s.new_up = id_bytes(new_up < 0 ? &f->cfg.self : &f->peers[new_up].id);
+static int send_switch(flow *f, const pswitch *ps) {
+  int to = flow_peer_find(f, &ps->to);
+  if (to < 0) return GW_ENOENT;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
-  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_UP;
-  m.switch_up = &s;
+  Gwtf__FlowSwitchUp up = GWTF__FLOW_SWITCH_UP__INIT;
+  Gwtf__FlowSwitchDown down = GWTF__FLOW_SWITCH_DOWN__INIT;
+  if (ps->up) {
+    up.seg = ps->seg;
+    up.old_up = id_bytes(&ps->old_end);
+    up.new_up = id_bytes(&ps->new_end);
+    up.forwarded = ps->forwarded;
+    m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_UP;
+    m.switch_up = &up;
+  } else {
+    down.seg = ps->seg;
+    down.old_down = id_bytes(&ps->old_end);
+    down.new_down = id_bytes(&ps->new_end);
+    down.cost = ps->cost;
+    down.forwarded = ps->forwarded;
+    m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_DOWN;
+    m.switch_down = &down;
+  }
   return flow_send(f, to, &m);
 }
 
+/* Registers a notify-switch for re-sending and sends it. A full table
+ * (hundreds unacked) means the peers are gone; the audit covers the rest. */
+static int reliable(flow *f, pswitch ps) {
+  for (int i = 0; i < FLOW_PENDING_SWITCHES; i++)
+    if (!f->switches[i].used) {
+      f->switches[i] = ps;
+      break;
+    }
+  return send_switch(f, &ps);
+}
+
+static int reliable_switch(flow *f, bool up, int to, uint64_t seg, int old_end, int new_end, double cost) {
+  pswitch ps = {.used = true, .up = up, .to = f->peers[to].id, .seg = seg, .cost = cost,
+                .ticks_left = f->tun.request_retry_ticks};
+  ps.old_end = old_end < 0 ? f->cfg.self : f->peers[old_end].id;
+  ps.new_end = new_end < 0 ? f->cfg.self : f->peers[new_end].id;
+  return reliable(f, ps);
+}
+
+int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up) {
+  return reliable_switch(f, true, to, seg, old_up, new_up, 0);
+}
+
 int flow_send_switch_down(flow *f, int to, uint64_t seg, int old_down, int new_down, double cost) {
-  Gwtf__FlowSwitchDown s = GWTF__FLOW_SWITCH_DOWN__INIT;
-  s.seg = seg;
-  s.old_down = id_bytes(old_down < 0 ? &f->cfg.self : &f->peers[old_down].id);
-  s.new_down = id_bytes(new_down < 0 ? &f->cfg.self : &f->peers[new_down].id);
-  s.cost = cost;
+  return reliable_switch(f, false, to, seg, old_down, new_down, cost);
+}
+
+int flow_forward_switch(flow *f, int to, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
+                        double cost, uint32_t forwarded) {
+  pswitch ps = {.used = true, .up = up, .to = f->peers[to].id, .old_end = *old_end, .new_end = *new_end,
+                .seg = seg, .cost = cost, .forwarded = forwarded, .ticks_left = f->tun.request_retry_ticks};
+  return reliable(f, ps);
+}
+
+int flow_send_switch_ack(flow *f, int to, uint64_t seg) {
+  Gwtf__FlowSwitchAck a = GWTF__FLOW_SWITCH_ACK__INIT;
+  a.seg = seg;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
-  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_DOWN;
-  m.switch_down = &s;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_ACK;
+  m.switch_ack = &a;
   return flow_send(f, to, &m);
+}
+
+void flow_switch_acked(flow *f, int from, uint64_t seg) {
+  for (int i = 0; i < FLOW_PENDING_SWITCHES; i++) {
+    pswitch *ps = &f->switches[i];
+    if (ps->used && ps->seg == seg && gw_id_eq(&ps->to, &f->peers[from].id)) ps->used = false;
+  }
+}
+
+void flow_resend_switches(flow *f) {
+  for (int i = 0; i < FLOW_PENDING_SWITCHES; i++) {
+    pswitch *ps = &f->switches[i];
+    if (!ps->used) continue;
+    if (--ps->ticks_left <= 0) {
+      ps->used = false;
+      continue;
+    }
+    send_switch(f, ps);
+  }
 }

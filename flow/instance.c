@@ -283,30 +283,59 @@ int flow_instance_load(const char *path, flow_instance *out, char *err, size_t e
   return rc;
 }
 
+/* Appends one compact JSON object and a separator to a growing buffer. */
+static int append(char **buf, size_t *len, size_t *cap, const char *text) {
+  size_t n = strlen(text);
+  if (*len + n + 1 > *cap) {
+    size_t c = *cap ? *cap : 4096;
+    while (*len + n + 1 > c) c *= 2;
+    char *nb = realloc(*buf, c);
+    if (!nb) return GW_ENOMEM;
+    *buf = nb;
+    *cap = c;
+  }
+  memcpy(*buf + *len, text, n + 1);
+  *len += n;
+  return 0;
+}
+
+static int append_obj(char **buf, size_t *len, size_t *cap, json_t *o, bool last) {
+  if (!o) return GW_ENOMEM;
+  char *text = json_dumps(o, JSON_PRESERVE_ORDER | JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(o);
+  int rc = text ? 0 : GW_ENOMEM;
+  if (rc == 0) rc = append(buf, len, cap, "  ");
+  if (rc == 0) rc = append(buf, len, cap, text);
+  if (rc == 0) rc = append(buf, len, cap, last ? "\n" : ",\n");
+  free(text);
+  return rc;
+}
+
+/* One node or link per line: readable, diffable, and a few KB per setting. */
 char *flow_instance_to_json(const flow_instance *in) {
-  json_t *root = json_object(), *nodes = json_array(), *links = json_array();
-  char *out = NULL;
-  if (!root || !nodes || !links) goto done;
-  json_object_set_new(root, "stages", json_integer(in->stages));
-  for (int i = 0; i < in->n_nodes; i++) {
+  char *buf = NULL, head[64];
+  size_t len = 0, cap = 0;
+  snprintf(head, sizeof(head), "{\"stages\": %d,\n \"nodes\": [\n", in->stages);
+  int rc = append(&buf, &len, &cap, head);
+  for (int i = 0; i < in->n_nodes && rc == 0; i++) {
     const flow_inst_node *n = &in->nodes[i];
     json_t *o = json_pack("{s:i,s:i,s:i}", "id", n->id, "stage", n->stage, "capacity", n->capacity);
     if (o && n->cost != 0) json_object_set_new(o, "cost", json_real(n->cost));
-    if (!o || json_array_append_new(nodes, o) != 0) goto done;
+    rc = append_obj(&buf, &len, &cap, o, i + 1 == in->n_nodes);
   }
-  for (int k = 0; k < in->n_links; k++) {
+  if (rc == 0) rc = append(&buf, &len, &cap, " ],\n \"links\": [\n");
+  for (int k = 0; k < in->n_links && rc == 0; k++) {
     const flow_inst_link *l = &in->links[k];
-    json_t *o = json_pack("{s:i,s:i,s:f}", "from", in->nodes[l->from].id, "to", in->nodes[l->to].id, "cost", l->cost);
-    if (!o || json_array_append_new(links, o) != 0) goto done;
+    rc = append_obj(&buf, &len, &cap,
+                    json_pack("{s:i,s:i,s:f}", "from", in->nodes[l->from].id, "to", in->nodes[l->to].id, "cost", l->cost),
+                    k + 1 == in->n_links);
   }
-  json_object_set(root, "nodes", nodes);
-  json_object_set(root, "links", links);
-  out = json_dumps(root, JSON_PRESERVE_ORDER | JSON_INDENT(1) | JSON_REAL_PRECISION(17));
-done:
-  json_decref(nodes);
-  json_decref(links);
-  json_decref(root);
-  return out;
+  if (rc == 0) rc = append(&buf, &len, &cap, " ]\n}");
+  if (rc != 0) {
+    free(buf);
+    return NULL;
+  }
+  return buf;
 }
 
 /* ---- Table V ---- */

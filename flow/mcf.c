@@ -216,6 +216,7 @@ static int take_path(mcf_graph *g, const flow_instance *in, int d, int *used, in
   return path[len - 1] == d ? 0 : GW_EINVAL;
 }
 
+/* d >= 0: that data node alone; d < 0: every data node (the relaxation). */
 static int build_graph(const flow_instance *in, const unsigned char *exclude, int d, mcf_graph *g) {
   int src = 2 * in->n_nodes, sink = src + 1;
   for (int i = 0; i < in->n_nodes; i++) {
@@ -225,14 +226,30 @@ static int build_graph(const flow_instance *in, const unsigned char *exclude, in
   for (int k = 0; k < in->n_links; k++) {
     const flow_inst_link *l = &in->links[k];
     if (exclude && (exclude[l->from] || exclude[l->to])) continue;
-    bool from_ok = in->nodes[l->from].stage != 0 || l->from == d;
-    bool to_ok = in->nodes[l->to].stage != 0 || l->to == d;
+    bool from_ok = in->nodes[l->from].stage != 0 || d < 0 || l->from == d;
+    bool to_ok = in->nodes[l->to].stage != 0 || d < 0 || l->to == d;
     if (from_ok && to_ok && mcf_add_edge(g, V_OUT(l->from), V_IN(l->to), INT32_MAX / 4, l->cost) < 0) return GW_ENOMEM;
   }
-  if (mcf_add_edge(g, src, V_OUT(d), in->nodes[d].capacity, in->nodes[d].cost) < 0 ||
-      mcf_add_edge(g, V_IN(d), sink, in->nodes[d].capacity, 0) < 0)
-    return GW_ENOMEM;
+  for (int i = 0; i < in->n_nodes; i++) {
+    if (in->nodes[i].stage != 0 || (d >= 0 && i != d) || (exclude && exclude[i])) continue;
+    if (mcf_add_edge(g, src, V_OUT(i), in->nodes[i].capacity, in->nodes[i].cost) < 0 ||
+        mcf_add_edge(g, V_IN(i), sink, in->nodes[i].capacity, 0) < 0)
+      return GW_ENOMEM;
+  }
   return 0;
+}
+
+int flow_max_flows(const flow_instance *in, const unsigned char *exclude, int *count) {
+  *count = 0;
+  int src = 2 * in->n_nodes, sink = src + 1, demand = 0;
+  for (int i = 0; i < in->n_nodes; i++)
+    if (in->nodes[i].stage == 0 && !(exclude && exclude[i])) demand += in->nodes[i].capacity;
+  mcf_graph *g = mcf_new(2 * in->n_nodes + 2);
+  if (!g) return GW_ENOMEM;
+  int rc = build_graph(in, exclude, -1, g);
+  if (rc == 0) rc = mcf_solve(g, src, sink, demand, count, NULL);
+  mcf_free(g);
+  return rc;
 }
 
 int flow_optimal(const flow_instance *in, const unsigned char *exclude, flow_solution *out) {

@@ -40,4 +40,11 @@ int mcf_edge_flow(const mcf_graph *g, int e);
  * GW_EUNSUPPORTED (several data nodes) or GW_ENOMEM. */
 int flow_optimal(const flow_instance *in, const unsigned char *exclude, flow_solution *out);
 
+/* The most flows the instance can carry if any data node's flow could end at
+ * any data node: all sources behind one super-source, all sinks before one
+ * super-sink. With one data node it is exactly the optimum's count; with
+ * several it is an upper bound (a flow must return to its own data node).
+ * Returns 0 or GW_ENOMEM. */
+int flow_max_flows(const flow_instance *in, const unsigned char *exclude, int *count);
+
 #endif

@@ -35,5 +35,7 @@ int cmd_node(int argc, char **argv);
 void cmd_node_help(void);
 int cmd_bench_p2p(int argc, char **argv);
 void cmd_bench_p2p_help(void);
+int cmd_sim_join(int argc, char **argv);
+void cmd_sim_join_help(void);
 
 #endif

@@ -22,6 +22,7 @@ static const gwtf_cmd commands[] = {
     {"bench stage", "time a stage's forward and backward", cmd_bench_stage, cmd_bench_stage_help},
     {"node", "run a peer: listen, connect to bootstrap peers, keep sessions", cmd_node, cmd_node_help},
     {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
+    {"sim join", "compare where joining nodes go (paper Table IV / Fig. 5)", cmd_sim_join, cmd_sim_join_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

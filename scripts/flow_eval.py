@@ -9,10 +9,17 @@ advantage over greedy, rounds and messages to converge.
 
   scripts/flow_eval.py [--gwtf build/node/gwtf] [--seeds 20] [--settings 1,2,3,4,5,6]
                        [--rounds 120] [--objective sum] [--markdown] [--extra ARGS]
+  scripts/flow_eval.py --crash 0.1 [--crash-round 60] ...   recovery after crashing relays
+
+With --crash F it instead runs gwtf to --crash-round, crashes the fraction F
+of the relays that carry the most flows, runs on to --rounds and reports how
+many rounds the flows took to come back (to the pre-crash count, or the most
+the survivors allow when that is fewer).
 """
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -21,6 +28,61 @@ import tempfile
 def run(cmd):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
+
+
+def busiest(flows, n):
+    load = {}
+    for f in flows:
+        for node in f["path"][1:-1]:
+            load[node] = load.get(node, 0) + 1
+    return [node for node, _ in sorted(load.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def crash_table(a):
+    hdr = ("setting", "crashed relays", "flows before", "flows after", "recovered", "recovery rounds (mean/max)",
+           "messages per round after")
+    lines = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in [int(x) for x in a.settings.split(",")]:
+            rec, before, after, ok, n_crash, msg_rate = [], 0, 0, 0, 0, 0.0
+            for seed in range(1, a.seeds + 1):
+                inst = os.path.join(tmp, f"c{k}-{seed}.json")
+                subprocess.run([a.gwtf, "sim", "gen", "--setting", str(k), "--seed", str(seed), "--out", inst],
+                               check=True)
+                relays = sum(1 for n in json.load(open(inst))["nodes"] if n["stage"] > 0)
+                n_crash = max(1, round(a.crash * relays))
+                base = [a.gwtf, "sim", "flow", "--instance", inst, "--json", "--algo", "gwtf", "--objective",
+                        a.objective, "--seed", str(seed)] + a.extra.split()
+                pre = run(base + ["--rounds", str(a.crash_round)])
+                crash = []
+                for node in busiest(pre["flows"], n_crash):
+                    crash += ["--crash", f"{a.crash_round}:{node}"]
+                post = run(base + ["--rounds", str(a.rounds), "--trace"] + crash)
+                before += pre["num_flows"]
+                after += post["num_flows"]
+                t = post["trace"]
+                msg_rate += (t[-1]["messages"] - t[a.crash_round - 1]["messages"]) / (len(t) - a.crash_round)
+                if post.get("recovered_round") is not None:
+                    ok += 1
+                    rec.append(post["recovered_round"] - a.crash_round)
+            n = a.seeds
+            lines.append((str(k), str(n_crash), f"{before/n:.1f}", f"{after/n:.1f}", f"{ok}/{n}",
+                          f"{statistics.mean(rec):.1f} / {max(rec)}" if rec else "-", f"{msg_rate/n:.0f}"))
+    show(hdr, lines, a.markdown)
+    return 0
+
+
+def show(hdr, lines, markdown):
+    if markdown:
+        print("| " + " | ".join(hdr) + " |")
+        print("|" + "---|" * len(hdr))
+        for l in lines:
+            print("| " + " | ".join(l) + " |")
+    else:
+        w = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(hdr)]
+        print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
+        for l in lines:
+            print("  ".join(x.ljust(w[i]) for i, x in enumerate(l)))
 
 
 def main():
@@ -33,7 +95,11 @@ def main():
     ap.add_argument("--objective", default="sum")
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--extra", default="", help="more flags for the gwtf run")
+    ap.add_argument("--crash", type=float, default=0, help="fraction of relays to crash")
+    ap.add_argument("--crash-round", type=int, default=60)
     a = ap.parse_args()
+    if a.crash > 0:
+        return crash_table(a)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for k in [int(x) for x in a.settings.split(",")]:
@@ -86,16 +152,7 @@ def main():
                       f"+{100*max(acc['gap']):.2f}%" if has_opt else "-",
                       f"{acc['gw_cpf']/n:.2f}/{acc['gr_cpf']/n:.2f}", f"{100*sum(acc['adv'])/n:.1f}%",
                       f"{acc['settle']/n:.1f} / {acc['smsgs']/n:.0f}", f"{acc['rounds']/n:.1f} / {acc['msgs']/n:.0f}"))
-    if a.markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "---|" * len(hdr))
-        for l in lines:
-            print("| " + " | ".join(l) + " |")
-    else:
-        w = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(hdr)]
-        print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
-        for l in lines:
-            print("  ".join(x.ljust(w[i]) for i, x in enumerate(l)))
+    show(hdr, lines, a.markdown)
 
 
 if __name__ == "__main__":
