@@ -21,6 +21,8 @@ int cmd_data_synth(int argc, char **argv);
 void cmd_data_synth_help(void);
 int cmd_data_info(int argc, char **argv);
 void cmd_data_info_help(void);
+int cmd_train_ref(int argc, char **argv);
+void cmd_train_ref_help(void);
 int cmd_swarm(int argc, char **argv);
 void cmd_swarm_help(void);
 int cmd_sim_flow(int argc, char **argv);

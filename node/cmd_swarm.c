@@ -49,6 +49,9 @@ typedef struct swarm_opts {
   int capacity, microbatches, batch, seq, threads, base_port, restart_after, flow_tick, hop_timeout;
   double lr;
   bool quiet;
+  const char *faults[16]; /* NAME:KIND:ITER */
+  int n_faults;
+  int late_relays, late_after;
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -80,6 +83,8 @@ struct peer_proc {
   bool kill_pending;
   int stage;  /* from its log lines; -1 until placed */
   bool ready; /* it logged peer.ready: it holds its stage's weights */
+  bool late;  /* starts only once the leader finished late_after iterations */
+  bool crashed_itself; /* logged debug.crash: its SIGKILL is the test's */
 };
 
 typedef struct iter_rec {
@@ -203,6 +208,7 @@ static void note_hash(swarm *sw, uint64_t iteration, int stage, const char *hash
 }
 
 static void schedule_churn(swarm *sw);
+static void start_late(swarm *sw);
 static void stop_all(swarm *sw);
 
 static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
@@ -221,6 +227,7 @@ static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
     if (isfinite(secs)) sw->last_iter_secs = secs;
     (void)p;
     schedule_churn(sw);
+    if (sw->o.late_relays > 0 && (int)sw->leader_iterations == sw->o.late_after) start_late(sw);
   }
 }
 
@@ -230,12 +237,16 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   json_t *stage = json_object_get(ev, "stage");
   if (json_is_integer(stage)) p->stage = (int)json_integer_value(stage);
   if (!strcmp(e, "peer.ready")) p->ready = true;
+  if (!strcmp(e, "debug.crash")) {
+    p->crashed_itself = true;
+    sw->crashes++;
+  }
   if (!strcmp(e, "train.resync")) p->ready = false;
   if (!strcmp(e, "iteration.done")) {
     on_iteration_done(sw, p, ev);
   } else if (!strcmp(e, "aggregation.done")) {
     const char *hash = json_string_value(json_object_get(ev, "hash"));
-    double it = num(ev, "iter"), st = num(ev, "stage"), wasted = num(ev, "wasted_s");
+    double it = num(ev, "iter"), st = num(ev, "stage"), wasted = num(ev, "wasted_s"); /* stage: the line's own */
     if (hash && isfinite(it) && isfinite(st)) note_hash(sw, (uint64_t)it, (int)st, hash, p);
     if (isfinite(wasted)) sw->wasted_s += wasted;
     p->unaggregated_compute_s = 0;
@@ -335,8 +346,10 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
   swarm *sw = p->sw;
   p->running = false;
   /* Abnormal: a non-zero status, or a signal we did not send. */
-  bool expected = (status == 0 && term_signal == 0) || (p->killed_by_us && term_signal == SIGKILL) ||
+  bool expected = (status == 0 && term_signal == 0) ||
+                  ((p->killed_by_us || p->crashed_itself) && term_signal == SIGKILL) ||
                   (sw->stopping && (term_signal == SIGTERM || term_signal == SIGKILL));
+  if (p->crashed_itself && !sw->stopping) p->killed_by_us = true; /* restarted like a churned peer */
   if (!expected) {
     sw->unexpected_exits++;
     say(sw, "%s exited unexpectedly (status %lld, signal %d)", p->name, (long long)status, term_signal);
@@ -435,6 +448,13 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("%d", sw->o.capacity);
     }
   }
+  for (int f = 0; f < sw->o.n_faults && p->generation == 0; f++) {
+    size_t nl = strlen(p->name);
+    if (strncmp(sw->o.faults[f], p->name, nl) == 0 && sw->o.faults[f][nl] == ':') {
+      ARG("--debug-crash");
+      ARG("%s", sw->o.faults[f] + nl + 1);
+    }
+  }
   if (p->data) {
     ARG("--dataset");
     ARG("%s", sw->dataset);
@@ -473,6 +493,7 @@ static void start_peer(peer_proc *p) {
   p->killed_by_us = false;
   p->stage = p->data ? 0 : -1; /* a fresh identity is placed anew */
   p->ready = false;
+  p->crashed_itself = false;
   p->kill_pending = false;
   p->unaggregated_compute_s = 0;
   int rc = uv_spawn(sw->loop, &p->proc, &opt);
@@ -486,6 +507,17 @@ static void start_peer(peer_proc *p) {
   p->process_open = true;
   for (int i = 0; i < 2; i++) uv_read_start((uv_stream_t *)&p->streams[i].pipe, alloc_cb, read_cb);
   if (p->generation > 0) say(sw, "%s restarted with a fresh identity (generation %d)", p->name, p->generation);
+}
+
+/* ---- late joiners ---- */
+
+static void start_late(swarm *sw) {
+  for (int i = 0; i < sw->n_peers; i++) {
+    peer_proc *p = &sw->peers[i];
+    if (!p->late || p->running) continue;
+    say(sw, "%s joins the run late (after iteration %d)", p->name, sw->o.late_after);
+    start_peer(p);
+  }
 }
 
 /* ---- churn ---- */
@@ -645,13 +677,17 @@ void cmd_swarm_help(void) {
       "                  [--seq T] [--lr X] [--routing gwtf|swarm] [--threads N]\n"
       "                  [--device cpu|cuda[:N]] [--base-port P] [--workdir DIR]\n"
       "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
+      "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--log-level LEVEL] [--quiet]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
       "probability P per iteration at a random moment and restarted later with a fresh\n"
       "identity. Prints a summary at the end and writes it as JSON with\n"
-      "--summary-json. Without --dataset a synthetic corpus is generated.\n\n"
+      "--summary-json. Without --dataset a synthetic corpus is generated.\n"
+      "For tests: --fault r2:backward:3 makes relay r2 SIGKILL itself at its first\n"
+      "backward of iteration 3 (KIND: embed, forward, loss, backward, aggregate);\n"
+      "--late-relays K --late-after I starts K more relays after iteration I.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 47000\n"
@@ -673,6 +709,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"base-port", required_argument, 0, 'p'},    {"workdir", required_argument, 0, 'w'},
       {"log-level", required_argument, 0, 'g'},    {"restart-after", required_argument, 0, 'a'},
       {"flow-tick", required_argument, 0, 'F'},   {"hop-timeout", required_argument, 0, 'H'},
+      {"fault", required_argument, 0, 'f'},       {"late-relays", required_argument, 0, 'K'},
+      {"late-after", required_argument, 0, 'A'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
@@ -705,6 +743,15 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'g': o->log_level = optarg; break;
     case 'a': o->restart_after = atoi(optarg); break;
     case 'F': o->flow_tick = atoi(optarg); break;
+    case 'f':
+      if (o->n_faults == 16) {
+        fprintf(stderr, "gwtf swarm: at most 16 --fault\n");
+        return 2;
+      }
+      o->faults[o->n_faults++] = optarg;
+      break;
+    case 'K': o->late_relays = atoi(optarg); break;
+    case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
     case 'q': o->quiet = true; break;
     case 'h': cmd_swarm_help(); return 1;
@@ -715,7 +762,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   if (optind < argc) bad = "unexpected argument";
   else if (o->stages < 1 || o->stages > 64) bad = "--stages must be in 1..64";
   else if (o->data_nodes < 1 || o->relays < o->stages) bad = "need at least one data node and one relay per stage";
-  else if (o->data_nodes + o->relays > SWARM_MAX_PEERS) bad = "too many peers";
+  else if (o->data_nodes + o->relays + o->late_relays > SWARM_MAX_PEERS) bad = "too many peers";
+  else if (o->late_relays < 0 || (o->late_relays > 0 && o->late_after < 1)) bad = "--late-relays needs --late-after >= 1";
   else if (o->iterations < 1 || o->iterations >= SWARM_MAX_ITERS) bad = "--iterations out of range";
   else if (o->churn < 0 || o->churn >= 1) bad = "--churn must be in [0, 1)";
   else if (o->capacity < 1 || o->microbatches < 1 || o->batch < 1 || o->seq < 2) bad = "sizes must be positive";
@@ -783,7 +831,7 @@ int cmd_swarm(int argc, char **argv) {
   say(&sw, "%d data node(s), %d relays, %d stages, model %s, %d iterations, churn %.2f, routing %s, logs in %s",
       sw.o.data_nodes, sw.o.relays, sw.o.stages, sw.o.model, sw.o.iterations, sw.o.churn, sw.o.routing,
       sw.workdir);
-  sw.n_peers = sw.o.data_nodes + sw.o.relays;
+  sw.n_peers = sw.o.data_nodes + sw.o.relays + sw.o.late_relays;
   for (int i = 0; i < sw.n_peers; i++) {
     peer_proc *p = &sw.peers[i];
     p->sw = &sw;
@@ -791,6 +839,7 @@ int cmd_swarm(int argc, char **argv) {
     p->data = i < sw.o.data_nodes;
     p->stage = -1;
     p->port = sw.o.base_port + i;
+    p->late = i >= sw.o.data_nodes + sw.o.relays;
     snprintf(p->name, sizeof(p->name), "%s%d", p->data ? "d" : "r", p->data ? i : i - sw.o.data_nodes);
     uv_timer_init(sw.loop, &p->kill_timer);
     uv_timer_init(sw.loop, &p->restart_timer);
@@ -802,7 +851,8 @@ int cmd_swarm(int argc, char **argv) {
   sw.sigint.data = &sw;
   uv_signal_start(&sw.sigint, sigint_cb, SIGINT);
   sw.start_ms = uv_now(sw.loop);
-  for (int i = 0; i < sw.n_peers && !sw.failed; i++) start_peer(&sw.peers[i]);
+  for (int i = 0; i < sw.n_peers && !sw.failed; i++)
+    if (!sw.peers[i].late) start_peer(&sw.peers[i]);
   if (sw.failed) stop_all(&sw);
   while (uv_run(sw.loop, UV_RUN_ONCE)) {
     bool any = false;

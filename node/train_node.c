@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include "train/data.h"
 #include "train/model.h"
 #include "train/route_flow.h"
+#include "train/run.h"
 #include "train/route_swarm.h"
 #include "train/stage.h"
 #include "util/err.h"
@@ -53,90 +55,6 @@ void train_node_opts_default(train_node_opts *o) {
   o->exit_when_done = true;
 }
 
-/* ---- the run record ---- */
-
-typedef struct run_info {
-  char name[TRAIN_NODE_RUN_MAX + 1];
-  model_config model;
-  int stages, batch, seq, microbatches;
-  double lr;
-  uint64_t seed;
-  gw_id leader;
-  char dataset[256];
-} run_info;
-
-/* Blocks of relay stage s (1..S): an even split, the first stages taking one
- * more when L does not divide. */
-static void stage_layers(const run_info *r, int s, int *first, int *n) {
-  int L = r->model.n_layers, S = r->stages, base = L / S, extra = L % S;
-  *first = 0;
-  for (int k = 1; k < s; k++) *first += base + (k <= extra);
-  *n = base + (s <= extra);
-}
-
-static char *run_encode(const run_info *r) {
-  char *model = model_config_to_json(&r->model);
-  char leader[GW_ID_HEX_LEN + 1];
-  gw_id_to_hex(&r->leader, leader);
-  json_error_t jerr;
-  json_t *m = model ? json_loads(model, 0, &jerr) : NULL;
-  free(model);
-  if (!m) return NULL;
-  json_t *layers = json_array();
-  for (int s = 1; s <= r->stages; s++) {
-    int first, n;
-    stage_layers(r, s, &first, &n);
-    json_array_append_new(layers, json_pack("[ii]", first, n));
-  }
-  json_t *o = json_pack("{s:i,s:s,s:o,s:i,s:o,s:i,s:i,s:i,s:f,s:I,s:s,s:s}", "version", 1, "name", r->name, "model", m,
-                        "stages", r->stages, "layers", layers, "batch", r->batch, "seq", r->seq, "microbatches",
-                        r->microbatches, "lr", r->lr, "seed", (json_int_t)r->seed, "leader", leader, "dataset",
-                        r->dataset);
-  char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-  json_decref(o);
-  return text;
-}
-
-static int run_decode(const uint8_t *buf, size_t len, run_info *r, char *err, size_t err_len) {
-  json_error_t jerr;
-  json_t *o = json_loadb((const char *)buf, len, 0, &jerr);
-  if (!o) {
-    snprintf(err, err_len, "run record is not JSON: %s", jerr.text);
-    return GW_EINVAL;
-  }
-  int version = 0;
-  json_int_t seed = 0;
-  const char *name = NULL, *leader = NULL, *dataset = "";
-  json_t *model = NULL;
-  memset(r, 0, sizeof(*r));
-  int rc = GW_EINVAL;
-  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s}", "version", &version, "name", &name,
-                     "model", &model, "stages", &r->stages, "batch", &r->batch, "seq", &r->seq, "microbatches",
-                     &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader, "dataset", &dataset) != 0) {
-    snprintf(err, err_len, "run record: %s", jerr.text);
-    goto out;
-  }
-  char *mtext = json_dumps(model, JSON_COMPACT);
-  model_preset_get("tiny", &r->model); /* every field is in the record; this only fills the struct */
-  int mrc = mtext ? model_config_from_json(mtext, strlen(mtext), &r->model, err, err_len) : GW_ENOMEM;
-  free(mtext);
-  if (mrc != 0) goto out;
-  if (version != 1 || r->stages < 1 || r->stages > MAX_STAGES || r->model.n_layers < r->stages || r->batch < 1 ||
-      r->seq < 2 || r->seq > r->model.max_seq_len || r->microbatches < 1 || !(r->lr > 0) ||
-      gw_id_from_hex(leader, &r->leader) != 0 || strlen(name) > TRAIN_NODE_RUN_MAX) {
-    snprintf(err, err_len, "run record has an unusable field (version %d, %d stages for %d layers)", version, r->stages,
-             r->model.n_layers);
-    goto out;
-  }
-  snprintf(r->name, sizeof(r->name), "%s", name);
-  snprintf(r->dataset, sizeof(r->dataset), "%s", dataset);
-  r->seed = (uint64_t)seed;
-  rc = 0;
-out:
-  json_decref(o);
-  return rc;
-}
-
 /* ---- the component's state ---- */
 
 typedef struct known_peer {
@@ -162,7 +80,7 @@ typedef struct train_rt {
   dht *d;
   p2p_host *host;
   bool have_run, started, stopping, finished;
-  run_info run;
+  train_run run;
   int stage;
   uint32_t capacity;
   train_dataset ds;
@@ -236,6 +154,12 @@ static bool io_connected(void *ud, const gw_id *peer) {
 
 static int io_compute(void *ud, train_job *job) {
   train_rt *rt = ud;
+  if (rt->o->crash_job && (int)job->kind == rt->o->crash_job &&
+      train_peer_iteration(rt->peer) == rt->o->crash_iteration) {
+    GW_WARN(&rt->log, "debug.crash", "job=%d iter=%llu msg=\"--debug-crash: SIGKILL now\"", (int)job->kind,
+            (unsigned long long)rt->o->crash_iteration);
+    raise(SIGKILL);
+  }
   return node_worker_submit(rt->worker, job);
 }
 
@@ -440,7 +364,7 @@ static void announce(train_rt *rt) {
   int rc = stage_dir_announce(rt->d, rt->run.name, (uint32_t)rt->stage, &me, now_ms(rt));
   if (rc == 0 && !rt->announced) {
     rt->announced = true;
-    GW_INFO(&rt->log, "stage.announced", "run=%s stage=%d capacity=%u", rt->run.name, rt->stage, rt->capacity);
+    GW_INFO(&rt->log, "stage.announced", "run=%s capacity=%u", rt->run.name, rt->capacity);
   }
   rt->last_announce = now_ms(rt);
 }
@@ -456,7 +380,7 @@ static void refresh_run(train_rt *rt) {
 }
 
 static void publish_run(train_rt *rt) {
-  char *text = run_encode(&rt->run);
+  char *text = train_run_encode(&rt->run);
   if (!text) return;
   stage_dir_publish_run(rt->d, rt->run.name, (const uint8_t *)text, strlen(text), now_ms(rt));
   free(text);
@@ -489,18 +413,11 @@ static int sample(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs,
   return train_dataset_sample(&rt->ds, rt->data_seed, iteration, index, rt->run.batch, rt->run.seq, inputs, targets);
 }
 
+/* Microbatches in flight a stage must hold: a little more than the peer
+ * admits, for releases still queued on the worker. */
 static void spec_for_stage(const train_rt *rt, int s, stage_spec *spec) {
-  memset(spec, 0, sizeof(*spec));
-  spec->model = rt->run.model;
-  spec->batch = rt->run.batch;
-  spec->seq_len = rt->run.seq;
-  if (s == 0) {
-    spec->has_head = true;
-    spec->capacity = 2 * rt->run.microbatches + 4;
-  } else {
-    stage_layers(&rt->run, s, &spec->first_layer, &spec->n_layers);
-    spec->capacity = (int)rt->capacity + 4; /* slack for releases still queued */
-  }
+  int cap = s == 0 ? 2 * rt->run.microbatches + 4 : (int)rt->capacity + 4;
+  train_run_stage_spec(&rt->run, s, cap, spec);
 }
 
 /* The capacity a relay offers: what its free memory holds of the largest
@@ -535,7 +452,7 @@ static int start_compute(train_rt *rt, int s) {
   spec_for_stage(rt, s, &spec);
   char err[256];
   if (stage_spec_validate(&spec, err, sizeof(err)) != 0) {
-    GW_ERROR(&rt->log, "train.bad_stage", "stage=%d err=\"%s\"", s, err);
+    GW_ERROR(&rt->log, "train.bad_stage", "for_stage=%d err=\"%s\"", s, err);
     return GW_EINVAL;
   }
   gpu_device dev;
@@ -574,7 +491,7 @@ static void enter_stage(train_rt *rt, int s) {
     fc.io = (gw_io){.ud = rt, .send = flow_send, .want_tick = flow_want_tick, .random = io_random};
     fc.log = &rt->log;
     if (flow_new(&fc, &rt->flow) != 0) {
-      GW_ERROR(&rt->log, "flow.failed", "stage=%d", s);
+      GW_ERROR(&rt->log, "flow.failed", "for_stage=%d", s);
       node_stop(rt->n);
       return;
     }
@@ -693,10 +610,10 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
   rt->run_query_busy = false;
   if (status != 0 || rt->stopping) return;
   const stage_run *best = NULL;
-  run_info best_info, info;
+  train_run best_info, info;
   char err[256];
   for (size_t i = 0; i < n; i++) {
-    if (run_decode(runs[i].value, runs[i].len, &info, err, sizeof(err)) != 0) {
+    if (train_run_decode(runs[i].value, runs[i].len, &info, err, sizeof(err)) != 0) {
       GW_WARN(&rt->log, "run.bad_record", "err=\"%s\"", err);
       continue;
     }
@@ -728,7 +645,7 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
 static int create_run(train_rt *rt) {
   const train_node_opts *o = rt->o;
   char err[512];
-  run_info *r = &rt->run;
+  train_run *r = &rt->run;
   memset(r, 0, sizeof(*r));
   if (model_preset_get(o->model, &r->model) != 0) {
     uint8_t *text = NULL;
@@ -754,9 +671,8 @@ static int create_run(train_rt *rt) {
   r->seed = o->seed;
   r->leader = node_identity(rt->n)->id;
   snprintf(r->dataset, sizeof(r->dataset), "%s", o->dataset ? o->dataset : "");
-  if (r->model.n_layers < r->stages || r->seq > r->model.max_seq_len) {
-    GW_ERROR(&rt->log, "train.config", "err=\"%d stages need at least %d layers (model has %d), seq <= %d\"",
-             r->stages, r->stages, r->model.n_layers, r->model.max_seq_len);
+  if (train_run_validate(r, err, sizeof(err)) != 0) {
+    GW_ERROR(&rt->log, "train.config", "err=\"%s\"", err);
     return GW_EINVAL;
   }
   rt->have_run = true;

@@ -28,7 +28,6 @@
 #include "node/node.h"
 #include "train/peer.h"
 
-#define TRAIN_NODE_RUN_MAX 64
 
 typedef struct train_node_opts {
   const char *create_run; /* creates the run and becomes its first data node */
@@ -52,6 +51,11 @@ typedef struct train_node_opts {
   uint64_t flow_tick_ms;  /* flow protocol tick (default 2000, the prototype's) */
   uint64_t hop_timeout_ms;
   bool exit_when_done;    /* a data node exits once it ran its iterations (default true) */
+  /* Fault injection for tests (--debug-crash KIND:ITER): the node kills
+   * itself with SIGKILL as it queues its first job of that kind in that
+   * iteration. KIND: embed, forward, loss, backward, aggregate. */
+  int crash_job;          /* a train_job_kind; 0 = none */
+  uint64_t crash_iteration;
 } train_node_opts;
 
 void train_node_opts_default(train_node_opts *o);

@@ -7,6 +7,7 @@
 #include "gpu/backend.h"
 #include "node/train_node.h"
 #include "train/model.h"
+#include "train/run.h"
 #include "util/err.h"
 
 enum {
@@ -33,6 +34,7 @@ enum {
   T_HOP_TIMEOUT,
   T_RECORD_TTL,
   T_STAY,
+  T_DEBUG_CRASH,
 };
 
 const struct option train_node_options[] = {
@@ -59,6 +61,7 @@ const struct option train_node_options[] = {
     {"hop-timeout", required_argument, 0, T_HOP_TIMEOUT},
     {"record-ttl", required_argument, 0, T_RECORD_TTL},
     {"stay", no_argument, 0, T_STAY},
+    {"debug-crash", required_argument, 0, T_DEBUG_CRASH},
     {0},
 };
 
@@ -80,6 +83,8 @@ void train_node_print_help(void) {
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
          "  --record-ttl S             lifetime of our DHT records in seconds (default 1800)\n"
          "  --stay                     a data node keeps running after its iterations\n"
+         "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
+         "                             loss, backward, aggregate) of iteration ITER\n"
          "run creation only (the others read them from the run record):\n"
          "  --model PRESET|FILE        model preset (");
   size_t n;
@@ -108,7 +113,7 @@ static int parse_int(const char *s, long lo, long hi, long *out) {
 
 static int run_name_ok(const char *s) {
   size_t n = strlen(s);
-  if (n == 0 || n > TRAIN_NODE_RUN_MAX) return 0;
+  if (n == 0 || n > TRAIN_RUN_NAME_MAX) return 0;
   for (size_t i = 0; i < n; i++)
     if (!(s[i] == '-' || s[i] == '_' || s[i] == '.' || (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'z') ||
           (s[i] >= 'A' && s[i] <= 'Z')))
@@ -147,6 +152,20 @@ int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const c
   case T_DATA_SEED: o->data_seed = strtoull(arg, NULL, 10); return 0;
   case T_RESUME: o->resume = true; return 0;
   case T_STAY: o->exit_when_done = false; return 0;
+  case T_DEBUG_CRASH: {
+    static const struct { const char *name; int kind; } kinds[] = {
+        {"embed", TRAIN_JOB_EMBED},       {"forward", TRAIN_JOB_FORWARD},   {"loss", TRAIN_JOB_LOSS},
+        {"backward", TRAIN_JOB_BACKWARD}, {"aggregate", TRAIN_JOB_GRAD_EXPORT}};
+    const char *colon = strchr(arg, ':');
+    for (size_t i = 0; colon && i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+      if (strlen(kinds[i].name) != (size_t)(colon - arg) || strncmp(arg, kinds[i].name, (size_t)(colon - arg))) continue;
+      if (parse_int(colon + 1, 0, 100000000, &v) != 0) break;
+      o->crash_job = kinds[i].kind;
+      o->crash_iteration = (uint64_t)v;
+      return 0;
+    }
+    return bad("--debug-crash", arg, "KIND:ITER with KIND embed, forward, loss, backward or aggregate");
+  }
   default: break;
   }
   /* the integer options */

@@ -445,8 +445,8 @@ static void round_done(train_peer *p, train_job *job) {
   double wasted = p->counters.wasted_seconds - p->wasted_reported;
   p->wasted_reported = p->counters.wasted_seconds;
   GW_INFO(&p->log, "aggregation.done",
-          "iter=%llu stage=%d hash=%s step=%llu microbatches=%u total=%u members=%u wasted_s=%.4f",
-          (unsigned long long)a->iteration, p->stage, hash, (unsigned long long)p->step, a->my_count,
+          "iter=%llu hash=%s step=%llu microbatches=%u total=%u members=%u wasted_s=%.4f",
+          (unsigned long long)a->iteration, hash, (unsigned long long)p->step, a->my_count,
           a->avg_total_count, a->n_last_contributors, wasted);
   if (!i_aggregate(p)) {
     Gwtf__TrainAggDone d = GWTF__TRAIN_AGG_DONE__INIT;

@@ -31,7 +31,7 @@ void join_free(train_peer *p) {
 void join_become_ready(train_peer *p) {
   p->state = PEER_READY;
   p->last_update_ms = p->now;
-  GW_INFO(&p->log, "peer.ready", "stage=%d iter=%llu step=%llu", p->stage, (unsigned long long)p->iteration,
+  GW_INFO(&p->log, "peer.ready", "iter=%llu step=%llu", (unsigned long long)p->iteration,
           (unsigned long long)p->step);
   peer_emit(p, TRAIN_EV_READY);
   if (p->cfg.role == TRAIN_DATA) leader_check(p);
@@ -46,7 +46,7 @@ void join_become_ready(train_peer *p) {
 /* We are behind our stage (we missed an aggregation): drop what we hold and
  * fetch the stage's state again. */
 void join_resync(train_peer *p, uint64_t target, const char *why) {
-  GW_WARN(&p->log, "train.resync", "stage=%d iter=%llu target=%llu reason=%s", p->stage,
+  GW_WARN(&p->log, "train.resync", "iter=%llu target=%llu reason=%s",
           (unsigned long long)p->iteration, (unsigned long long)target, why);
   if (target > p->resync_target) p->resync_target = target;
   mb_abandon_iteration(p, UINT64_MAX);
@@ -127,7 +127,7 @@ static void assign(train_peer *p, const peer_candidate *c, int stage, double uti
   peer_send(p, &c->id, GWTF__TRAIN_MSG__TRAIN_ASSIGN, &a.base, NULL);
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(&c->id, who);
-  GW_INFO(&p->log, "join.placed", "peer=%s stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
+  GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
           utilization);
   /* Count it in now: the directory shows it only once it has announced. */
   if (v->n == v->cap) {
@@ -179,7 +179,7 @@ static void request_weights(train_peer *p, const gw_id *from) {
   p->missed_agg = 0;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
-  GW_INFO(&p->log, "weights.requested", "stage=%d from=%s", p->stage, who);
+  GW_INFO(&p->log, "weights.requested", "from=%s", who);
   peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, &r.base, NULL);
 }
 
@@ -227,7 +227,7 @@ static void fetch_or_init(train_peer *p) {
   }
   /* Nobody serves this stage: its weights are lost (the paper assumes one
    * live peer per stage). Start from the seeded init and say so. */
-  GW_WARN(&p->log, "stage.reinitialized", "stage=%d reason=no_live_member waited_ms=%llu", p->stage,
+  GW_WARN(&p->log, "stage.reinitialized", "reason=no_live_member waited_ms=%llu",
           (unsigned long long)(p->now - p->dl.waiting_since));
   p->dl.waiting_since = 0;
   join_become_ready(p);
@@ -242,7 +242,7 @@ void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a
   p->iteration = a->iteration;
   p->step = a->step;
   gw_log_set_stage(&p->log, p->stage);
-  GW_INFO(&p->log, "stage.assigned", "stage=%d by=%s iter=%llu members=%zu", p->stage, who,
+  GW_INFO(&p->log, "stage.assigned", "by=%s iter=%llu members=%zu", who,
           (unsigned long long)a->iteration, a->n_stage_peers);
   peer_emit(p, TRAIN_EV_STAGE_ASSIGNED); /* the driver sets our shape and announces us */
   /* The leader's list is the freshest: start with it. */
@@ -415,7 +415,7 @@ void join_job_done(train_peer *p, train_job *job) {
     /* Every member of our stage was behind the run: the stage's newest
      * weights died with the peers that had them. Carry on from the newest
      * we could get rather than stall the run, and say so. */
-    GW_WARN(&p->log, "stage.stale_weights", "stage=%d have=%llu run=%llu", p->stage,
+    GW_WARN(&p->log, "stage.stale_weights", "have=%llu run=%llu",
             (unsigned long long)p->iteration, (unsigned long long)p->resync_target);
     p->iteration = p->resync_target;
   }
@@ -439,7 +439,11 @@ void join_tick(train_peer *p) {
   /* A fixed stage (a data node joining later) fetches from its stage. */
   if (p->state == PEER_UNASSIGNED && p->stage >= 0 && peer_stage(p, p->stage)->n > 0) fetch_or_init(p);
   if (p->state == PEER_DOWNLOADING && p->now >= p->dl.deadline) {
-    if (p->dl.active) GW_WARN(&p->log, "weights.timeout", "stage=%d", p->stage);
+    if (p->dl.active) {
+      char who[GW_ID_SHORT_LEN + 1];
+      peer_short(&p->dl.from, who);
+      GW_WARN(&p->log, "weights.timeout", "from=%s", who);
+    }
     fetch_or_init(p);
   }
 }

@@ -80,12 +80,12 @@ void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *ta
   if (mb->repairs == 1) mb->recover_started_ms = p->now;
   short_of(suspect, who);
   if (p->cfg.recovery == TRAIN_RECOVER_RESTART) {
-    GW_WARN(&p->log, "backward.failed", "mb=%llx suspect=%s stage=%d action=restart", (unsigned long long)mb->id,
+    GW_WARN(&p->log, "backward.failed", "mb=%llx suspect=%s suspect_stage=%d action=restart", (unsigned long long)mb->id,
             who, suspect_stage);
     restart(p, mb, suspect);
     return;
   }
-  GW_WARN(&p->log, "backward.recovery_started", "mb=%llx suspect=%s stage=%d repair=%u",
+  GW_WARN(&p->log, "backward.recovery_started", "mb=%llx suspect=%s suspect_stage=%d repair=%u",
           (unsigned long long)mb->id, who, suspect_stage, mb->repairs);
   mb->recovering = true;
   mb->gap_last = suspect_stage;

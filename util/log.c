@@ -110,6 +110,13 @@ static bool is_identifier_key(const char *k, size_t n) {
   return false;
 }
 
+static bool is_reserved_key(const char *k, size_t n) {
+  static const char *const keys[] = {"ts", "level", "node", "stage", "event"};
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+    if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0) return true;
+  return false;
+}
+
 /* Turns "k=v k2=\"a b\"" into ,"k":v,"k2":"a b" — numbers and booleans keep
  * their type, everything else (and every identifier key) becomes a string.
  * A token without '=' is kept under the key "msg". */
@@ -146,6 +153,12 @@ static void fields_to_json(char *buf, size_t *len, size_t cap, const char *f) {
     (void)eq;
     buf[(*len)++] = ',';
     buf[(*len)++] = '"';
+    /* A field must not repeat one of the line's own keys: JSON readers keep
+     * only one of two equal keys. */
+    if (is_reserved_key(key, klen)) {
+      memcpy(buf + *len, "field_", 6);
+      *len += 6;
+    }
     json_escape(buf, len, cap, key, klen);
     buf[(*len)++] = '"';
     buf[(*len)++] = ':';

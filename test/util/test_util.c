@@ -143,7 +143,7 @@ static void test_log_json_typed_fields(void **state) {
   (void)state;
   char *line = capture_log(GW_LOG_JSON, "iteration.done",
                            "iter=3 loss=2.5e-1 ok=true who=\"two words\" id=0x1f neg=-4 bad=\"q\\\" "
-                           "peer=80635877 zeros=0042 zero=0 frac=0.5");
+                           "peer=80635877 zeros=0042 zero=0 frac=0.5 stage=7");
   assert_non_null(strstr(line, "\"event\":\"iteration.done\""));
   assert_non_null(strstr(line, "\"stage\":2"));
   assert_non_null(strstr(line, "\"iter\":3"));
@@ -156,6 +156,7 @@ static void test_log_json_typed_fields(void **state) {
   assert_non_null(strstr(line, "\"zeros\":\"0042\""));   /* not a JSON number */
   assert_non_null(strstr(line, "\"zero\":0,"));
   assert_non_null(strstr(line, "\"frac\":0.5"));
+  assert_non_null(strstr(line, "\"field_stage\":7")); /* never a second "stage" key */
   assert_true(line[strlen(line) - 2] == '}');
   free(line);
 }
