@@ -52,6 +52,8 @@ typedef struct swarm_opts {
   const char *faults[16]; /* NAME:KIND:ITER */
   int n_faults;
   int late_relays, late_after;
+  const char *slowdowns; /* comma list, cycled over relays; "" = all 1 */
+  double slowdown;       /* every peer */
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -353,15 +355,33 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
   if (!expected) {
     sw->unexpected_exits++;
     say(sw, "%s exited unexpectedly (status %lld, signal %d)", p->name, (long long)status, term_signal);
+    if (p->data && !sw->stopping) {
+      /* No run without its data nodes: stop rather than wait forever. */
+      say(sw, "a data node is gone: stopping the swarm");
+      sw->failed = true;
+      stop_all(sw);
+    }
   }
   uv_close((uv_handle_t *)proc, proc_closed); /* its streams close at their EOF */
-  if (p->killed_by_us && !sw->stopping) {
+  if (p->killed_by_us && !sw->stopping && !p->data) { /* a data node does not come back (it would create the run) */
     /* Its work since its last aggregation never reaches one. */
     sw->wasted_s += p->unaggregated_compute_s;
     p->unaggregated_compute_s = 0;
     uint64_t delay = (uint64_t)(1000.0 * fmax(0.5, sw->last_iter_secs) * sw->o.restart_after);
     uv_timer_start(&p->restart_timer, restart_cb, delay, 0);
   }
+}
+
+/* --slowdowns "1,2,3": relay i gets entry i modulo the list (data nodes 1). */
+static double relay_slowdown(const swarm *sw, const peer_proc *p) {
+  if (p->data || !sw->o.slowdowns || !*sw->o.slowdowns) return 1.0;
+  int k = p->index - sw->o.data_nodes, n = 1;
+  for (const char *c = sw->o.slowdowns; *c; c++) n += *c == ',';
+  k %= n;
+  const char *c = sw->o.slowdowns;
+  while (k-- > 0) c = strchr(c, ',') + 1;
+  double v = atof(c);
+  return v >= 1 ? v : 1.0;
 }
 
 /* Arguments longer than PATH_MAX are cut; the node then reports the bad path. */
@@ -392,6 +412,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
   ARG("%s/%s.%d", sw->workdir, p->name, p->generation);
   ARG("--log-format");
   ARG("json");
+  ARG("--exit-with-parent");
   ARG("--log-level");
   ARG("%s", sw->o.log_level);
   ARG("--nat-pmp");
@@ -447,6 +468,11 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("--capacity");
       ARG("%d", sw->o.capacity);
     }
+  }
+  double slow = sw->o.slowdown * relay_slowdown(sw, p);
+  if (slow > 1.0) {
+    ARG("--slowdown");
+    ARG("%g", slow);
   }
   for (int f = 0; f < sw->o.n_faults && p->generation == 0; f++) {
     size_t nl = strlen(p->name);
@@ -678,6 +704,7 @@ void cmd_swarm_help(void) {
       "                  [--device cpu|cuda[:N]] [--base-port P] [--workdir DIR]\n"
       "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
+      "                  [--slowdown F] [--slowdowns F1,F2,...]\n"
       "                  [--log-level LEVEL] [--quiet]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -687,10 +714,12 @@ void cmd_swarm_help(void) {
       "--summary-json. Without --dataset a synthetic corpus is generated.\n"
       "For tests: --fault r2:backward:3 makes relay r2 SIGKILL itself at its first\n"
       "backward of iteration 3 (KIND: embed, forward, loss, backward, aggregate);\n"
-      "--late-relays K --late-after I starts K more relays after iteration I.\n\n"
+      "--late-relays K --late-after I starts K more relays after iteration I.\n"
+      "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
+      "each relay its own factor (cycled), for heterogeneous swarms.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
-      "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 47000\n"
+      "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
       "          --flow-tick 100 (a local swarm converges in seconds; the prototype's 2000 suits\n"
       "          real networks) --hop-timeout 2000 --restart-after 1\n");
 }
@@ -710,13 +739,14 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"log-level", required_argument, 0, 'g'},    {"restart-after", required_argument, 0, 'a'},
       {"flow-tick", required_argument, 0, 'F'},   {"hop-timeout", required_argument, 0, 'H'},
       {"fault", required_argument, 0, 'f'},       {"late-relays", required_argument, 0, 'K'},
-      {"late-after", required_argument, 0, 'A'},
+      {"late-after", required_argument, 0, 'A'},  {"slowdown", required_argument, 0, 'W'},
+      {"slowdowns", required_argument, 0, 'X'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
-                    .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 47000, .lr = 1e-3,
-                    .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000};
+                    .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
+                    .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -751,6 +781,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       o->faults[o->n_faults++] = optarg;
       break;
     case 'K': o->late_relays = atoi(optarg); break;
+    case 'W': o->slowdown = atof(optarg); break;
+    case 'X': o->slowdowns = optarg; break;
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
     case 'q': o->quiet = true; break;
@@ -768,9 +800,12 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (o->churn < 0 || o->churn >= 1) bad = "--churn must be in [0, 1)";
   else if (o->capacity < 1 || o->microbatches < 1 || o->batch < 1 || o->seq < 2) bad = "sizes must be positive";
   else if (strcmp(o->routing, "gwtf") != 0 && strcmp(o->routing, "swarm") != 0) bad = "--routing is gwtf or swarm";
-  else if (o->base_port < 1024 || o->base_port + 2 * SWARM_MAX_PEERS > 65535) bad = "--base-port out of range";
+  /* Below Linux's ephemeral range (32768+), where an outgoing connection
+   * may hold a port for a while and a listener would fail to bind it. */
+  else if (o->base_port < 1024 || o->base_port + SWARM_MAX_PEERS > 32768) bad = "--base-port must be in 1024..32512";
   else if (o->restart_after < 1) bad = "--restart-after must be at least 1";
   else if (o->flow_tick < 10 || o->hop_timeout < 50) bad = "--flow-tick >= 10 ms, --hop-timeout >= 50 ms";
+  else if (o->slowdown < 1) bad = "--slowdown must be >= 1";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;
@@ -827,6 +862,9 @@ int cmd_swarm(int argc, char **argv) {
     free(sw.iters);
     return 1;
   }
+  /* Many peers share few cores: OpenMP threads that spin while waiting
+   * steal them from each other (docs/COMPUTE.md). Children inherit this. */
+  setenv("OMP_WAIT_POLICY", "passive", 0);
   sw.loop = uv_default_loop();
   say(&sw, "%d data node(s), %d relays, %d stages, model %s, %d iterations, churn %.2f, routing %s, logs in %s",
       sw.o.data_nodes, sw.o.relays, sw.o.stages, sw.o.model, sw.o.iterations, sw.o.churn, sw.o.routing,

@@ -53,6 +53,7 @@ void train_node_opts_default(train_node_opts *o) {
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
   o->exit_when_done = true;
+  o->slowdown = 1.0;
 }
 
 /* ---- the component's state ---- */
@@ -66,11 +67,15 @@ typedef struct known_peer {
   uint64_t seen_round;
 } known_peer;
 
-typedef struct stage_query {
+/* One DHT lookup in flight. Its callback may come after we stopped (the DHT
+ * stops after us and ends pending lookups with GW_ECLOSED), so it holds no
+ * pointer we free: at stop, rt is set to NULL and the callback frees it. */
+typedef struct dir_query {
   struct train_rt *rt;
-  int stage;
-  bool busy;
-} stage_query;
+  int stage; /* -1: the run record */
+} dir_query;
+
+#define MAX_QUERIES (MAX_STAGES + 2)
 
 typedef struct train_rt {
   node *n;
@@ -96,7 +101,8 @@ typedef struct train_rt {
   bool swarm_routing;
   uv_timer_t peer_timer, flow_timer, disco_timer, cost_timer, stop_timer;
   int open_timers;
-  stage_query queries[MAX_STAGES + 1];
+  dir_query *queries[MAX_QUERIES]; /* in flight; NULL slots are free */
+  bool stage_busy[MAX_STAGES + 1];
   bool run_query_busy;
   uint64_t last_run_refresh, last_announce, discover_round;
   known_peer known[MAX_KNOWN];
@@ -155,9 +161,9 @@ static bool io_connected(void *ud, const gw_id *peer) {
 static int io_compute(void *ud, train_job *job) {
   train_rt *rt = ud;
   if (rt->o->crash_job && (int)job->kind == rt->o->crash_job &&
-      train_peer_iteration(rt->peer) == rt->o->crash_iteration) {
-    GW_WARN(&rt->log, "debug.crash", "job=%d iter=%llu msg=\"--debug-crash: SIGKILL now\"", (int)job->kind,
-            (unsigned long long)rt->o->crash_iteration);
+      train_peer_iteration(rt->peer) >= rt->o->crash_iteration) {
+    GW_WARN(&rt->log, "debug.crash", "job=%d mb=%llx iter=%llu msg=\"--debug-crash: SIGKILL now\"", (int)job->kind,
+            (unsigned long long)job->mb_id, (unsigned long long)train_peer_iteration(rt->peer));
     raise(SIGKILL);
   }
   return node_worker_submit(rt->worker, job);
@@ -201,6 +207,19 @@ static void peer_tick_cb(uv_timer_t *t) {
     GW_INFO(&rt->log, "node.done", "msg=\"ran its iterations; stopping\"");
     uv_timer_start(&rt->stop_timer, stop_cb, STOP_AFTER_DONE_MS, 0);
   }
+}
+
+/* ---- compute ---- */
+
+/* On the worker thread. --slowdown stretches every job to F times its
+ * duration, as a device F times slower would (the paper's heterogeneous
+ * peers); the job's measured time then includes it, so Eq. 1 sees it too. */
+static void run_job(void *ctx, train_job *job) {
+  train_rt *rt = ctx;
+  uint64_t t0 = uv_hrtime();
+  train_compute_run(&rt->compute, job);
+  double extra_ns = (double)(uv_hrtime() - t0) * (rt->o->slowdown - 1.0);
+  if (extra_ns > 0) uv_sleep((unsigned)(extra_ns / 1e6));
 }
 
 /* ---- compute results ---- */
@@ -248,7 +267,10 @@ static double link_cost(train_rt *rt, const gw_id *peer) {
   double lat = st.rtt_samples ? st.rtt_ms / 2000.0 : 0.0;
   double tx = st.tx_Bps > 0 ? st.tx_Bps : DEFAULT_BW_BPS, rx = st.rx_Bps > 0 ? st.rx_Bps : DEFAULT_BW_BPS;
   double size = (double)rt->run.batch * rt->run.seq * rt->run.model.d_model * sizeof(float);
-  return flow_cost_eq1(ci, cj, lat, lat, tx, rx, size);
+  /* In milliseconds: the annealing temperature (T0 = 1.7, GWTF §VI) is
+   * calibrated for costs of a few units to a few tens, and link costs in
+   * seconds (~0.01) would make it accept almost every worse change. */
+  return 1000.0 * flow_cost_eq1(ci, cj, lat, lat, tx, rx, size);
 }
 
 static int next_stage(const train_rt *rt) { return rt->stage == rt->run.stages ? 0 : rt->stage + 1; }
@@ -291,7 +313,9 @@ static void peer_info(void *ud, const gw_id *peer, int stage, uint32_t capacity,
 /* ---- membership ---- */
 
 static bool wanted_stage(const train_rt *rt, int s) {
-  if (train_peer_is_leader(rt->peer) || s == 0) return true; /* everyone follows the data nodes */
+  /* Everyone follows the data nodes; data nodes follow every stage (one
+   * may become the leader, and each checks that every stage is served). */
+  if (s == 0 || rt->stage == 0 || train_peer_is_leader(rt->peer)) return true;
   if (rt->stage < 0) return false;
   return s == rt->stage || s == next_stage(rt) || s == prev_stage(rt);
 }
@@ -306,7 +330,14 @@ static known_peer *known_add(train_rt *rt, const gw_id *id, const gw_addr *addr,
     k->addr = *addr;
     k->stage = stage;
     p2p_host_connect(rt->host, addr, id); /* kept (and redialled) until it leaves the directory */
-    if (rt->flow) flow_add_peer(rt->flow, id, stage);
+    if (rt->flow) {
+      flow_add_peer(rt->flow, id, stage);
+      /* its link cost at once, not at the next cost tick: a newcomer
+       * should take flows within ticks of being seen */
+      double c = link_cost(rt, id);
+      if (stage == next_stage(rt)) flow_set_cost(rt->flow, id, FLOW_DIR_NEXT, c);
+      if (stage == prev_stage(rt)) flow_set_cost(rt->flow, id, FLOW_DIR_PREV, c);
+    }
   }
   k->stage = stage;
   return k;
@@ -326,10 +357,35 @@ static void known_sweep(train_rt *rt) {
   }
 }
 
-static void members_cb(void *ud, int status, const stage_member *members, size_t n) {
-  stage_query *q = ud;
+static dir_query *query_new(train_rt *rt, int stage) {
+  for (size_t i = 0; i < MAX_QUERIES; i++) {
+    if (rt->queries[i]) continue;
+    dir_query *q = calloc(1, sizeof(*q));
+    if (!q) return NULL;
+    q->rt = rt;
+    q->stage = stage;
+    rt->queries[i] = q;
+    return q;
+  }
+  return NULL;
+}
+
+/* The lookup answered: forget it; NULL when we stopped meanwhile. */
+static train_rt *query_done(dir_query *q) {
   train_rt *rt = q->rt;
-  q->busy = false;
+  if (rt)
+    for (size_t i = 0; i < MAX_QUERIES; i++)
+      if (rt->queries[i] == q) rt->queries[i] = NULL;
+  free(q);
+  return rt;
+}
+
+static void members_cb(void *ud, int status, const stage_member *members, size_t n) {
+  dir_query *q = ud;
+  int stage = q->stage;
+  train_rt *rt = query_done(q);
+  if (!rt) return;
+  rt->stage_busy[stage] = false;
   if (status != 0 || rt->stopping || !rt->peer) return;
   train_member list[MAX_KNOWN];
   gw_id ids[MAX_KNOWN];
@@ -340,15 +396,15 @@ static void members_cb(void *ud, int status, const stage_member *members, size_t
     list[k] = (train_member){.id = m->id, .capacity = m->capacity, .load = m->load};
     ids[k++] = m->id;
     if (gw_id_eq(&m->id, me)) continue;
-    known_peer *kp = known_add(rt, &m->id, &m->addr, q->stage);
+    known_peer *kp = known_add(rt, &m->id, &m->addr, stage);
     if (!kp) continue;
     /* SWARM lifts a ban when the peer announces itself again */
     if (rt->rs && m->remaining_ms > kp->remaining_ms + 1000) route_swarm_readmit(rt->rs, &m->id);
     kp->remaining_ms = m->remaining_ms;
     kp->seen_round = rt->discover_round;
   }
-  train_peer_set_members(rt->peer, q->stage, list, k, now_ms(rt));
-  if (rt->rs && rt->stage >= 0 && q->stage == next_stage(rt)) route_swarm_set_next(rt->rs, ids, k);
+  train_peer_set_members(rt->peer, stage, list, k, now_ms(rt));
+  if (rt->rs && rt->stage >= 0 && stage == next_stage(rt)) route_swarm_set_next(rt->rs, ids, k);
 }
 
 static void announce(train_rt *rt) {
@@ -376,7 +432,12 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n);
 static void refresh_run(train_rt *rt) {
   if (rt->run_query_busy) return;
   const char *name = rt->o->run ? rt->o->run : rt->o->create_run;
-  if (stage_dir_find_run(rt->d, name, run_cb, rt, now_ms(rt)) == 0) rt->run_query_busy = true;
+  dir_query *q = query_new(rt, -1);
+  if (!q) return;
+  if (stage_dir_find_run(rt->d, name, run_cb, q, now_ms(rt)) == 0)
+    rt->run_query_busy = true;
+  else
+    query_done(q);
 }
 
 static void publish_run(train_rt *rt) {
@@ -397,11 +458,13 @@ static void disco_cb(uv_timer_t *t) {
   if (!rt->peer) return;
   rt->discover_round++;
   for (int s = 0; s <= rt->run.stages; s++) {
-    stage_query *q = &rt->queries[s];
-    if (q->busy || !wanted_stage(rt, s)) continue;
-    q->rt = rt;
-    q->stage = s;
-    if (stage_dir_discover(rt->d, rt->run.name, (uint32_t)s, members_cb, q, now) == 0) q->busy = true;
+    if (rt->stage_busy[s] || !wanted_stage(rt, s)) continue;
+    dir_query *q = query_new(rt, s);
+    if (!q) break;
+    if (stage_dir_discover(rt->d, rt->run.name, (uint32_t)s, members_cb, q, now) == 0)
+      rt->stage_busy[s] = true;
+    else
+      query_done(q);
   }
   known_sweep(rt);
   if (train_peer_is_leader(rt->peer) && rt->run.stages > 0) publish_run(rt);
@@ -559,7 +622,7 @@ static int start_peer(train_rt *rt) {
     rt->data_seed = o->data_seed ? o->data_seed : (uint64_t)node_identity(rt->n)->id.b[0] << 8 | 0x5eed;
   }
   rt->capacity = data ? (uint32_t)rt->run.microbatches : derive_capacity(rt);
-  if (node_worker_new(rt->loop, train_compute_run, &rt->compute, on_job_done, rt, &rt->worker) != 0) return GW_EIO;
+  if (node_worker_new(rt->loop, run_job, rt, on_job_done, rt, &rt->worker) != 0) return GW_EIO;
   rt->swarm_routing = strcmp(o->routing, "swarm") == 0;
   train_router router;
   route_flow_init(&rt->rf, rt->run.stages, &rt->log);
@@ -606,7 +669,8 @@ static int start_peer(train_rt *rt) {
 
 /* The freshest record whose publisher is the leader it names. */
 static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
-  train_rt *rt = ud;
+  train_rt *rt = query_done(ud);
+  if (!rt) return;
   rt->run_query_busy = false;
   if (status != 0 || rt->stopping) return;
   const stage_run *best = NULL;
@@ -733,6 +797,8 @@ static void comp_stop(node *n, void *state) {
     return;
   }
   rt->stopping = true;
+  for (size_t i = 0; i < MAX_QUERIES; i++) /* their callbacks free them */
+    if (rt->queries[i]) rt->queries[i]->rt = NULL;
   if (rt->announced) stage_dir_withdraw(rt->d, rt->run.name, (uint32_t)rt->stage, now_ms(rt));
   node_worker_free(rt->worker); /* joins the compute thread before the stage goes */
   rt->worker = NULL;

@@ -1,5 +1,8 @@
 /* node/train_opts.c — the training options of `gwtf node`. */
 #include <getopt.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +38,8 @@ enum {
   T_RECORD_TTL,
   T_STAY,
   T_DEBUG_CRASH,
+  T_EXIT_WITH_PARENT,
+  T_SLOWDOWN,
 };
 
 const struct option train_node_options[] = {
@@ -62,6 +67,8 @@ const struct option train_node_options[] = {
     {"record-ttl", required_argument, 0, T_RECORD_TTL},
     {"stay", no_argument, 0, T_STAY},
     {"debug-crash", required_argument, 0, T_DEBUG_CRASH},
+    {"exit-with-parent", no_argument, 0, T_EXIT_WITH_PARENT},
+    {"slowdown", required_argument, 0, T_SLOWDOWN},
     {0},
 };
 
@@ -83,8 +90,10 @@ void train_node_print_help(void) {
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
          "  --record-ttl S             lifetime of our DHT records in seconds (default 1800)\n"
          "  --stay                     a data node keeps running after its iterations\n"
+         "  --slowdown F               emulate a device F times slower (F >= 1; experiments)\n"
+         "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
          "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
-         "                             loss, backward, aggregate) of iteration ITER\n"
+         "                             loss, backward, aggregate) from iteration ITER on\n"
          "run creation only (the others read them from the run record):\n"
          "  --model PRESET|FILE        model preset (");
   size_t n;
@@ -145,6 +154,9 @@ int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const c
     if (strcmp(arg, "gwtf") && strcmp(arg, "swarm")) return bad("--routing", arg, "gwtf or swarm");
     o->routing = arg;
     return 0;
+  case T_SLOWDOWN:
+    o->slowdown = atof(arg);
+    return o->slowdown >= 1 && o->slowdown <= 1000 ? 0 : bad("--slowdown", arg, "a factor in [1, 1000]");
   case T_LR:
     o->lr = atof(arg);
     return o->lr > 0 && o->lr < 10 ? 0 : bad("--lr", arg, "a rate in (0, 10)");
@@ -152,6 +164,14 @@ int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const c
   case T_DATA_SEED: o->data_seed = strtoull(arg, NULL, 10); return 0;
   case T_RESUME: o->resume = true; return 0;
   case T_STAY: o->exit_when_done = false; return 0;
+  case T_EXIT_WITH_PARENT: {
+    /* A launcher that is killed must not leave its peers running (they
+     * would keep their ports). Linux delivers SIGTERM when the parent dies;
+     * checking the parent afterwards closes the race with an early death. */
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) return bad("--exit-with-parent", "", "parent gone");
+    return 0;
+  }
   case T_DEBUG_CRASH: {
     static const struct { const char *name; int kind; } kinds[] = {
         {"embed", TRAIN_JOB_EMBED},       {"forward", TRAIN_JOB_FORWARD},   {"loss", TRAIN_JOB_LOSS},

@@ -97,6 +97,7 @@ int peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in,
   if (!job) return GW_ENOMEM;
   job->kind = kind;
   job->key = mb ? mb->key : 0;
+  job->mb_id = mb ? mb->id : 0;
   job->in = in;
   job->in_bytes = in_bytes;
   job->out = out;

@@ -93,6 +93,7 @@ typedef enum train_job_kind {
 typedef struct train_job {
   train_job_kind kind;
   uint64_t key;     /* microbatch state key (origin-and-id hash) */
+  uint64_t mb_id;   /* the microbatch's ID, for logs (0 when none) */
   const void *in;   /* input tensor or token ids */
   const int32_t *targets;
   void *out;        /* output buffer, owned by the peer */

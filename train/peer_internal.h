@@ -211,6 +211,10 @@ struct train_peer {
   uint64_t reports_iteration;
   peer_candidate candidates[PEER_MAX_CONTRIB];
   uint32_t n_candidates;
+  /* placed but not yet announced in the directory: counted by placement
+   * until they show up there (or PENDING_PLACEMENT_MS pass) */
+  struct { gw_id id; int stage; uint32_t capacity; uint64_t at_ms; } placed[PEER_MAX_CONTRIB];
+  uint32_t n_placed;
   uint64_t last_join_ms;
 
   peer_agg agg;

@@ -20,6 +20,7 @@
 #define PLACEMENT_PERIOD_MS 500
 #define MAX_STATE_BYTES (((uint64_t)1) << 36) /* 64 GiB: refuse anything larger */
 #define JOIN_SOURCE_WAIT_MS 20000 /* how long a new member waits for a reachable stage peer */
+#define PENDING_PLACEMENT_MS 30000 /* a placed peer counts this long before it shows up in the directory */
 
 static void fetch_or_init(train_peer *p);
 
@@ -94,6 +95,12 @@ static int cmp_candidate(const void *x, const void *y) {
   return gw_id_cmp(&a->id, &b->id);
 }
 
+static bool in_view(const peer_stage_view *v, const gw_id *id) {
+  for (size_t i = 0; i < v->n; i++)
+    if (gw_id_eq(&v->v[i].id, id)) return true;
+  return false;
+}
+
 static void rank_stages(train_peer *p, stage_rank *ranks) {
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     peer_stage_view *v = &p->members[s];
@@ -105,6 +112,11 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
       cap += v->v[i].capacity;
       load += v->v[i].load;
     }
+    /* and those we placed that have not announced themselves yet */
+    for (uint32_t k = 0; k < p->n_placed; k++)
+      if (p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
+          !in_view(v, &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
+        cap += p->placed[k].capacity;
     ranks[s - 1].stage = s;
     ranks[s - 1].capacity = cap;
     ranks[s - 1].utilization = cap ? (double)load / cap : INFINITY;
@@ -130,17 +142,13 @@ static void assign(train_peer *p, const peer_candidate *c, int stage, double uti
   GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
           utilization);
   /* Count it in now: the directory shows it only once it has announced. */
-  if (v->n == v->cap) {
-    size_t cap = v->cap ? 2 * v->cap : 4;
-    peer_member *nv = realloc(v->v, cap * sizeof(*nv));
-    if (!nv) return;
-    v->v = nv;
-    v->cap = cap;
-  }
-  peer_member *m = &v->v[v->n++];
-  memset(m, 0, sizeof(*m));
-  m->id = c->id;
-  m->capacity = c->capacity;
+  uint32_t slot = p->n_placed < PEER_MAX_CONTRIB ? p->n_placed++ : 0;
+  for (uint32_t k = 0; k < p->n_placed; k++)
+    if (p->now - p->placed[k].at_ms > PENDING_PLACEMENT_MS) slot = k; /* reuse a stale entry */
+  p->placed[slot].id = c->id;
+  p->placed[slot].stage = stage;
+  p->placed[slot].capacity = c->capacity;
+  p->placed[slot].at_ms = p->now;
 }
 
 /* §V-B: the highest-capacity candidate goes to the most utilized stage, the

@@ -644,10 +644,17 @@ void data_start_iteration(train_peer *p) {
   uint32_t slots = !every_stage_served(p) ? 0 : p->router.slots ? p->router.slots(p->router.ctx) : want;
   if (slots == 0) {
     if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
-    if ((p->now - p->waiting_flows_since) % 5000 < p->cfg.tun.tick_ms)
-      GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
-              (unsigned long long)((p->now - p->waiting_flows_since) / 1000));
-    return;
+    if (p->now - p->waiting_flows_since < p->cfg.tun.settle_ms) {
+      if ((p->now - p->waiting_flows_since) % 5000 < p->cfg.tun.tick_ms)
+        GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
+                (unsigned long long)((p->now - p->waiting_flows_since) / 1000));
+      return;
+    }
+    /* Still no route: report an empty iteration rather than hold up the
+     * other data nodes, whose aggregation waits for every report. */
+    GW_WARN(&p->log, "iteration.no_route", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
+            (unsigned long long)((p->now - p->waiting_flows_since) / 1000));
+    slots = 0;
   }
   /* GWTF §V-C: training proceeds once the flows reached a steady state.
    * The first iteration waits for it (bounded); later ones use what is
@@ -657,7 +664,7 @@ void data_start_iteration(train_peer *p) {
     if (p->now - p->waiting_flows_since < p->cfg.tun.settle_ms) return;
   }
   p->waiting_flows_since = 0;
-  uint32_t n = slots < want ? slots : want;
+  uint32_t n = slots < want ? slots : want; /* 0 after a fruitless wait: an empty iteration */
   if (p->iteration == 0) p->last_update_ms = p->now; /* the first iteration's clock starts now */
   p->iter_running = true;
   p->iter_reported = false;

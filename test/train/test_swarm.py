@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+"""Multi-process training tests (issue 6): real `gwtf node` processes on
+loopback, started by `gwtf swarm`, checked through the swarm's summary JSON
+and the merged log stream.
+
+    test_swarm.py SCENARIO     (fault_free, forward_crash, backward_crash,
+                                join, leader_crash, churn_soak)
+
+Every scenario is seeded; crashes are injected at exact protocol moments
+with --fault (the node kills itself with SIGKILL as it queues that job), so
+no sleep stands in for synchronisation anywhere."""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+GWTF = os.environ.get("GWTF_BIN", "gwtf")
+LINE = re.compile(r"^(?P<name>\S+)\s+\| (?P<ts>\S+) (?P<level>\S+)\s+(?P<node>\S+) (?P<stage>\S+) (?P<event>\S+)(?P<rest>.*)$")
+# below the ephemeral port range (32768+), one block per scenario so they run side by side
+PORTS = {"fault_free": 21000, "forward_crash": 21300, "backward_crash": 21600, "join": 21900,
+         "leader_crash": 22200, "churn_soak": 22500}
+
+
+class Failure(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Failure(what)
+
+
+def fields(rest):
+    return dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+
+
+def parse_log(text):
+    events = []
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            e = m.groupdict()
+            e["f"] = fields(e["rest"])
+            events.append(e)
+    return events
+
+
+def run_swarm(tmp, scenario, *args, timeout=240):
+    summary = os.path.join(tmp, "summary.json")
+    cmd = [GWTF, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
+           "--base-port", str(PORTS[scenario]), "--workdir", os.path.join(tmp, "peers"), *args]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    log = p.stdout
+    with open(os.path.join(tmp, "swarm.log"), "w") as f:
+        f.write(log)
+    tail = "\n".join(log.splitlines()[-25:])
+    if p.returncode != 0:
+        raise Failure(f"gwtf swarm exited {p.returncode}; last lines:\n{tail}")
+    with open(summary) as f:
+        return json.load(f), parse_log(log), tail
+
+
+def losses(summary):
+    return [it["loss"] for it in summary["iterations"]]
+
+
+def check_common(summary, iterations):
+    its = summary["iterations"]
+    check(len(its) >= iterations, f"{len(its)} iterations completed, wanted {iterations}")
+    check(summary["stage_hashes_agree"], "a stage's peers disagreed on their weights after an aggregation")
+    check(summary["unexpected_exits"] == 0, "a peer exited abnormally")
+
+
+# ---- scenarios ----
+
+def fault_free(tmp):
+    n = 10
+    s, _, _ = run_swarm(tmp, "fault_free", "--relays", "6", "--stages", "3", "--iterations", str(n))
+    check_common(s, n)
+    for it in s["iterations"]:
+        check(it["microbatches_done"] == 4 and it["microbatches_deferred"] == 0,
+              f"iteration {it['iteration']}: {it['microbatches_done']} done, {it['microbatches_deferred']} deferred")
+    ls = losses(s)
+    check(ls[-1] < ls[0] - 0.5, f"loss did not fall: {ls}")
+    # the same run in one process, on the same microbatches
+    ref = subprocess.run([GWTF, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(n),
+                          "--data-seed", "1000", "--json"], stdout=subprocess.PIPE, text=True, check=True)
+    want = [it["loss"] for it in json.loads(ref.stdout)["iterations"]]
+    for i, (got, exp) in enumerate(zip(ls, want)):
+        check(abs(got - exp) <= 1e-5 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, reference {exp}")
+    print(f"fault-free: losses {['%.5f' % x for x in ls]} equal the single-process reference")
+
+
+def crash_of(ev, name):
+    c = [e for e in ev if e["event"] == "debug.crash" and e["name"] == name]
+    check(c, f"{name} never crashed")
+    return c[0]["f"]["mb"], int(c[0]["f"]["iter"])
+
+
+def forward_crash(tmp):
+    # Two relays of capacity 3 per stage for 4 microbatches: r1 surely
+    # carries work, and it dies as it starts its first forward of iteration 2.
+    n = 5
+    s, ev, _ = run_swarm(tmp, "forward_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
+                         "--capacity", "3", "--fault", "r1:forward:2")
+    check_common(s, n)
+    mb, it = crash_of(ev, "r1")
+    check(any(e["event"] == "forward.rerouted" and e["f"]["mb"] == mb for e in ev),
+          f"microbatch {mb}, in r1's hands when it died, was not re-routed")
+    check(s["lost_microbatches"] == 0, "microbatches were lost")
+    rec = s["iterations"][it]
+    check(rec["microbatches_done"] + rec["microbatches_deferred"] == 4,
+          f"iteration {it}: {rec['microbatches_done']} done + {rec['microbatches_deferred']} deferred != 4")
+    trained = any(e["event"] == "compute.done" and e["f"]["mb"] == mb and e["f"]["kind"] == "embed_backward"
+                  for e in ev)
+    check(trained, f"microbatch {mb} never completed")
+    print(f"forward crash: r1 died in iteration {it} holding {mb}; it was re-routed and trained; "
+          f"{s['forward_reroutes']} re-routes, nothing lost")
+
+
+def backward_crash(tmp):
+    n = 5
+    s, ev, _ = run_swarm(tmp, "backward_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
+                         "--capacity", "3", "--fault", "r1:backward:2")
+    check_common(s, n)
+    crash_of(ev, "r1")
+    check(s["backward_recoveries"] >= 1, "no backward recovery")
+    check(s["lost_microbatches"] == 0, "microbatches were lost")
+    gaps = {e["f"]["mb"]: int(e["f"]["suspect_stage"]) for e in ev if e["event"] == "backward.recovery_started"}
+    recovered = [e["f"]["mb"] for e in ev if e["event"] == "backward.recovered"]
+    check(recovered, "no microbatch finished after a repair")
+    for mb in recovered:
+        gap = gaps[mb]
+        computes = [e for e in ev if e["event"] == "compute.done" and e["f"].get("mb") == mb]
+        by = lambda kind: [int(e["stage"][1:]) for e in computes if e["f"]["kind"] == kind]
+        # nothing upstream of the gap ran again: one embedding, one forward per stage before the gap
+        check(by("embed").count(0) == 1, f"mb {mb}: embedded {by('embed').count(0)} times")
+        for st in range(1, gap):
+            check(by("forward").count(st) == 1, f"mb {mb}: stage {st}, upstream of the gap, computed again")
+        check(by("recompute") and set(by("recompute")) == {gap},
+              f"mb {mb}: recomputed at stages {by('recompute')}, the gap was stage {gap}")
+    print(f"backward crash: {len(recovered)} microbatch(es) repaired, only the lost stage recomputed")
+
+
+def join(tmp):
+    # Iterations long next to discovery and flow ticks, as in the paper (the
+    # slowdown stretches every compute job 20x): the newcomer must carry
+    # microbatches within a few iterations of having its weights.
+    n = 16
+    s, ev, _ = run_swarm(tmp, "join", "--relays", "5", "--stages", "3", "--iterations", str(n), "--capacity", "2",
+                         "--late-relays", "1", "--late-after", "3", "--slowdown", "20")
+    check_common(s, n)
+    late = "r5"
+    placed = [e for e in ev if e["name"] == late and e["event"] == "stage.assigned"]
+    check(placed, "the late relay was never placed")
+    stage = int(placed[0]["stage"][1:])
+    # the bottleneck: the stage with the fewest members when it joined
+    before = [e for e in ev if e["name"] == "d0" and e["event"] == "iteration.done"
+              and int(e["f"]["iter"]) <= 2][-1]["f"]["peers"].split(",")
+    counts = [int(x) for x in before]
+    check(counts[stage - 1] == min(counts), f"placed in stage {stage}, members per stage were {counts}")
+    dl = [e for e in ev if e["name"] == late and e["event"] == "weights.downloaded"]
+    check(dl, "the late relay never downloaded weights")
+    it, h = int(dl[0]["f"]["iter"]), dl[0]["f"]["hash"]
+    agg = {e["f"]["hash"] for e in ev if e["event"] == "aggregation.done" and e["stage"] == f"s{stage}"
+           and int(e["f"]["iter"]) == it - 1}
+    check(agg == {h}, f"downloaded hash {h}, stage {stage} had {agg} after iteration {it - 1}")
+    ready = max(int(e["f"]["iter"]) for e in ev if e["name"] == late and e["event"] == "peer.ready")
+    work = [e for e in ev if e["name"] == late and e["event"] == "compute.done" and e["f"]["kind"] == "forward"
+            and int(e["f"]["iter"]) <= ready + 3]
+    check(work, f"the late relay (ready in iteration {ready}) carried no microbatch within 3 iterations")
+    print(f"join: placed in stage {stage} (members {counts}), weights {h} match, carried {len(work)} forwards")
+
+
+def leader_crash(tmp):
+    n = 12
+    s, ev, _ = run_swarm(tmp, "leader_crash", "--data-nodes", "2", "--relays", "6", "--stages", "3",
+                         "--iterations", str(n), "--microbatches", "2", "--fault", "d0:embed:3")
+    check_common(s, n)
+    check(any(e["event"] == "debug.crash" and e["name"] == "d0" for e in ev), "d0 never crashed")
+    first = [e for e in ev if e["event"] == "leader.elected"]
+    check(first and first[0]["name"] == "d0", "d0 was not the first leader")
+    check(any(e["event"] == "leader.elected" and e["name"] == "d1" for e in ev), "d1 never took over")
+    after = [e for e in ev if e["name"] == "d1" and e["event"] == "iteration.done" and int(e["f"]["iter"]) >= 4]
+    check(len(after) >= n - 4, f"d1 completed only {len(after)} iterations after the crash")
+    print(f"leader crash: d1 took over and completed {len(after)} more iterations")
+
+
+def churn_soak(tmp):
+    n = 30
+    s, ev, _ = run_swarm(tmp, "churn_soak", "--relays", "6", "--stages", "3", "--iterations", str(n),
+                         "--churn", "0.2", "--seed", "4", timeout=400)
+    check_common(s, n)
+    check(s["crashes"] >= 3, f"only {s['crashes']} crashes")
+    ls = [x for x in losses(s) if x is not None]
+    check(sum(ls[-5:]) / 5 < sum(ls[:5]) / 5 - 0.5, f"loss did not fall: {ls}")
+    print(f"churn soak: {s['crashes']} crashes, {s['forward_reroutes']} re-routes, "
+          f"{s['backward_recoveries']} recoveries, loss {ls[0]:.3f} -> {ls[-1]:.3f}")
+
+
+SCENARIOS = {f.__name__: f for f in (fault_free, forward_crash, backward_crash, join, leader_crash, churn_soak)}
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in SCENARIOS:
+        print(f"usage: {sys.argv[0]} {'|'.join(SCENARIOS)}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="gwtf-swarm-test-") as tmp:
+        subprocess.run([GWTF, "data", "synth", "--out", os.path.join(tmp, "corpus.txt"), "--bytes", "1000000",
+                        "--seed", "1"], check=True, stderr=subprocess.DEVNULL)
+        try:
+            SCENARIOS[sys.argv[1]](tmp)
+        except Failure as e:
+            print(f"FAILED: {e}", file=sys.stderr)
+            log = os.path.join(tmp, "swarm.log")
+            if os.path.exists(log):
+                print("---- last lines of the swarm log ----", file=sys.stderr)
+                print("\n".join(open(log).read().splitlines()[-40:]), file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
