@@ -53,6 +53,7 @@ typedef struct swarm_opts {
   int n_faults;
   int late_relays, late_after;
   const char *slowdowns; /* comma list, cycled over relays; "" = all 1 */
+  const char *capacities; /* comma list, cycled over relays; overrides --capacity */
   double slowdown;       /* every peer */
 } swarm_opts;
 
@@ -93,7 +94,17 @@ typedef struct iter_rec {
   bool seen;
   double loss_sum, secs_max;
   int done, deferred, reports;
+  double comm_sum; /* over microbatches: trip time minus compute along the path */
+  int comm_n;
 } iter_rec;
+
+/* Compute seconds spent on one microbatch so far, all peers together. */
+typedef struct mb_cost {
+  char origin[12];
+  char mb[24];
+  double secs;
+} mb_cost;
+#define MB_COSTS_MAX 4096
 
 /* hashes reported after each aggregation, per (iteration, stage) */
 typedef struct hash_rec {
@@ -117,6 +128,8 @@ struct swarm {
   hash_rec *hashes;
   size_t n_hashes, cap_hashes;
   bool hashes_agree;
+  mb_cost *costs; /* ring of the latest microbatches' compute */
+  size_t n_costs, next_cost;
   int crashes, unexpected_exits;
   long long reroutes, recoveries, lost;
   double wasted_s;
@@ -211,6 +224,32 @@ static void note_hash(swarm *sw, uint64_t iteration, int stage, const char *hash
 
 static void schedule_churn(swarm *sw);
 static void start_late(swarm *sw);
+
+static mb_cost *cost_of(swarm *sw, const char *origin, const char *mb, bool create) {
+  for (size_t i = 0; i < sw->n_costs; i++)
+    if (!strcmp(sw->costs[i].mb, mb) && !strcmp(sw->costs[i].origin, origin)) return &sw->costs[i];
+  if (!create) return NULL;
+  mb_cost *c = &sw->costs[sw->next_cost];
+  sw->next_cost = (sw->next_cost + 1) % MB_COSTS_MAX;
+  if (sw->n_costs < MB_COSTS_MAX) sw->n_costs++;
+  snprintf(c->origin, sizeof(c->origin), "%s", origin);
+  snprintf(c->mb, sizeof(c->mb), "%s", mb);
+  c->secs = 0;
+  return c;
+}
+
+/* A data node finished a microbatch: what of its trip was not compute. */
+static void on_microbatch_done(swarm *sw, json_t *ev) {
+  const char *node = json_string_value(json_object_get(ev, "node"));
+  const char *mb = json_string_value(json_object_get(ev, "mb"));
+  double trip = num(ev, "trip_s"), it = num(ev, "iter");
+  if (!node || !mb || !isfinite(trip) || !isfinite(it) || it < 0 || it >= SWARM_MAX_ITERS) return;
+  mb_cost *c = cost_of(sw, node, mb, false);
+  double comm = trip - (c ? c->secs : 0);
+  iter_rec *r = &sw->iters[(size_t)it];
+  r->comm_sum += comm > 0 ? comm : 0;
+  r->comm_n++;
+}
 static void stop_all(swarm *sw);
 
 static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
@@ -254,7 +293,13 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
     p->unaggregated_compute_s = 0;
   } else if (!strcmp(e, "compute.done")) {
     double s = num(ev, "secs");
+    const char *origin = json_string_value(json_object_get(ev, "origin"));
+    const char *mb = json_string_value(json_object_get(ev, "mb"));
     if (isfinite(s)) p->unaggregated_compute_s += s;
+    mb_cost *c = origin && mb && isfinite(s) ? cost_of(sw, origin, mb, true) : NULL;
+    if (c) c->secs += s;
+  } else if (!strcmp(e, "microbatch.done")) {
+    on_microbatch_done(sw, ev);
   } else if (!strcmp(e, "forward.rerouted")) {
     sw->reroutes++;
   } else if (!strcmp(e, "backward.recovered")) {
@@ -372,16 +417,27 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
   }
 }
 
-/* --slowdowns "1,2,3": relay i gets entry i modulo the list (data nodes 1). */
+/* Entry i of a comma list, cycled ("1,2,3": relay 4 gets 2); NULL list: 0. */
+static double list_entry(const char *list, int i) {
+  if (!list || !*list) return 0;
+  int n = 1;
+  for (const char *c = list; *c; c++) n += *c == ',';
+  i %= n;
+  const char *c = list;
+  while (i-- > 0) c = strchr(c, ',') + 1;
+  return atof(c);
+}
+
+/* --slowdowns: each relay's compute slowdown (data nodes 1). */
 static double relay_slowdown(const swarm *sw, const peer_proc *p) {
-  if (p->data || !sw->o.slowdowns || !*sw->o.slowdowns) return 1.0;
-  int k = p->index - sw->o.data_nodes, n = 1;
-  for (const char *c = sw->o.slowdowns; *c; c++) n += *c == ',';
-  k %= n;
-  const char *c = sw->o.slowdowns;
-  while (k-- > 0) c = strchr(c, ',') + 1;
-  double v = atof(c);
+  double v = p->data ? 0 : list_entry(sw->o.slowdowns, p->index - sw->o.data_nodes);
   return v >= 1 ? v : 1.0;
+}
+
+/* --capacities: each relay's capacity, else --capacity. */
+static int relay_capacity(const swarm *sw, const peer_proc *p) {
+  double v = list_entry(sw->o.capacities, p->index - sw->o.data_nodes);
+  return v >= 1 ? (int)v : sw->o.capacity;
 }
 
 /* Arguments longer than PATH_MAX are cut; the node then reports the bad path. */
@@ -466,7 +522,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("%d", sw->o.iterations);
     } else {
       ARG("--capacity");
-      ARG("%d", sw->o.capacity);
+      ARG("%d", relay_capacity(sw, p));
     }
   }
   double slow = sw->o.slowdown * relay_slowdown(sw, p);
@@ -639,6 +695,8 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
     json_object_set_new(it, "time_per_microbatch_s", r->done ? json_real(r->secs_max / r->done) : json_null());
     json_object_set_new(it, "microbatches_done", json_integer(r->done));
     json_object_set_new(it, "microbatches_deferred", json_integer(r->deferred));
+    json_object_set_new(it, "iteration_s", json_real(r->secs_max));
+    json_object_set_new(it, "communication_s", r->comm_n ? json_real(r->comm_sum / r->comm_n) : json_null());
     json_array_append_new(iters, it);
     tokens += (double)r->done * sw->o.batch * sw->o.seq;
     secs += r->secs_max;
@@ -704,7 +762,7 @@ void cmd_swarm_help(void) {
       "                  [--device cpu|cuda[:N]] [--base-port P] [--workdir DIR]\n"
       "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
-      "                  [--slowdown F] [--slowdowns F1,F2,...]\n"
+      "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
       "                  [--log-level LEVEL] [--quiet]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -716,7 +774,8 @@ void cmd_swarm_help(void) {
       "backward of iteration 3 (KIND: embed, forward, loss, backward, aggregate);\n"
       "--late-relays K --late-after I starts K more relays after iteration I.\n"
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
-      "each relay its own factor (cycled), for heterogeneous swarms.\n\n"
+      "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
+      "likewise gives each relay its own capacity.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -740,7 +799,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"flow-tick", required_argument, 0, 'F'},   {"hop-timeout", required_argument, 0, 'H'},
       {"fault", required_argument, 0, 'f'},       {"late-relays", required_argument, 0, 'K'},
       {"late-after", required_argument, 0, 'A'},  {"slowdown", required_argument, 0, 'W'},
-      {"slowdowns", required_argument, 0, 'X'},
+      {"slowdowns", required_argument, 0, 'X'},   {"capacities", required_argument, 0, 'Y'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
@@ -783,6 +842,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'K': o->late_relays = atoi(optarg); break;
     case 'W': o->slowdown = atof(optarg); break;
     case 'X': o->slowdowns = optarg; break;
+    case 'Y': o->capacities = optarg; break;
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
     case 'q': o->quiet = true; break;
@@ -855,11 +915,12 @@ int cmd_swarm(int argc, char **argv) {
   sw.hashes_agree = true;
   gw_rng_seed(&sw.rng, sw.o.seed ^ 0xc4u);
   sw.iters = calloc(SWARM_MAX_ITERS, sizeof(*sw.iters));
-  if (!sw.iters) return 1;
-  int rc = prepare_dirs(&sw);
+  sw.costs = calloc(MB_COSTS_MAX, sizeof(*sw.costs));
+  int rc = sw.iters && sw.costs ? prepare_dirs(&sw) : GW_ENOMEM;
   if (rc != 0) {
     fprintf(stderr, "gwtf swarm: cannot prepare %s: %s\n", sw.workdir, gw_strerror(rc));
     free(sw.iters);
+    free(sw.costs);
     return 1;
   }
   /* Many peers share few cores: OpenMP threads that spin while waiting
@@ -905,6 +966,7 @@ int cmd_swarm(int argc, char **argv) {
   if (!complete) say(&sw, "only %llu of %d iterations completed", (unsigned long long)sw.leader_iterations, sw.o.iterations);
   int wrc = write_summary(&sw);
   free(sw.iters);
+  free(sw.costs);
   free(sw.hashes);
   return complete && !sw.failed && sw.unexpected_exits == 0 && sw.hashes_agree && wrc == 0 ? 0 : 1;
 }

@@ -63,6 +63,7 @@ typedef struct peer_mb {
   float loss;
   double compute_s;
   uint64_t started_ms;
+  uint64_t sent_ms; /* the last FORWARD we sent: SWARM times the hop from here */
   /* data node: repair in progress */
   bool recovering;
   int probe_stage;           /* stage being probed, walking towards the origin */

@@ -176,6 +176,7 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
   train_tensor t;
   peer_tensor_f32(&t, mb->out, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
   mb->fwd = FWD_SENT;
+  mb->sent_ms = p->now;
   mb->fwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
   if (peer_send(p, &next, GWTF__TRAIN_MSG__TRAIN_FORWARD, &m.base, &t) != 0) {
     /* The session is gone: the tick re-routes at once. */
@@ -321,7 +322,7 @@ static peer_mb *mb_from_ack(train_peer *p, const Gwtf__TrainAck *a) {
 void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   peer_mb *mb = mb_from_ack(p, a);
   if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
-  if (p->router.observe) p->router.observe(p->router.ctx, from, (double)(p->now - mb->started_ms));
+  if (p->router.observe) p->router.observe(p->router.ctx, from, (double)(p->now - mb->sent_ms));
   /* A data node's own microbatch now travels until it comes back; after a
    * repair it re-sent, it is already back and waits for its backward. */
   mb->fwd = p->cfg.role == TRAIN_DATA && !mb->repair ? FWD_FLIGHT : FWD_DONE;
@@ -398,8 +399,10 @@ void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck 
 /* ---- compute results ---- */
 
 static void log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s) {
-  GW_INFO(&p->log, "compute.done", "mb=%llx kind=%s secs=%.4f iter=%llu", (unsigned long long)mb->id, kind, s,
-          (unsigned long long)mb->iteration);
+  char origin[GW_ID_SHORT_LEN + 1];
+  peer_short(&mb->origin, origin);
+  GW_INFO(&p->log, "compute.done", "mb=%llx origin=%s kind=%s secs=%.4f iter=%llu", (unsigned long long)mb->id,
+          origin, kind, s, (unsigned long long)mb->iteration);
 }
 
 static void relay_forward_done(train_peer *p, peer_mb *mb) {
@@ -578,6 +581,9 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
     p->iter_done++;
     p->iter_loss_sum += mb->loss;
     p->counters.microbatches_done++;
+    /* its whole trip, for the communication time (trip minus compute) */
+    GW_INFO(&p->log, "microbatch.done", "mb=%llx trip_s=%.4f iter=%llu", (unsigned long long)mb->id,
+            (double)(p->now - mb->started_ms) / 1000.0, (unsigned long long)p->iteration);
     if (mb->repairs > 0) {
       char dt[32];
       snprintf(dt, sizeof(dt), "%.3f", (double)(p->now - mb->recover_started_ms) / 1000.0);

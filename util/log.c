@@ -104,7 +104,8 @@ static bool is_json_number(const char *s, size_t n) {
 static bool is_identifier_key(const char *k, size_t n) {
   static const char *const keys[] = {"peer", "node", "from", "to", "by", "target", "leader", "id", "in", "out",
                                      "session", "via", "suspect", "resend_from", "aggregator", "mb", "hash", "seg",
-                                     "flow", "publisher", "key", "theirs", "mine", "from_peer", "addr", "who"};
+                                     "flow", "publisher", "key", "theirs", "mine", "from_peer", "addr", "who",
+                                     "origin"};
   for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
     if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0) return true;
   return false;
