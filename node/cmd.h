@@ -25,6 +25,8 @@ int cmd_train_ref(int argc, char **argv);
 void cmd_train_ref_help(void);
 int cmd_swarm(int argc, char **argv);
 void cmd_swarm_help(void);
+int cmd_experiment(int argc, char **argv);
+void cmd_experiment_help(void);
 int cmd_sim_flow(int argc, char **argv);
 void cmd_sim_flow_help(void);
 int cmd_sim_gen(int argc, char **argv);

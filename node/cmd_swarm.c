@@ -106,6 +106,19 @@ typedef struct mb_cost {
 } mb_cost;
 #define MB_COSTS_MAX 4096
 
+/* What a peer last said about its next-hop link costs (flow.link_costs):
+ * the swarm's flow instance, to compare our flows with the exact optimum. */
+#define LINK_NODES_MAX 512
+#define LINKS_PER_NODE 64
+typedef struct link_node {
+  char id[12];
+  int stage;
+  int capacity;
+  int n;
+  char to[LINKS_PER_NODE][12];
+  double cost[LINKS_PER_NODE];
+} link_node;
+
 /* hashes reported after each aggregation, per (iteration, stage) */
 typedef struct hash_rec {
   uint64_t iteration;
@@ -129,6 +142,10 @@ struct swarm {
   size_t n_hashes, cap_hashes;
   bool hashes_agree;
   mb_cost *costs; /* ring of the latest microbatches' compute */
+  link_node *links;
+  size_t n_links;
+  double flows_sum;
+  int flows_n, flows_probed;
   size_t n_costs, next_cost;
   int crashes, unexpected_exits;
   long long reroutes, recoveries, lost;
@@ -238,6 +255,55 @@ static mb_cost *cost_of(swarm *sw, const char *origin, const char *mb, bool crea
   return c;
 }
 
+static void on_link_costs(swarm *sw, json_t *ev) {
+  const char *node = json_string_value(json_object_get(ev, "node"));
+  const char *to = json_string_value(json_object_get(ev, "to"));
+  json_t *stage = json_object_get(ev, "stage");
+  if (!node || !to || !json_is_integer(stage)) return;
+  link_node *ln = NULL;
+  for (size_t i = 0; i < sw->n_links && !ln; i++)
+    if (!strcmp(sw->links[i].id, node)) ln = &sw->links[i];
+  if (!ln && sw->n_links < LINK_NODES_MAX) ln = &sw->links[sw->n_links++];
+  if (!ln) return;
+  snprintf(ln->id, sizeof(ln->id), "%s", node);
+  ln->stage = (int)json_integer_value(stage);
+  ln->capacity = (int)num(ev, "capacity");
+  ln->n = 0;
+  /* "aaaa1111:12.3,bbbb2222:14.0" */
+  for (const char *c = to; *c && ln->n < LINKS_PER_NODE;) {
+    const char *colon = strchr(c, ':');
+    if (!colon || colon - c >= 12) break;
+    memcpy(ln->to[ln->n], c, (size_t)(colon - c));
+    ln->to[ln->n][colon - c] = '\0';
+    ln->cost[ln->n++] = atof(colon + 1);
+    const char *comma = strchr(colon, ',');
+    if (!comma) break;
+    c = comma + 1;
+  }
+}
+
+/* The last flow.link_costs of every peer as a `gwtf sim flow` instance
+ * (node IDs numbered in order of appearance, data nodes first). */
+static json_t *flow_instance(const swarm *sw) {
+  json_t *nodes = json_array(), *links = json_array();
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < sw->n_links; i++) {
+      const link_node *ln = &sw->links[i];
+      if ((ln->stage == 0) != (pass == 0)) continue;
+      json_array_append_new(nodes, json_pack("{s:I,s:i,s:i,s:s}", "id", (json_int_t)i, "stage", ln->stage,
+                                             "capacity", ln->capacity, "name", ln->id));
+    }
+  for (size_t i = 0; i < sw->n_links; i++) {
+    const link_node *ln = &sw->links[i];
+    for (int k = 0; k < ln->n; k++)
+      for (size_t j = 0; j < sw->n_links; j++)
+        if (!strcmp(sw->links[j].id, ln->to[k]))
+          json_array_append_new(links, json_pack("{s:I,s:I,s:f}", "from", (json_int_t)i, "to", (json_int_t)j, "cost",
+                                                 ln->cost[k]));
+  }
+  return json_pack("{s:i,s:o,s:o}", "stages", sw->o.stages, "nodes", nodes, "links", links);
+}
+
 /* A data node finished a microbatch: what of its trip was not compute. */
 static void on_microbatch_done(swarm *sw, json_t *ev) {
   const char *node = json_string_value(json_object_get(ev, "node"));
@@ -300,6 +366,12 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
     if (c) c->secs += s;
   } else if (!strcmp(e, "microbatch.done")) {
     on_microbatch_done(sw, ev);
+  } else if (!strcmp(e, "flow.link_costs")) {
+    on_link_costs(sw, ev);
+  } else if (!strcmp(e, "flows.cost") && p->index == 0) {
+    sw->flows_n = (int)num(ev, "flows");
+    sw->flows_probed = (int)num(ev, "probed");
+    sw->flows_sum = num(ev, "sum");
   } else if (!strcmp(e, "forward.rerouted")) {
     sw->reroutes++;
   } else if (!strcmp(e, "backward.recovered")) {
@@ -714,6 +786,9 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
   json_object_set_new(root, "routing", json_string(sw->o.routing));
   json_object_set_new(root, "churn", json_real(sw->o.churn));
   json_object_set_new(root, "seed", json_integer((json_int_t)sw->o.seed));
+  json_object_set_new(root, "flows_cost", json_pack("{s:i,s:i,s:f}", "flows", sw->flows_n, "probed",
+                                                    sw->flows_probed, "sum", isfinite(sw->flows_sum) ? sw->flows_sum : 0));
+  json_object_set_new(root, "flow_instance", flow_instance(sw));
   return root;
 }
 
@@ -916,11 +991,13 @@ int cmd_swarm(int argc, char **argv) {
   gw_rng_seed(&sw.rng, sw.o.seed ^ 0xc4u);
   sw.iters = calloc(SWARM_MAX_ITERS, sizeof(*sw.iters));
   sw.costs = calloc(MB_COSTS_MAX, sizeof(*sw.costs));
-  int rc = sw.iters && sw.costs ? prepare_dirs(&sw) : GW_ENOMEM;
+  sw.links = calloc(LINK_NODES_MAX, sizeof(*sw.links));
+  int rc = sw.iters && sw.costs && sw.links ? prepare_dirs(&sw) : GW_ENOMEM;
   if (rc != 0) {
     fprintf(stderr, "gwtf swarm: cannot prepare %s: %s\n", sw.workdir, gw_strerror(rc));
     free(sw.iters);
     free(sw.costs);
+    free(sw.links);
     return 1;
   }
   /* Many peers share few cores: OpenMP threads that spin while waiting
@@ -967,6 +1044,7 @@ int cmd_swarm(int argc, char **argv) {
   int wrc = write_summary(&sw);
   free(sw.iters);
   free(sw.costs);
+  free(sw.links);
   free(sw.hashes);
   return complete && !sw.failed && sw.unexpected_exits == 0 && sw.hashes_agree && wrc == 0 ? 0 : 1;
 }

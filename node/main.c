@@ -16,6 +16,8 @@ static const gwtf_cmd commands[] = {
     {"data synth", "write a synthetic fallback corpus", cmd_data_synth, cmd_data_synth_help},
     {"data info", "validate a dataset file and describe it", cmd_data_info, cmd_data_info_help},
     {"swarm", "run a local training swarm with churn, log streams merged", cmd_swarm, cmd_swarm_help},
+    {"experiment", "run a scenario with gwtf or SWARM routing and report the paper's metrics", cmd_experiment,
+     cmd_experiment_help},
     {"train-ref", "train a run in one process (the reference a swarm must match)", cmd_train_ref, cmd_train_ref_help},
     {"sim flow", "route an instance's flows: gwtf protocol (simulated), optimal or greedy", cmd_sim_flow, cmd_sim_flow_help},
     {"sim gen", "write the flow instance of the paper's Table V setting K", cmd_sim_gen, cmd_sim_gen_help},

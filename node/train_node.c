@@ -276,10 +276,23 @@ static double link_cost(train_rt *rt, const gw_id *peer) {
 static int next_stage(const train_rt *rt) { return rt->stage == rt->run.stages ? 0 : rt->stage + 1; }
 static int prev_stage(const train_rt *rt) { return rt->stage == 0 ? rt->run.stages : rt->stage - 1; }
 
+/* One line with every next-hop cost we measured: experiments rebuild the
+ * swarm's flow instance from these to compare our flows with the optimum. */
+static void log_costs(train_rt *rt, const gw_id *ids, const double *costs, size_t n) {
+  char line[1200];
+  size_t off = 0;
+  for (size_t i = 0; i < n && off + 32 < sizeof(line); i++) {
+    char who[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&ids[i], who);
+    off += (size_t)snprintf(line + off, sizeof(line) - off, "%s%s:%.3f", i ? "," : "", who, costs[i]);
+  }
+  if (n) GW_INFO(&rt->log, "flow.link_costs", "capacity=%u to=%s", rt->capacity, line);
+}
+
 static void update_costs(train_rt *rt) {
   if (rt->stage < 0) return;
-  gw_id ids[ROUTE_FLOW_MAX_NEXT];
-  double costs[ROUTE_FLOW_MAX_NEXT];
+  gw_id ids[ROUTE_FLOW_MAX_NEXT] = {{{0}}};
+  double costs[ROUTE_FLOW_MAX_NEXT] = {0};
   size_t n = 0;
   int nx = next_stage(rt), pv = prev_stage(rt);
   for (size_t i = 0; i < rt->n_known; i++) {
@@ -296,6 +309,7 @@ static void update_costs(train_rt *rt) {
     }
   }
   route_flow_set_next(&rt->rf, ids, costs, n);
+  log_costs(rt, ids, costs, n);
 }
 
 static void cost_cb(uv_timer_t *t) { update_costs(t->data); }
@@ -576,6 +590,15 @@ static void on_peer_event(void *ud, const train_event *ev) {
     if (train_peer_is_leader(rt->peer)) {
       rt->run.leader = node_identity(rt->n)->id;
       publish_run(rt);
+    }
+    break;
+  case TRAIN_EV_ITERATION_DONE:
+    if (rt->flow) {
+      size_t flows, probed;
+      double sum;
+      route_flow_data_cost(&rt->rf, &flows, &probed, &sum);
+      GW_INFO(&rt->log, "flows.cost", "iter=%llu flows=%zu probed=%zu sum=%.3f", (unsigned long long)ev->iteration,
+              flows, probed, sum);
     }
     break;
   case TRAIN_EV_AGGREGATED:

@@ -118,3 +118,17 @@ train_router route_flow_router(route_flow *r) {
                     .peer_failed = peer_failed, .peer_denied = peer_denied};
   return t;
 }
+
+void route_flow_data_cost(route_flow *r, size_t *flows, size_t *probed, double *sum) {
+  flow_path_info paths[64];
+  *flows = *probed = 0;
+  *sum = 0;
+  if (!r->f) return;
+  size_t n = flow_data_flows(r->f, paths, 64);
+  *flows = n;
+  for (size_t i = 0; i < n && i < 64; i++) {
+    if (paths[i].path_len == 0) continue;
+    (*probed)++;
+    *sum += paths[i].probed_cost;
+  }
+}

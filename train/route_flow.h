@@ -35,5 +35,8 @@ void route_flow_attach(route_flow *r, flow *f, int stage);
 /* The next stage's live peers and their Eq. 1 cost from us (for fallbacks). */
 void route_flow_set_next(route_flow *r, const gw_id *ids, const double *costs, size_t n);
 train_router route_flow_router(route_flow *r);
+/* A data node's flows: how many, how many a probe measured, and the sum of
+ * their measured path costs (Eq. 2's objective for those flows). */
+void route_flow_data_cost(route_flow *r, size_t *flows, size_t *probed, double *sum);
 
 #endif
