@@ -17,5 +17,9 @@ typedef struct gwtf_cmd {
 
 int cmd_keygen(int argc, char **argv);
 void cmd_keygen_help(void);
+int cmd_lookup(int argc, char **argv);
+void cmd_lookup_help(void);
+int cmd_bench_dht(int argc, char **argv);
+void cmd_bench_dht_help(void);
 
 #endif

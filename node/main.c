@@ -13,6 +13,9 @@
 /* One line per command; two-word names ("bench dht") group related tools. */
 static const gwtf_cmd commands[] = {
     {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
+    {"lookup", "print the members of a stage (or the run records) found in the DHT", cmd_lookup, cmd_lookup_help},
+    {"bench dht", "measure DHT lookups and record fetches with N nodes on loopback", cmd_bench_dht,
+     cmd_bench_dht_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

@@ -144,13 +144,14 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)u->rx, sizeof(u->rx));
 }
 
-static void count_reject(p2p_udp *u, int rc) {
+static void reject(p2p_udp *u, const gw_addr *from, int rc, size_t len) {
   if (rc == GW_ERANGE)
     u->stats.rejected_oversize++;
   else if (rc == GW_EAUTH)
     u->stats.rejected_auth++;
   else
     u->stats.rejected_malformed++;
+  if (u->cfg.on_reject) u->cfg.on_reject(u->cfg.ud, from, rc, len);
 }
 
 static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struct sockaddr *sa,
@@ -160,17 +161,17 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
   u->rx_busy = false;
   if (nread == 0 && !sa) return; /* libuv: nothing more to read */
   if (nread < 0 || !sa) {
-    u->stats.rejected_malformed++;
+    reject(u, NULL, GW_EPROTO, 0);
     return;
   }
   gw_peer from;
   const uint8_t *payload;
   size_t plen, len = (size_t)nread;
-  int rc = (flags & UV_UDP_PARTIAL) ? GW_ERANGE : 0;
-  if (rc == 0) rc = p2p_udp_addr_from_sockaddr(sa, &from.addr) == 0 ? 0 : GW_EPROTO;
+  bool have_addr = p2p_udp_addr_from_sockaddr(sa, &from.addr) == 0;
+  int rc = (flags & UV_UDP_PARTIAL) ? GW_ERANGE : have_addr ? 0 : GW_EPROTO;
   if (rc == 0) rc = p2p_udp_unseal(u->rx, len, &u->cfg.me->id, &from.id, &payload, &plen);
   if (rc != 0) {
-    count_reject(u, rc);
+    reject(u, have_addr ? &from.addr : NULL, rc, len);
     return;
   }
   u->stats.dgrams_in++;

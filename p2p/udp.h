@@ -60,11 +60,15 @@ typedef struct p2p_udp_stats {
  * address it came from. payload is valid only during the call. */
 typedef void (*p2p_udp_recv_cb)(void *ud, const gw_peer *from, const uint8_t *payload, size_t len,
                                 size_t wire_len);
+/* A datagram was dropped: reason is GW_ERANGE (oversize), GW_EPROTO
+ * (malformed) or GW_EAUTH (bad signature). from may be NULL. */
+typedef void (*p2p_udp_reject_cb)(void *ud, const gw_addr *from, int reason, size_t wire_len);
 
 typedef struct p2p_udp_config {
   gw_addr bind;             /* IPv4 or IPv6 address and port; port 0 picks one */
   const p2p_identity *me;   /* signs every datagram; must outlive the endpoint */
   p2p_udp_recv_cb on_recv;
+  p2p_udp_reject_cb on_reject; /* may be NULL */
   void *ud;
 } p2p_udp_config;
 
