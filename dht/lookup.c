@@ -433,7 +433,7 @@ static void deliver_records(dht *d, dht_lookup *lk, uint64_t now_ms) {
     if (n == 0) break;
     after = &mine[n - 1]->publisher;
   }
-  qsort(lk->recs, lk->n_recs, sizeof(*lk->recs), by_publisher);
+  if (lk->n_recs > 1) qsort(lk->recs, lk->n_recs, sizeof(*lk->recs), by_publisher);
   dht_record *out = calloc(lk->n_recs ? lk->n_recs : 1, sizeof(*out));
   size_t n = 0;
   for (size_t i = 0; out && i < lk->n_recs; i++) {

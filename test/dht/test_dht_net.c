@@ -214,7 +214,7 @@ static void on_members(void *ud, int status, const stage_member *m, size_t n) {
   r->n = n < 32 ? n : 32;
   for (size_t i = 0; i < r->n; i++) {
     r->m[i] = m[i];
-    memcpy(r->extra[i], m[i].extra, m[i].extra_len < 16 ? m[i].extra_len : 16);
+    if (m[i].extra_len) memcpy(r->extra[i], m[i].extra, m[i].extra_len < 16 ? m[i].extra_len : 16);
     r->m[i].extra = r->extra[i];
   }
 }
