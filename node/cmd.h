@@ -17,6 +17,10 @@ typedef struct gwtf_cmd {
 
 int cmd_keygen(int argc, char **argv);
 void cmd_keygen_help(void);
+int cmd_node(int argc, char **argv);
+void cmd_node_help(void);
+int cmd_bench_p2p(int argc, char **argv);
+void cmd_bench_p2p_help(void);
 int cmd_lookup(int argc, char **argv);
 void cmd_lookup_help(void);
 int cmd_bench_dht(int argc, char **argv);

@@ -13,6 +13,8 @@
 /* One line per command; two-word names ("bench dht") group related tools. */
 static const gwtf_cmd commands[] = {
     {"keygen", "create an identity key file and print its node ID", cmd_keygen, cmd_keygen_help},
+    {"node", "run a peer: listen, connect to bootstrap peers, keep sessions", cmd_node, cmd_node_help},
+    {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
     {"lookup", "print the members of a stage (or the run records) found in the DHT", cmd_lookup, cmd_lookup_help},
     {"bench dht", "measure DHT lookups and record fetches with N nodes on loopback", cmd_bench_dht,
      cmd_bench_dht_help},

@@ -1,0 +1,157 @@
+/* `gwtf node`: run a peer. Option parsing only; node/node.c does the work. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "node/cmd.h"
+#include "node/node.h"
+#include "p2p/frame.h"
+#include "util/err.h"
+
+void cmd_node_help(void) {
+  char dir[512];
+  node_default_data_dir(dir, sizeof(dir));
+  printf("usage: gwtf node [options]\n\n"
+         "Runs a peer: listens for encrypted sessions, keeps sessions to the bootstrap\n"
+         "peers (reconnecting with backoff), pings them and logs RTT, and logs peers\n"
+         "that are lost and that come back. Ctrl-C (SIGINT) or SIGTERM shuts down\n"
+         "cleanly: goodbyes sent, NAT-PMP mappings removed, exit 0.\n\n"
+         "options:\n"
+         "  --listen ADDR:PORT         where to accept sessions (default 0.0.0.0:%d;\n"
+         "                             port 0 picks a free one; the log says which)\n"
+         "  --bootstrap [ID@]HOST:PORT a peer to connect to; repeatable. With ID (64 hex\n"
+         "                             digits) the peer must prove it owns that node ID\n"
+         "  --data-dir DIR             state directory (default %s)\n"
+         "  --identity FILE            key file (default DIR/identity.key, created 0600)\n"
+         "  --log-format text|json     (default text)\n"
+         "  --log-level LEVEL          debug, info, warn, error (default info)\n"
+         "  --links FILE               emulate link latency/bandwidth (docs/LINKS.md)\n"
+         "  --links-bw-scale F         multiply emulated bandwidths by F, e.g. 1/32\n"
+         "  --nat-pmp on|off           ask the router to forward our port (default on;\n"
+         "                             skipped when listening on loopback)\n"
+         "  --nat-pmp-gateway IPV4     gateway to ask instead of the default route's\n"
+         "  --max-frame BYTES          largest frame accepted (default 64M; K/M/G suffixes)\n"
+         "  --ping-interval MS         keepalive ping period (default 5000)\n"
+         "  --handshake-timeout MS     drop connections that do not authenticate in time\n"
+         "                             (default 5000)\n",
+         NODE_DEFAULT_PORT, dir);
+}
+
+enum {
+  OPT_LISTEN = 1000,
+  OPT_BOOTSTRAP,
+  OPT_DATA_DIR,
+  OPT_IDENTITY,
+  OPT_LOG_FORMAT,
+  OPT_LOG_LEVEL,
+  OPT_LINKS,
+  OPT_LINKS_SCALE,
+  OPT_NAT,
+  OPT_NAT_GW,
+  OPT_MAX_FRAME,
+  OPT_PING,
+  OPT_HS_TIMEOUT,
+};
+
+static int bad(const char *opt, const char *val, const char *want) {
+  fprintf(stderr, "gwtf node: %s '%s': %s\n", opt, val, want);
+  return 2;
+}
+
+static int parse_ms(const char *s, uint32_t lo, uint32_t *out) {
+  char *end = NULL;
+  unsigned long v = strtoul(s, &end, 10);
+  if (end == s || *end || v < lo || v > 3600000) return GW_EINVAL;
+  *out = (uint32_t)v;
+  return 0;
+}
+
+/* One option into cfg; returns 0 or an exit code. */
+static int apply(node_config *cfg, int c, const char *arg) {
+  uint64_t size;
+  char host[256];
+  uint16_t port;
+  gw_id id;
+  bool has_id;
+  switch (c) {
+  case OPT_LISTEN:
+    if (gw_addr_parse(arg, &cfg->listen) != 0) return bad("--listen", arg, "expected IP:PORT, e.g. 0.0.0.0:7447");
+    return 0;
+  case OPT_BOOTSTRAP:
+    if (node_parse_peer_spec(arg, host, sizeof(host), &port, &id, &has_id) != 0 || port == 0)
+      return bad("--bootstrap", arg, "expected [NODEID@]HOST:PORT");
+    if (cfg->n_bootstrap == NODE_MAX_BOOTSTRAP) return bad("--bootstrap", arg, "too many bootstrap peers");
+    cfg->bootstrap[cfg->n_bootstrap++] = arg;
+    return 0;
+  case OPT_DATA_DIR: cfg->data_dir = arg; return 0;
+  case OPT_IDENTITY: cfg->identity_path = arg; return 0;
+  case OPT_LOG_FORMAT:
+    return gw_log_format_parse(arg, &cfg->log_format) == 0 ? 0 : bad("--log-format", arg, "text or json");
+  case OPT_LOG_LEVEL:
+    return gw_log_level_parse(arg, &cfg->log_level) == 0 ? 0 : bad("--log-level", arg, "debug, info, warn, error or off");
+  case OPT_LINKS: cfg->links_path = arg; return 0;
+  case OPT_LINKS_SCALE:
+    return node_parse_factor(arg, &cfg->links_bw_scale) == 0 ? 0 : bad("--links-bw-scale", arg, "a factor > 0, e.g. 1/32");
+  case OPT_NAT:
+    if (strcmp(arg, "on") && strcmp(arg, "off")) return bad("--nat-pmp", arg, "on or off");
+    cfg->nat_pmp = strcmp(arg, "on") == 0;
+    return 0;
+  case OPT_NAT_GW: cfg->nat_gateway = arg; return 0;
+  case OPT_MAX_FRAME:
+    if (node_parse_size(arg, &size) != 0 || size < P2P_MAX_FRAME_MIN || size > ((uint64_t)1 << 32))
+      return bad("--max-frame", arg, "a size between 64K and 4G");
+    cfg->max_frame = (size_t)size;
+    return 0;
+  case OPT_PING:
+    return parse_ms(arg, 100, &cfg->ping_interval_ms) == 0 ? 0 : bad("--ping-interval", arg, "milliseconds >= 100");
+  case OPT_HS_TIMEOUT:
+    return parse_ms(arg, 100, &cfg->handshake_timeout_ms) == 0 ? 0
+                                                               : bad("--handshake-timeout", arg, "milliseconds >= 100");
+  default: cmd_node_help(); return 2;
+  }
+}
+
+int cmd_node(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"listen", required_argument, 0, OPT_LISTEN},
+      {"bootstrap", required_argument, 0, OPT_BOOTSTRAP},
+      {"data-dir", required_argument, 0, OPT_DATA_DIR},
+      {"identity", required_argument, 0, OPT_IDENTITY},
+      {"log-format", required_argument, 0, OPT_LOG_FORMAT},
+      {"log-level", required_argument, 0, OPT_LOG_LEVEL},
+      {"links", required_argument, 0, OPT_LINKS},
+      {"links-bw-scale", required_argument, 0, OPT_LINKS_SCALE},
+      {"nat-pmp", required_argument, 0, OPT_NAT},
+      {"nat-pmp-gateway", required_argument, 0, OPT_NAT_GW},
+      {"max-frame", required_argument, 0, OPT_MAX_FRAME},
+      {"ping-interval", required_argument, 0, OPT_PING},
+      {"handshake-timeout", required_argument, 0, OPT_HS_TIMEOUT},
+      {"help", no_argument, 0, 'h'},
+      {0},
+  };
+  node_config cfg;
+  node_config_defaults(&cfg);
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (c == 'h') {
+      cmd_node_help();
+      return 0;
+    }
+    int rc = apply(&cfg, c, optarg);
+    if (rc != 0) return rc;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "gwtf node: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  node *n = NULL;
+  char err[600];
+  if (node_create(&cfg, &n, err, sizeof(err)) != 0) {
+    fprintf(stderr, "gwtf node: %s\n", err);
+    return 1;
+  }
+  int code = node_run(n);
+  node_destroy(n);
+  return code;
+}

@@ -1,0 +1,94 @@
+/* node/node.h — the peer process: one libuv loop and the layers on it.
+ *
+ * A node owns the loop, the identity, the log sink, the p2p host (sessions,
+ * reconnects, pings, link emulation), NAT-PMP, and the upper layers, which
+ * plug in as components: each gets started once the host listens, sees
+ * peers come and go, receives the message types of its range, and is
+ * stopped (asynchronously, in reverse order) on shutdown. The DHT and the
+ * training layer become entries of the component table in node.c:
+ *
+ *   static const node_component *const components[] = {&dht_component, &train_component, NULL};
+ *
+ * Shutdown (SIGINT/SIGTERM or node_stop): components stop in reverse order,
+ * then the host says goodbye on every session and NAT-PMP deletes its
+ * mappings, both bounded by short timeouts; the loop then runs dry and
+ * node_run returns 0. A second signal exits at once. */
+#ifndef GWTF_NODE_NODE_H
+#define GWTF_NODE_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "p2p/host.h"
+#include "p2p/identity.h"
+#include "util/addr.h"
+#include "util/log.h"
+
+#define NODE_DEFAULT_PORT (7447)
+#define NODE_MAX_BOOTSTRAP (64)
+
+typedef struct node_config {
+  const char *data_dir;      /* NULL: $HOME/.gwtf, or ./gwtf-data without HOME */
+  const char *identity_path; /* NULL: <data_dir>/identity.key */
+  gw_addr listen;            /* TCP now; the DHT's UDP socket binds the same port */
+  const char *bootstrap[NODE_MAX_BOOTSTRAP]; /* "[NODEID@]HOST:PORT" */
+  size_t n_bootstrap;
+  gw_log_level log_level;
+  gw_log_format log_format;
+  const char *links_path; /* NULL: no link emulation */
+  double links_bw_scale;  /* > 0 overrides the file's bandwidth_scale */
+  bool nat_pmp;
+  const char *nat_gateway; /* NULL: the default route's gateway */
+  size_t max_frame;
+  uint32_t ping_interval_ms;
+  uint32_t handshake_timeout_ms;
+} node_config;
+
+typedef struct node node;
+
+/* Everything an upper layer needs to plug into the node. */
+typedef struct node_component {
+  const char *name;
+  uint32_t type_lo, type_hi; /* gwtf.MsgType range it receives; 0, 0 for none */
+  /* Called once the host listens; *state is passed to every other call. */
+  int (*start)(node *n, void **state);
+  /* Must end with node_component_stopped(n), now or later from the loop. */
+  void (*stop)(node *n, void *state);
+  void (*peer_up)(void *state, const gw_peer *peer, bool back);
+  void (*peer_down)(void *state, const gw_id *id, p2p_down_reason reason);
+  void (*message)(void *state, const gw_id *from, p2p_msg *msg);
+  void (*writable)(void *state, const gw_id *id);
+} node_component;
+
+void node_config_defaults(node_config *cfg);
+/* Loads (or creates) the identity, opens the links file and sets up the
+ * loop; nothing runs until node_run. On failure err says why. */
+int node_create(const node_config *cfg, node **out, char *err, size_t err_len);
+/* Listens, dials the bootstrap peers and runs until shut down. Returns the
+ * process exit code (0 after a clean shutdown). */
+int node_run(node *n);
+/* Starts a clean shutdown; safe from any callback on the loop. */
+void node_stop(node *n);
+void node_destroy(node *n);
+
+uv_loop_t *node_loop(node *n);
+p2p_host *node_host(node *n);
+const p2p_identity *node_identity(const node *n);
+const gw_log *node_log(const node *n);
+const node_config *node_get_config(const node *n);
+void node_component_stopped(node *n);
+
+/* Parses "[NODEID@]HOST:PORT": host (room for host_len bytes), port, and
+ * the expected node ID when given (*has_id). Returns 0 or GW_EINVAL. */
+int node_parse_peer_spec(const char *spec, char *host, size_t host_len, uint16_t *port, gw_id *id, bool *has_id);
+/* Parses a byte count: "4194304", "4M", "4MiB", "64k" (binary units).
+ * Returns 0 or GW_EINVAL. */
+int node_parse_size(const char *s, uint64_t *out);
+/* Parses a positive factor: "0.03125" or a fraction "1/32". */
+int node_parse_factor(const char *s, double *out);
+/* The default data directory (see node_config.data_dir) into out. */
+void node_default_data_dir(char *out, size_t out_len);
+
+#endif

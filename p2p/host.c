@@ -1,0 +1,731 @@
+#include "p2p/host.h"
+
+#include <sodium.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "p2p/session.h"
+#include "p2p/sockaddr.h"
+#include "proto/gwtf.pb-c.h"
+#include "proto/p2p.pb-c.h"
+#include "util/clock.h"
+#include "util/err.h"
+
+/* Housekeeping period: pings, idle checks and redials are due on a tick.
+ * Fine-grained enough for second-scale timers, cheap when idle. */
+#define TICK_MS (200)
+/* RTT smoothing as in TCP's SRTT (RFC 6298): new = 7/8 old + 1/8 sample. */
+#define RTT_ALPHA (0.125)
+/* Peers no longer connected are remembered (for "back" and their stats) up
+ * to this many; the longest-gone are forgotten first. */
+#define PEERS_KEEP (4096)
+#define LISTEN_BACKLOG (128)
+
+typedef struct peer {
+  gw_id id;
+  gw_addr addr;
+  p2p_session *s; /* the current session; NULL while down */
+  bool ever_up;
+  bool switching; /* the peer dropped our session for a duplicate that is still coming up */
+  uint64_t switch_deadline_ms;
+  uint64_t down_since_ms;
+  uint64_t up_since_ms;
+  uint64_t next_ping_ms;
+  uint64_t ping_nonce;
+  double srtt_ms, rtt_min_ms, rtt_last_ms;
+  uint64_t rtt_samples;
+  struct peer *next;
+} peer;
+
+/* An address we keep a session to. */
+typedef struct target {
+  gw_addr addr;
+  gw_id expect;  /* zero: whoever answers */
+  gw_id learned; /* who answered last time */
+  p2p_session *dialing;
+  unsigned failures;
+  uint64_t next_ms;
+  struct target *next;
+} target;
+
+/* Host-side state of one session (its ud). */
+typedef struct conn {
+  p2p_host *h;
+  p2p_session *s;
+  target *t;       /* the dial this session is, until it comes up or fails */
+  bool handshaking_in; /* counts against max_handshakes */
+  struct conn *next;
+} conn;
+
+struct p2p_host {
+  uv_loop_t *loop;
+  p2p_host_config cfg;
+  p2p_host_cbs cbs;
+  p2p_session_config scfg;
+  uv_tcp_t listener;
+  bool listening;
+  uv_timer_t tick;
+  int open_handles;
+  gw_addr bound;
+  peer *peers;
+  size_t n_peers;
+  target *targets;
+  conn *conns;
+  size_t n_conns;
+  unsigned handshakes;
+  bool closing;
+  void (*done)(void *ud);
+  void *done_ud;
+};
+
+static const p2p_session_cbs session_cbs;
+
+static uint64_t now_ms(void) { return gw_clock_mono_ms(); }
+
+void p2p_host_config_defaults(p2p_host_config *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->max_frame = P2P_MAX_FRAME_DEFAULT;
+  cfg->max_queue = (size_t)256 << 20;
+  cfg->low_water = (size_t)1 << 20;
+  cfg->connect_timeout_ms = 5000;
+  cfg->handshake_timeout_ms = 5000;
+  cfg->goodbye_timeout_ms = 2000;
+  cfg->ping_interval_ms = 5000;
+  cfg->idle_timeout_ms = 20000;
+  cfg->backoff_min_ms = 250;
+  cfg->backoff_max_ms = 30000;
+  cfg->max_handshakes = 64;
+  cfg->max_sessions = 1024;
+  cfg->log_rtt = true;
+}
+
+/* ---- peers ---- */
+
+static peer *find_peer(const p2p_host *h, const gw_id *id) {
+  for (peer *p = h->peers; p; p = p->next)
+    if (gw_id_eq(&p->id, id)) return p;
+  return NULL;
+}
+
+/* Forgets the peer that has been gone longest, to bound the table. */
+static void prune_peers(p2p_host *h) {
+  peer **oldest = NULL;
+  for (peer **pp = &h->peers; *pp; pp = &(*pp)->next)
+    if (!(*pp)->s && !(*pp)->switching && (!oldest || (*pp)->down_since_ms < (*oldest)->down_since_ms))
+      oldest = pp;
+  if (!oldest) return;
+  peer *p = *oldest;
+  *oldest = p->next;
+  free(p);
+  h->n_peers--;
+}
+
+static peer *get_peer(p2p_host *h, const gw_id *id) {
+  peer *p = find_peer(h, id);
+  if (p) return p;
+  if (h->n_peers >= PEERS_KEEP) prune_peers(h);
+  if (!(p = calloc(1, sizeof(*p)))) return NULL;
+  p->id = *id;
+  p->next = h->peers;
+  h->peers = p;
+  h->n_peers++;
+  return p;
+}
+
+static conn *conn_of(const p2p_session *s) { return p2p_session_ud(s); }
+
+/* ---- targets and redials ---- */
+
+static uint32_t backoff_ms(const p2p_host *h, unsigned failures) {
+  uint64_t d = h->cfg.backoff_min_ms;
+  for (unsigned i = 1; i < failures && d < h->cfg.backoff_max_ms; i++) d *= 2;
+  if (d > h->cfg.backoff_max_ms) d = h->cfg.backoff_max_ms;
+  /* "Equal jitter": half fixed, half random, so peers that lost the same
+   * node do not all come back in the same millisecond. */
+  uint32_t half = (uint32_t)(d / 2);
+  return half + (half ? randombytes_uniform(half + 1) : 0);
+}
+
+static bool target_is(const target *t, const gw_id *id) {
+  return gw_id_eq(&t->expect, id) || gw_id_eq(&t->learned, id);
+}
+
+static bool target_satisfied(const p2p_host *h, const target *t) {
+  const gw_id *id = !gw_id_is_zero(&t->expect) ? &t->expect : &t->learned;
+  if (gw_id_is_zero(id)) return false;
+  const peer *p = find_peer(h, id);
+  return p && (p->s || p->switching);
+}
+
+static void free_target(p2p_host *h, target *t) {
+  for (target **pp = &h->targets; *pp; pp = &(*pp)->next)
+    if (*pp == t) {
+      *pp = t->next;
+      break;
+    }
+  if (t->dialing) conn_of(t->dialing)->t = NULL; /* the dial goes on, unowned */
+  free(t);
+}
+
+static void dial_failed(p2p_host *h, target *t, int err, const char *why) {
+  char addr[GW_ADDR_STRLEN];
+  gw_addr_format(&t->addr, addr);
+  if (why && strcmp(why, "self") == 0) {
+    GW_WARN(h->cfg.log, "peer.self", "addr=%s msg=\"this address is this node itself; not dialling it again\"",
+            addr);
+    free_target(h, t);
+    return;
+  }
+  t->failures++;
+  uint32_t delay = backoff_ms(h, t->failures);
+  t->next_ms = now_ms() + delay;
+  GW_INFO(h->cfg.log, "peer.dial_failed", "addr=%s attempt=%u reason=%s err=\"%s\" retry_ms=%u", addr, t->failures,
+          why ? why : "-", gw_strerror(err), delay);
+}
+
+static void dial(p2p_host *h, target *t) {
+  conn *c = calloc(1, sizeof(*c));
+  int rc = GW_ENOMEM;
+  if (c) {
+    c->h = h;
+    c->t = t;
+    rc = p2p_session_dial(h->loop, &t->addr, gw_id_is_zero(&t->expect) ? NULL : &t->expect, &h->scfg,
+                          &session_cbs, c, &c->s);
+  }
+  if (rc != 0) {
+    free(c);
+    dial_failed(h, t, rc, "dial");
+    return;
+  }
+  c->next = h->conns;
+  h->conns = c;
+  h->n_conns++;
+  t->dialing = c->s;
+}
+
+/* The peer went away: its targets redial soon (with jitter), then back off. */
+static void schedule_redial(p2p_host *h, const gw_id *id) {
+  for (target *t = h->targets; t; t = t->next)
+    if (!t->dialing && target_is(t, id)) {
+      t->failures = 0;
+      t->next_ms = now_ms() + backoff_ms(h, 1);
+    }
+}
+
+/* ---- peer up / down ---- */
+
+static void apply_links(p2p_host *h, peer *p, p2p_session *s) {
+  if (!h->cfg.links) return;
+  p2p_link_params lp;
+  p2p_links_lookup(h->cfg.links, &h->cfg.me->id, &h->bound, &p->id, &p->addr, &lp);
+  p2p_session_set_link(s, &lp);
+  char peer_s[GW_ID_SHORT_LEN + 1], lps[96];
+  gw_id_to_short(&p->id, peer_s);
+  p2p_link_params_format(&lp, lps, sizeof(lps));
+  const char *from = p2p_links_region(h->cfg.links, &h->cfg.me->id, &h->bound);
+  const char *to = p2p_links_region(h->cfg.links, &p->id, &p->addr);
+  GW_INFO(h->cfg.log, "link.emulated", "peer=%s from=%s to=%s %s", peer_s, from ? from : "-", to ? to : "-", lps);
+}
+
+static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const char *why) {
+  char id[GW_ID_SHORT_LEN + 1], addr[GW_ADDR_STRLEN];
+  gw_id_to_short(&p->id, id);
+  gw_addr_format(&p->addr, addr);
+  uint64_t now = now_ms();
+  p->switching = false;
+  p->down_since_ms = now;
+  if (why && strcmp(why, "disconnected") == 0)
+    GW_INFO(h->cfg.log, "peer.disconnected", "peer=%s addr=%s up_ms=%llu", id, addr,
+            (unsigned long long)(now - p->up_since_ms));
+  else if (reason == P2P_DOWN_LEFT)
+    GW_INFO(h->cfg.log, "peer.left", "peer=%s addr=%s up_ms=%llu", id, addr,
+            (unsigned long long)(now - p->up_since_ms));
+  else
+    GW_WARN(h->cfg.log, "peer.lost", "peer=%s addr=%s reason=%s up_ms=%llu", id, addr, why ? why : "-",
+            (unsigned long long)(now - p->up_since_ms));
+  schedule_redial(h, &p->id);
+  if (h->cbs.peer_down) h->cbs.peer_down(h->cbs.ud, &p->id, reason);
+}
+
+static void become_current(p2p_host *h, peer *p, p2p_session *s) {
+  const p2p_session_info *info = p2p_session_get_info(s);
+  uint64_t now = now_ms();
+  p->s = s;
+  p->addr = info->listen.family ? info->listen : info->remote;
+  p->next_ping_ms = now; /* a first RTT sample right away */
+  apply_links(h, p, s);
+  if (p->switching) { /* the duplicate that won has arrived: nothing changed for the upper layers */
+    p->switching = false;
+    return;
+  }
+  bool back = p->ever_up;
+  p->ever_up = true;
+  p->up_since_ms = now;
+  char id[GW_ID_SHORT_LEN + 1], addr[GW_ADDR_STRLEN], sess[9];
+  gw_id_to_short(&p->id, id);
+  gw_addr_format(&p->addr, addr);
+  sodium_bin2hex(sess, sizeof(sess), info->session_hash, 4);
+  const char *dir = info->role == P2P_INITIATOR ? "out" : "in";
+  if (back)
+    GW_INFO(h->cfg.log, "peer.back", "peer=%s addr=%s dir=%s session=%s away_ms=%llu", id, addr, dir, sess,
+            (unsigned long long)(now - p->down_since_ms));
+  else
+    GW_INFO(h->cfg.log, "peer.connected", "peer=%s addr=%s dir=%s session=%s agent=%s", id, addr, dir, sess,
+            info->agent[0] ? info->agent : "-");
+  if (h->cbs.peer_up) {
+    gw_peer gp = {.id = p->id, .addr = p->addr};
+    h->cbs.peer_up(h->cbs.ud, &gp, back);
+  }
+}
+
+/* Both sides apply the same rule to the same pair of sessions, so both
+ * keep the same one: the session dialled by the lower node ID; when one node
+ * dialled both, the newer (the older is most likely half-open). */
+static bool newer_wins(const p2p_host *h, const p2p_session_info *nw, const p2p_session_info *old) {
+  const gw_id *a = nw->role == P2P_INITIATOR ? &h->cfg.me->id : &nw->peer_id;
+  const gw_id *b = old->role == P2P_INITIATOR ? &h->cfg.me->id : &old->peer_id;
+  int c = gw_id_cmp(a, b);
+  return c == 0 || c < 0;
+}
+
+static void resolve_duplicate(p2p_host *h, peer *p, p2p_session *nw) {
+  p2p_session *old = p->s;
+  const p2p_session_info *ni = p2p_session_get_info(nw), *oi = p2p_session_get_info(old);
+  if (ni->instance != oi->instance) {
+    /* The peer restarted and we had not noticed yet: the old session is
+     * dead on its side. Tell the upper layers it was lost, then back. */
+    p2p_session_close(old, P2P_END_CLOSED, 0, "replaced");
+    p->s = NULL;
+    peer_went_down(h, p, P2P_DOWN_LOST, "restarted");
+    become_current(h, p, nw);
+    return;
+  }
+  bool nw_wins = newer_wins(h, ni, oi);
+  p2p_session *loser = nw_wins ? old : nw;
+  if (nw_wins) {
+    p->s = nw;
+    apply_links(h, p, nw);
+  }
+  char id[GW_ID_SHORT_LEN + 1];
+  gw_id_to_short(&p->id, id);
+  GW_DEBUG(h->cfg.log, "session.duplicate", "peer=%s kept=%s", id, nw_wins ? "new" : "old");
+  p2p_session_goodbye(loser, GWTF__GOODBYE_REASON__GOODBYE_DUPLICATE);
+}
+
+/* ---- session callbacks ---- */
+
+static void on_session_up(p2p_session *s) {
+  conn *c = conn_of(s);
+  p2p_host *h = c->h;
+  const p2p_session_info *info = p2p_session_get_info(s);
+  if (c->handshaking_in) {
+    c->handshaking_in = false;
+    h->handshakes--;
+  }
+  if (c->t) {
+    c->t->learned = info->peer_id;
+    c->t->failures = 0;
+    c->t->dialing = NULL;
+    c->t = NULL;
+  }
+  if (h->closing) return;
+  peer *p = get_peer(h, &info->peer_id);
+  if (!p) {
+    p2p_session_close(s, P2P_END_CLOSED, GW_ENOMEM, "out-of-memory");
+    return;
+  }
+  if (p->s && p->s != s)
+    resolve_duplicate(h, p, s);
+  else
+    become_current(h, p, s);
+}
+
+static void send_pong(p2p_session *s, const p2p_msg *msg) {
+  Gwtf__Ping *ping = gwtf__ping__unpack(NULL, msg->body_len, msg->body);
+  if (!ping) return; /* a malformed ping is just not answered */
+  Gwtf__Pong pong = GWTF__PONG__INIT;
+  pong.nonce = ping->nonce;
+  pong.echo_sent_ns = ping->sent_ns;
+  gwtf__ping__free_unpacked(ping, NULL);
+  uint8_t body[32];
+  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_PONG, .body = body, .body_len = gwtf__pong__pack(&pong, body)};
+  p2p_session_send(s, &m);
+}
+
+static void got_pong(p2p_host *h, peer *p, const p2p_msg *msg) {
+  Gwtf__Pong *pong = gwtf__pong__unpack(NULL, msg->body_len, msg->body);
+  if (!pong) return;
+  uint64_t now = gw_clock_mono_ns();
+  /* Only the answer to our latest ping counts; it echoes our own clock. */
+  bool ok = pong->nonce == p->ping_nonce && pong->echo_sent_ns <= now && pong->echo_sent_ns > 0;
+  double rtt = ok ? (double)(now - pong->echo_sent_ns) / 1e6 : 0;
+  gwtf__pong__free_unpacked(pong, NULL);
+  if (!ok) return;
+  p->rtt_last_ms = rtt;
+  p->srtt_ms = p->rtt_samples ? (1 - RTT_ALPHA) * p->srtt_ms + RTT_ALPHA * rtt : rtt;
+  if (!p->rtt_samples || rtt < p->rtt_min_ms) p->rtt_min_ms = rtt;
+  p->rtt_samples++;
+  if (h->cfg.log_rtt) {
+    char id[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&p->id, id);
+    GW_INFO(h->cfg.log, "peer.rtt", "peer=%s rtt_ms=%.3f srtt_ms=%.3f min_ms=%.3f", id, rtt, p->srtt_ms,
+            p->rtt_min_ms);
+  }
+}
+
+static void on_session_message(p2p_session *s, p2p_msg *msg) {
+  conn *c = conn_of(s);
+  p2p_host *h = c->h;
+  const gw_id *from = &p2p_session_get_info(s)->peer_id;
+  if (h->closing) return;
+  switch (msg->type) {
+  case GWTF__MSG_TYPE__MSG_PING: send_pong(s, msg); return;
+  case GWTF__MSG_TYPE__MSG_PONG: {
+    peer *p = find_peer(h, from);
+    if (p && p->s == s) got_pong(h, p, msg);
+    return;
+  }
+  default:
+    if (h->cbs.message) h->cbs.message(h->cbs.ud, from, msg);
+  }
+}
+
+static void on_session_drained(p2p_session *s) {
+  conn *c = conn_of(s);
+  p2p_host *h = c->h;
+  const gw_id *id = &p2p_session_get_info(s)->peer_id;
+  peer *p = find_peer(h, id);
+  if (!h->closing && p && p->s == s && h->cbs.writable) h->cbs.writable(h->cbs.ud, id);
+}
+
+static void unlink_conn(p2p_host *h, conn *c) {
+  for (conn **pp = &h->conns; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      h->n_conns--;
+      return;
+    }
+}
+
+static void maybe_finish(p2p_host *h);
+
+static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *why) {
+  conn *c = conn_of(s);
+  p2p_host *h = c->h;
+  unlink_conn(h, c);
+  if (c->handshaking_in) h->handshakes--;
+  if (h->closing) {
+    free(c);
+    maybe_finish(h);
+    return;
+  }
+  if (c->t) {
+    c->t->dialing = NULL;
+    dial_failed(h, c->t, err, why);
+  }
+  const p2p_session_info *info = p2p_session_get_info(s);
+  peer *p = gw_id_is_zero(&info->peer_id) ? NULL : find_peer(h, &info->peer_id);
+  if (p && p->s == s) {
+    p->s = NULL;
+    if (end == P2P_END_LEFT && p2p_session_goodbye_reason(s) == GWTF__GOODBYE_REASON__GOODBYE_DUPLICATE) {
+      /* The peer kept another session with us, which is not up on our side
+       * yet: wait for it rather than report the peer gone. */
+      p->switching = true;
+      p->switch_deadline_ms = now_ms() + h->cfg.handshake_timeout_ms;
+    } else if (end == P2P_END_CLOSED) {
+      /* We closed it (p2p_host_disconnect): the peer is fine, just not ours. */
+      peer_went_down(h, p, P2P_DOWN_LEFT, "disconnected");
+    } else {
+      peer_went_down(h, p, end == P2P_END_LEFT ? P2P_DOWN_LEFT : P2P_DOWN_LOST, why);
+    }
+  }
+  free(c);
+}
+
+static const p2p_session_cbs session_cbs = {
+    .up = on_session_up,
+    .message = on_session_message,
+    .drained = on_session_drained,
+    .closed = on_session_closed,
+};
+
+/* ---- housekeeping ---- */
+
+static void send_ping(peer *p) {
+  Gwtf__Ping ping = GWTF__PING__INIT;
+  ping.nonce = ++p->ping_nonce;
+  ping.sent_ns = gw_clock_mono_ns();
+  uint8_t body[32];
+  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_PING, .body = body, .body_len = gwtf__ping__pack(&ping, body)};
+  p2p_session_send(p->s, &m);
+}
+
+static void check_peer(p2p_host *h, peer *p, uint64_t now) {
+  if (p->switching && now >= p->switch_deadline_ms) {
+    peer_went_down(h, p, P2P_DOWN_LOST, "duplicate-timeout");
+    return;
+  }
+  if (!p->s || !p2p_session_is_up(p->s)) return;
+  p2p_session_stats st;
+  p2p_session_get_stats(p->s, &st);
+  uint64_t last_rx_ms = st.last_rx_ns / 1000000;
+  if (now > last_rx_ms + h->cfg.idle_timeout_ms) {
+    p2p_session_close(p->s, P2P_END_LOST, GW_ETIMEDOUT, "idle-timeout");
+    return;
+  }
+  if (h->cfg.ping_interval_ms && now >= p->next_ping_ms) {
+    send_ping(p);
+    p->next_ping_ms = now + h->cfg.ping_interval_ms;
+  }
+}
+
+static void on_tick(uv_timer_t *timer) {
+  p2p_host *h = timer->data;
+  uint64_t now = now_ms();
+  for (peer *p = h->peers; p && !h->closing; p = p->next) check_peer(h, p, now);
+  if (h->closing) return; /* a peer_down callback closed the host */
+  for (target *t = h->targets, *next; t; t = next) {
+    next = t->next; /* a failed dial may free t (dialling ourselves) */
+    if (!t->dialing && now >= t->next_ms && !target_satisfied(h, t)) dial(h, t);
+  }
+}
+
+/* ---- listening ---- */
+
+static void free_handle(uv_handle_t *hd) { free(hd); }
+
+static void refuse(p2p_host *h, uv_stream_t *server, const char *why) {
+  uv_tcp_t *tmp = malloc(sizeof(*tmp));
+  if (!tmp) return;
+  uv_tcp_init(h->loop, tmp);
+  char addr[GW_ADDR_STRLEN] = "-";
+  if (uv_accept(server, (uv_stream_t *)tmp) == 0) {
+    struct sockaddr_storage ss;
+    int len = sizeof(ss);
+    gw_addr a;
+    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) == 0 &&
+        p2p_addr_from_sockaddr((struct sockaddr *)&ss, &a) == 0)
+      gw_addr_format(&a, addr);
+  }
+  GW_WARN(h->cfg.log, "session.rejected", "peer=- addr=%s dir=in reason=%s", addr, why);
+  uv_close((uv_handle_t *)tmp, free_handle);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  p2p_host *h = server->data;
+  if (status < 0) {
+    GW_WARN(h->cfg.log, "host.accept_failed", "err=\"%s\"", gw_strerror(status));
+    return;
+  }
+  if (h->closing) return;
+  if (h->handshakes >= h->cfg.max_handshakes) return refuse(h, server, "busy");
+  if (h->n_conns >= h->cfg.max_sessions) return refuse(h, server, "too-many-sessions");
+  conn *c = calloc(1, sizeof(*c));
+  if (!c) return refuse(h, server, "out-of-memory");
+  c->h = h;
+  int rc = p2p_session_accept(server, &h->scfg, &session_cbs, c, &c->s);
+  if (rc != 0) {
+    free(c);
+    GW_WARN(h->cfg.log, "host.accept_failed", "err=\"%s\"", gw_strerror(rc));
+    return;
+  }
+  c->handshaking_in = true;
+  h->handshakes++;
+  c->next = h->conns;
+  h->conns = c;
+  h->n_conns++;
+}
+
+static void on_handle_closed(uv_handle_t *hd) {
+  p2p_host *h = hd->data;
+  h->open_handles--;
+  maybe_finish(h);
+}
+
+static void maybe_finish(p2p_host *h) {
+  if (!h->closing || h->open_handles > 0 || h->conns) return;
+  for (peer *p = h->peers, *next; p; p = next) {
+    next = p->next;
+    free(p);
+  }
+  for (target *t = h->targets, *next; t; t = next) {
+    next = t->next;
+    free(t);
+  }
+  void (*done)(void *) = h->done;
+  void *ud = h->done_ud;
+  free(h);
+  if (done) done(ud);
+}
+
+static int start_listening(p2p_host *h) {
+  struct sockaddr_storage ss;
+  int rc = p2p_addr_to_sockaddr(&h->cfg.listen, &ss);
+  if (rc != 0) return rc;
+  if ((rc = uv_tcp_init(h->loop, &h->listener)) != 0) return rc;
+  h->listener.data = h;
+  h->listening = true;
+  h->open_handles++;
+  if ((rc = uv_tcp_bind(&h->listener, (struct sockaddr *)&ss, 0)) != 0) return rc;
+  if ((rc = uv_listen((uv_stream_t *)&h->listener, LISTEN_BACKLOG, on_connection)) != 0) return rc;
+  int len = sizeof(ss);
+  if ((rc = uv_tcp_getsockname(&h->listener, (struct sockaddr *)&ss, &len)) != 0) return rc;
+  return p2p_addr_from_sockaddr((struct sockaddr *)&ss, &h->bound);
+}
+
+/* ---- API ---- */
+
+int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs *cbs, p2p_host **out) {
+  *out = NULL;
+  if (!cfg->me || cfg->max_frame < P2P_MAX_FRAME_MIN) return GW_EINVAL;
+  p2p_host *h = calloc(1, sizeof(*h));
+  if (!h) return GW_ENOMEM;
+  h->loop = loop;
+  h->cfg = *cfg;
+  if (cbs) h->cbs = *cbs;
+  uint64_t instance;
+  randombytes_buf(&instance, sizeof(instance));
+  h->scfg = (p2p_session_config){
+      .me = cfg->me,
+      .max_frame = cfg->max_frame,
+      .connect_timeout_ms = cfg->connect_timeout_ms,
+      .handshake_timeout_ms = cfg->handshake_timeout_ms,
+      .goodbye_timeout_ms = cfg->goodbye_timeout_ms,
+      .low_water = cfg->low_water,
+      .instance = instance,
+      .agent = cfg->agent,
+      .log = cfg->log,
+  };
+  uv_timer_init(loop, &h->tick);
+  h->tick.data = h;
+  h->open_handles = 1;
+  int rc = cfg->listen.family ? start_listening(h) : 0;
+  if (rc != 0) {
+    /* The handles close asynchronously; the loop frees the host. */
+    h->closing = true;
+    if (h->listening) uv_close((uv_handle_t *)&h->listener, on_handle_closed);
+    uv_close((uv_handle_t *)&h->tick, on_handle_closed);
+    return rc;
+  }
+  h->scfg.listen_port = h->bound.port;
+  uv_timer_start(&h->tick, on_tick, TICK_MS, TICK_MS);
+  *out = h;
+  return 0;
+}
+
+gw_addr p2p_host_listen_addr(const p2p_host *h) { return h->bound; }
+
+int p2p_host_connect(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
+  if (h->closing) return GW_ECLOSED;
+  if (!addr->family || !addr->port) return GW_EINVAL;
+  for (target *t = h->targets; t; t = t->next)
+    if (gw_addr_eq(&t->addr, addr)) {
+      if (expect) t->expect = *expect;
+      return 0;
+    }
+  target *t = calloc(1, sizeof(*t));
+  if (!t) return GW_ENOMEM;
+  t->addr = *addr;
+  if (expect) t->expect = *expect;
+  t->next = h->targets;
+  h->targets = t;
+  if (!target_satisfied(h, t)) dial(h, t);
+  return 0;
+}
+
+void p2p_host_forget(p2p_host *h, const gw_addr *addr) {
+  for (target *t = h->targets; t; t = t->next)
+    if (gw_addr_eq(&t->addr, addr)) {
+      free_target(h, t);
+      return;
+    }
+}
+
+int p2p_host_disconnect(p2p_host *h, const gw_id *id) {
+  for (target *t = h->targets, *next; t; t = next) {
+    next = t->next;
+    if (target_is(t, id)) free_target(h, t);
+  }
+  peer *p = find_peer(h, id);
+  if (!p || !p->s) return GW_ENOENT;
+  p2p_session_goodbye(p->s, GWTF__GOODBYE_REASON__GOODBYE_LEAVING);
+  return 0;
+}
+
+int p2p_host_send(p2p_host *h, const gw_id *to, const p2p_msg *msg) {
+  switch (msg->type) {
+  case GWTF__MSG_TYPE__MSG_UNSPECIFIED:
+  case GWTF__MSG_TYPE__MSG_PING:
+  case GWTF__MSG_TYPE__MSG_PONG:
+  case GWTF__MSG_TYPE__MSG_GOODBYE:
+  case GWTF__MSG_TYPE__MSG_HELLO: return GW_EINVAL; /* the host's own */
+  default: break;
+  }
+  peer *p = find_peer(h, to);
+  if (!p || !p->s || h->closing) return GW_ENOENT;
+  if (p2p_session_queued(p->s) > h->cfg.max_queue) return GW_EFULL;
+  return p2p_session_send(p->s, msg);
+}
+
+size_t p2p_host_queued(const p2p_host *h, const gw_id *to) {
+  const peer *p = find_peer(h, to);
+  return p && p->s ? p2p_session_queued(p->s) : 0;
+}
+
+bool p2p_host_is_connected(const p2p_host *h, const gw_id *id) {
+  const peer *p = find_peer(h, id);
+  return p && p->s && p2p_session_is_up(p->s);
+}
+
+int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out) {
+  const peer *p = find_peer(h, id);
+  memset(out, 0, sizeof(*out));
+  if (!p) return GW_ENOENT;
+  out->addr = p->addr;
+  out->rtt_ms = p->srtt_ms;
+  out->rtt_min_ms = p->rtt_min_ms;
+  out->rtt_last_ms = p->rtt_last_ms;
+  out->rtt_samples = p->rtt_samples;
+  if (!p->s) return 0;
+  p2p_session_stats st;
+  p2p_session_get_stats(p->s, &st);
+  out->connected = p2p_session_is_up(p->s);
+  out->tx_Bps = st.tx_Bps;
+  out->rx_Bps = st.rx_Bps;
+  out->bytes_tx = st.bytes_tx;
+  out->bytes_rx = st.bytes_rx;
+  out->frames_tx = st.frames_tx;
+  out->frames_rx = st.frames_rx;
+  out->queued_bytes = st.queued_bytes;
+  out->queued_frames = st.queued_frames;
+  out->connected_ms = (gw_clock_mono_ns() - st.up_ns) / 1000000;
+  return 0;
+}
+
+size_t p2p_host_session_count(const p2p_host *h) { return h->n_conns; }
+
+size_t p2p_host_peers(const p2p_host *h, gw_peer *out, size_t max) {
+  size_t n = 0;
+  for (const peer *p = h->peers; p; p = p->next) {
+    if (!p->s || !p2p_session_is_up(p->s)) continue;
+    if (n < max) out[n] = (gw_peer){.id = p->id, .addr = p->addr};
+    n++;
+  }
+  return n;
+}
+
+void p2p_host_close(p2p_host *h, void (*done)(void *ud), void *ud) {
+  if (h->closing) return;
+  h->closing = true;
+  h->done = done;
+  h->done_ud = ud;
+  if (h->listening) uv_close((uv_handle_t *)&h->listener, on_handle_closed);
+  uv_close((uv_handle_t *)&h->tick, on_handle_closed);
+  while (h->targets) free_target(h, h->targets);
+  for (conn *c = h->conns; c; c = c->next) {
+    if (p2p_session_is_up(c->s))
+      p2p_session_goodbye(c->s, GWTF__GOODBYE_REASON__GOODBYE_LEAVING);
+    else
+      p2p_session_close(c->s, P2P_END_CLOSED, 0, "shutdown");
+  }
+}

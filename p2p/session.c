@@ -1,0 +1,665 @@
+#include "p2p/session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "p2p/sockaddr.h"
+#include "proto/gwtf.pb-c.h"
+#include "proto/p2p.pb-c.h"
+#include "util/clock.h"
+#include "util/err.h"
+
+/* Socket reads land here unless a large record takes them directly. */
+#define STAGING_BYTES ((size_t)64 << 10)
+/* Frames smaller than this finish too fast to say anything about a link's
+ * throughput; only larger ones feed the rate estimates. */
+#define RATE_MIN_FRAME ((size_t)64 << 10)
+/* EWMA weight of a new throughput sample (and of a new RTT sample in the host). */
+#define RATE_ALPHA (0.25)
+#define AGENT_MAX (P2P_AGENT_MAX)
+
+enum state { S_CONNECTING, S_HANDSHAKE, S_HEADER, S_HELLO, S_UP, S_CLOSING };
+
+/* One sealed frame (or raw handshake bytes) waiting for the socket. */
+typedef struct txframe {
+  struct txframe *next;
+  uint8_t *buf;
+  size_t len;
+  size_t issued; /* handed to uv_write */
+  size_t done;   /* written */
+  uint64_t start_ns;
+  p2p_span span; /* shaped sends: when each byte may go */
+} txframe;
+
+typedef struct txreq {
+  uv_write_t req;
+  txframe *f;
+  size_t n;
+} txreq;
+
+struct p2p_session {
+  uv_tcp_t tcp;
+  uv_timer_t timer; /* connect, handshake and goodbye deadlines */
+  uv_timer_t pump;  /* shaped sends */
+  uv_connect_t connect_req;
+  uv_shutdown_t shutdown_req;
+  int open_handles;
+  bool pump_ready;
+  int state;
+  bool up_reported;
+  bool finishing; /* goodbye queued: no more sends */
+  bool shut;      /* write side shut down after the goodbye */
+  p2p_end end;
+  int end_err;
+  const char *end_why;
+
+  p2p_session_config cfg;
+  p2p_session_cbs cbs;
+  void *ud;
+
+  p2p_handshake hs;
+  p2p_channel ch;
+  p2p_rx rx;
+  uint8_t *staging;
+  p2p_head pending; /* a head whose payload record is still coming */
+  bool has_pending;
+  uint64_t rx_frame_start_ns;
+
+  txframe *txq_head, *txq_tail;
+  txframe *tx_unissued; /* shaped: first frame not fully handed to the socket */
+  bool above_low;
+  bool shaping;
+  p2p_shaper shaper;
+  uint64_t last_tx_done_ns;
+
+  p2p_session_info info;
+  p2p_session_stats stats;
+  int goodbye_reason_rx;
+  char addr_str[GW_ADDR_STRLEN];
+};
+
+static void session_close_now(p2p_session *s, p2p_end end, int err, const char *why);
+
+/* ---- small helpers ---- */
+
+static void rate_add(double *ewma, uint64_t bytes, uint64_t ns) {
+  if (ns == 0) ns = 1;
+  double sample = (double)bytes * 1e9 / (double)ns;
+  *ewma = *ewma > 0 ? (1 - RATE_ALPHA) * *ewma + RATE_ALPHA * sample : sample;
+}
+
+static const char *role_name(const p2p_session *s) { return s->info.role == P2P_INITIATOR ? "out" : "in"; }
+
+static void peer_short(const p2p_session *s, char out[GW_ID_SHORT_LEN + 1]) {
+  if (gw_id_is_zero(&s->info.peer_id))
+    snprintf(out, GW_ID_SHORT_LEN + 1, "-");
+  else
+    gw_id_to_short(&s->info.peer_id, out);
+}
+
+/* Keeps what a peer claims as its agent printable and free of spaces and
+ * quotes: it ends up in our log lines. */
+static void copy_agent(char *out, const char *in) {
+  size_t i = 0;
+  for (; in && in[i] && i < AGENT_MAX - 1; i++) {
+    char c = in[i];
+    out[i] = (c > 32 && c < 127 && c != '"' && c != '=') ? c : '_';
+  }
+  out[i] = '\0';
+}
+
+/* ---- writing ---- */
+
+static void on_write(uv_write_t *req, int status);
+
+static void issue(p2p_session *s, txframe *f, size_t n) {
+  txreq *r = malloc(sizeof(*r));
+  if (!r) {
+    session_close_now(s, P2P_END_LOST, GW_ENOMEM, "out-of-memory");
+    return;
+  }
+  r->f = f;
+  r->n = n;
+  uv_buf_t b = uv_buf_init((char *)f->buf + f->issued, (unsigned)n);
+  if (f->issued == 0) f->start_ns = gw_clock_mono_ns();
+  f->issued += n;
+  int rc = uv_write(&r->req, (uv_stream_t *)&s->tcp, &b, 1, on_write);
+  if (rc != 0) {
+    free(r);
+    session_close_now(s, P2P_END_LOST, rc, "write");
+  }
+}
+
+static void pump(p2p_session *s);
+static void on_pump(uv_timer_t *t) { pump(t->data); }
+
+/* Hands the socket every byte the link has let through by now, in slices of
+ * at least a burst (or the rest of a frame), then sleeps until the next
+ * slice is due. */
+static void pump(p2p_session *s) {
+  uint64_t now = gw_clock_mono_ns();
+  size_t slice = s->shaper.lp.burst_bytes ? s->shaper.lp.burst_bytes : P2P_LINK_BURST_DEFAULT;
+  txframe *f = s->tx_unissued;
+  while (f && s->state != S_CLOSING) {
+    uint64_t avail = p2p_span_bytes_at(&f->span, now);
+    if (avail > f->issued && (avail == f->len || avail - f->issued >= slice)) issue(s, f, avail - f->issued);
+    if (f->issued < f->len) break;
+    f = f->next;
+  }
+  s->tx_unissued = f;
+  if (!f || s->state == S_CLOSING) return;
+  size_t k = f->issued + slice < f->len ? f->issued + slice : f->len;
+  uint64_t due = p2p_span_time(&f->span, k);
+  uint64_t ms = due > now ? (due - now + 999999) / 1000000 : 1;
+  uv_timer_start(&s->pump, on_pump, ms, 0);
+}
+
+static int enqueue(p2p_session *s, uint8_t *buf, size_t len, bool shape) {
+  txframe *f = calloc(1, sizeof(*f));
+  if (!f) {
+    free(buf);
+    return GW_ENOMEM;
+  }
+  f->buf = buf;
+  f->len = len;
+  if (s->txq_tail)
+    s->txq_tail->next = f;
+  else
+    s->txq_head = f;
+  s->txq_tail = f;
+  s->stats.queued_bytes += len;
+  s->stats.queued_frames++;
+  if (s->stats.queued_bytes > s->cfg.low_water) s->above_low = true;
+  if (shape && s->shaping) {
+    f->span = p2p_shaper_reserve(&s->shaper, gw_clock_mono_ns(), len);
+    if (!s->tx_unissued) {
+      s->tx_unissued = f;
+      pump(s);
+    }
+  } else {
+    issue(s, f, len);
+  }
+  return 0;
+}
+
+static int enqueue_copy(p2p_session *s, const uint8_t *data, size_t len) {
+  uint8_t *buf = malloc(len);
+  if (!buf) return GW_ENOMEM;
+  memcpy(buf, data, len);
+  return enqueue(s, buf, len, false);
+}
+
+static void frame_written(p2p_session *s, txframe *f) {
+  uint64_t now = gw_clock_mono_ns();
+  if (f->len >= RATE_MIN_FRAME) {
+    /* Service time: from when the socket could start on this frame. */
+    uint64_t start = f->start_ns > s->last_tx_done_ns ? f->start_ns : s->last_tx_done_ns;
+    rate_add(&s->stats.tx_Bps, f->len, now - start);
+  }
+  s->last_tx_done_ns = now;
+  s->stats.frames_tx++;
+  s->txq_head = f->next;
+  if (!s->txq_head) s->txq_tail = NULL;
+  s->stats.queued_frames--;
+  free(f->buf);
+  free(f);
+}
+
+static void on_shutdown(uv_shutdown_t *req, int status) {
+  (void)req, (void)status; /* the peer's EOF (or the goodbye timer) ends the session */
+}
+
+static void on_write(uv_write_t *req, int status) {
+  txreq *r = (txreq *)req;
+  p2p_session *s = req->handle->data;
+  txframe *f = r->f;
+  size_t n = r->n;
+  free(r);
+  if (s->state == S_CLOSING) return; /* the queue is freed with the session */
+  if (status < 0) {
+    session_close_now(s, P2P_END_LOST, status, "write");
+    return;
+  }
+  f->done += n;
+  s->stats.bytes_tx += n;
+  s->stats.queued_bytes -= n;
+  if (f->done == f->len) frame_written(s, f);
+  if (s->above_low && s->stats.queued_bytes <= s->cfg.low_water) {
+    s->above_low = false;
+    if (s->cbs.drained && s->state == S_UP && !s->finishing) s->cbs.drained(s);
+  }
+  /* After a goodbye: send FIN once flushed, then wait for the peer's EOF
+   * so that our last frames are read rather than reset away. */
+  if (s->finishing && !s->txq_head && !s->shut && s->state != S_CLOSING) {
+    s->shut = true;
+    if (uv_shutdown(&s->shutdown_req, (uv_stream_t *)&s->tcp, on_shutdown) != 0)
+      session_close_now(s, P2P_END_CLOSED, 0, "goodbye");
+  }
+}
+
+static int seal_and_queue(p2p_session *s, const p2p_msg *msg, bool final, size_t max_frame) {
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int rc = p2p_frame_seal(&s->ch, &s->cfg.me->id, msg, final, max_frame, &buf, &len);
+  if (rc != 0) return rc;
+  return enqueue(s, buf, len, true);
+}
+
+/* ---- closing ---- */
+
+static void free_session(p2p_session *s) {
+  for (txframe *f = s->txq_head, *next; f; f = next) {
+    next = f->next;
+    free(f->buf);
+    free(f);
+  }
+  if (s->has_pending) p2p_head_clear(&s->pending);
+  p2p_rx_free(&s->rx);
+  p2p_hs_wipe(&s->hs);
+  p2p_channel_wipe(&s->ch);
+  free(s->staging);
+  free(s);
+}
+
+static void on_handle_closed(uv_handle_t *h) {
+  p2p_session *s = h->data;
+  if (--s->open_handles > 0) return;
+  if (s->cbs.closed) s->cbs.closed(s, s->end, s->end_err, s->end_why);
+  free_session(s);
+}
+
+static void log_rejected(const p2p_session *s) {
+  char peer[GW_ID_SHORT_LEN + 1];
+  peer_short(s, peer);
+  GW_WARN(s->cfg.log, "session.rejected", "peer=%s addr=%s dir=%s reason=%s err=\"%s\"", peer, s->addr_str,
+          role_name(s), s->end_why ? s->end_why : "-", gw_strerror(s->end_err));
+}
+
+static void session_close_now(p2p_session *s, p2p_end end, int err, const char *why) {
+  if (s->state == S_CLOSING) return;
+  s->state = S_CLOSING;
+  s->end = end;
+  s->end_err = err;
+  s->end_why = why;
+  if (end == P2P_END_REJECTED) log_rejected(s);
+  uv_close((uv_handle_t *)&s->tcp, on_handle_closed);
+  uv_close((uv_handle_t *)&s->timer, on_handle_closed);
+  if (s->pump_ready) uv_close((uv_handle_t *)&s->pump, on_handle_closed);
+}
+
+void p2p_session_close(p2p_session *s, p2p_end end, int err, const char *why) { session_close_now(s, end, err, why); }
+
+static void on_timer(uv_timer_t *t) {
+  p2p_session *s = t->data;
+  if (s->finishing) {
+    session_close_now(s, P2P_END_CLOSED, GW_ETIMEDOUT, "goodbye-timeout");
+  } else if (s->state == S_CONNECTING) {
+    session_close_now(s, P2P_END_LOST, GW_ETIMEDOUT, "connect-timeout");
+  } else if (s->state < S_UP) {
+    /* An inbound connection that never finished its handshake is a bad
+     * peer; an outbound one is a failed dial the host reports. */
+    session_close_now(s, s->info.role == P2P_RESPONDER ? P2P_END_REJECTED : P2P_END_LOST, GW_ETIMEDOUT,
+                      "handshake-timeout");
+  }
+}
+
+/* ---- the handshake and Hello ---- */
+
+static int send_hello(p2p_session *s) {
+  Gwtf__Hello h = GWTF__HELLO__INIT;
+  h.listen_port = s->cfg.listen_port;
+  h.instance = s->cfg.instance;
+  h.agent = (char *)(s->cfg.agent ? s->cfg.agent : "");
+  h.max_frame = s->cfg.max_frame;
+  uint8_t body[128 + AGENT_MAX];
+  if (gwtf__hello__get_packed_size(&h) > sizeof(body)) h.agent = "";
+  size_t n = gwtf__hello__pack(&h, body);
+  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_HELLO, .body = body, .body_len = n};
+  return seal_and_queue(s, &m, false, P2P_MAX_FRAME_MIN);
+}
+
+static void handshake_step(p2p_session *s, const uint8_t *rec) {
+  uint8_t out[P2P_HS_MAX_MSG_BYTES];
+  size_t out_len = 0;
+  int rc = p2p_hs_read(&s->hs, rec, out, &out_len);
+  if (rc != 0) {
+    session_close_now(s, P2P_END_REJECTED, rc, s->hs.why);
+    return;
+  }
+  if (out_len && (rc = enqueue_copy(s, out, out_len)) != 0) {
+    session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
+    return;
+  }
+  if (!p2p_hs_done(&s->hs)) {
+    p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
+    return;
+  }
+  s->info.peer_id = s->hs.peer_id;
+  memcpy(s->info.session_hash, s->hs.session_hash, sizeof(s->info.session_hash));
+  uint8_t header[P2P_STREAM_HEADER_BYTES];
+  p2p_channel_init_tx(&s->ch, s->hs.tx_key, header);
+  rc = enqueue_copy(s, header, sizeof(header));
+  if (rc == 0) rc = send_hello(s);
+  if (rc != 0) {
+    session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
+    return;
+  }
+  s->state = S_HEADER;
+  p2p_rx_expect_raw(&s->rx, P2P_STREAM_HEADER_BYTES);
+}
+
+static void got_stream_header(p2p_session *s, const uint8_t *header) {
+  p2p_channel_init_rx(&s->ch, s->hs.rx_key, header);
+  p2p_hs_wipe(&s->hs); /* the keys now live only in the channel */
+  s->state = S_HELLO;
+  p2p_rx_expect_head(&s->rx);
+}
+
+static void got_hello(p2p_session *s, p2p_head *h) {
+  Gwtf__Envelope *env = h->env;
+  Gwtf__Hello *hello = NULL;
+  if (env->type != GWTF__MSG_TYPE__MSG_HELLO || h->has_tensor || h->final ||
+      !(hello = gwtf__hello__unpack(NULL, env->body.len, env->body.data))) {
+    session_close_now(s, P2P_END_REJECTED, GW_EPROTO, "expected-hello");
+    return;
+  }
+  if (hello->listen_port > 0 && hello->listen_port <= 65535) {
+    s->info.listen = s->info.remote;
+    s->info.listen.port = (uint16_t)hello->listen_port;
+  }
+  s->info.instance = hello->instance;
+  s->info.peer_max_frame = hello->max_frame < P2P_MAX_FRAME_MIN ? P2P_MAX_FRAME_MIN : hello->max_frame;
+  copy_agent(s->info.agent, hello->agent);
+  gwtf__hello__free_unpacked(hello, NULL);
+  s->state = S_UP;
+  s->stats.up_ns = gw_clock_mono_ns();
+  uv_timer_stop(&s->timer);
+  p2p_rx_expect_head(&s->rx);
+  s->up_reported = true;
+  if (s->cbs.up) s->cbs.up(s);
+}
+
+/* ---- frames ---- */
+
+static void deliver(p2p_session *s, const p2p_head *h, const uint8_t *payload) {
+  uint64_t now = gw_clock_mono_ns();
+  size_t wire = P2P_LEN_BYTES + (h->env ? gwtf__envelope__get_packed_size(h->env) : 0) + P2P_ABYTES;
+  if (h->has_tensor) wire += (size_t)h->payload_bytes + P2P_ABYTES;
+  if (wire >= RATE_MIN_FRAME) rate_add(&s->stats.rx_Bps, wire, now - s->rx_frame_start_ns);
+  s->stats.frames_rx++;
+  if (s->finishing) return; /* we said goodbye: nothing more goes up */
+  p2p_msg m;
+  p2p_head_to_msg(h, payload ? &s->rx : NULL, payload, &m);
+  if (s->cbs.message) s->cbs.message(s, &m);
+}
+
+static void got_goodbye(p2p_session *s, p2p_head *h) {
+  Gwtf__Goodbye *g = gwtf__goodbye__unpack(NULL, h->env->body.len, h->env->body.data);
+  s->goodbye_reason_rx = g ? (int)g->reason : 0;
+  if (g) gwtf__goodbye__free_unpacked(g, NULL);
+  session_close_now(s, P2P_END_LEFT, 0, "goodbye");
+}
+
+static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
+  p2p_head h;
+  const char *why = NULL;
+  int rc = p2p_frame_open_head(&s->ch, rec, len, &s->info.peer_id, s->cfg.max_frame, &h, &why);
+  if (rc != 0) {
+    session_close_now(s, P2P_END_REJECTED, rc, why);
+    return;
+  }
+  if (s->state == S_HELLO) {
+    got_hello(s, &h);
+  } else if (h.final) {
+    got_goodbye(s, &h);
+  } else if (h.has_tensor) {
+    s->pending = h;
+    s->has_pending = true;
+    if ((rc = p2p_rx_expect_payload(&s->rx, h.payload_bytes)) != 0)
+      session_close_now(s, P2P_END_REJECTED, rc, rc == GW_ERANGE ? "oversize" : "out-of-memory");
+    return; /* pending owns the envelope now */
+  } else {
+    deliver(s, &h, NULL);
+    if (s->state != S_CLOSING) p2p_rx_expect_head(&s->rx);
+  }
+  p2p_head_clear(&h);
+}
+
+static void got_payload(p2p_session *s, uint8_t *rec, size_t len) {
+  const char *why = NULL;
+  int rc = p2p_frame_open_payload(&s->ch, rec, len, &why);
+  if (rc != 0) {
+    session_close_now(s, P2P_END_REJECTED, rc, why);
+    return;
+  }
+  deliver(s, &s->pending, rec + 1);
+  p2p_head_clear(&s->pending);
+  s->has_pending = false;
+  if (s->state != S_CLOSING) p2p_rx_expect_head(&s->rx);
+}
+
+static void got_record(p2p_session *s) {
+  uint8_t *rec;
+  size_t len;
+  p2p_rx_record(&s->rx, &rec, &len);
+  switch (s->state) {
+  case S_HANDSHAKE: handshake_step(s, rec); break;
+  case S_HEADER: got_stream_header(s, rec); break;
+  case S_HELLO:
+  case S_UP:
+    if (s->has_pending)
+      got_payload(s, rec, len);
+    else
+      got_head(s, rec, len);
+    break;
+  default: break;
+  }
+}
+
+/* ---- reading ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  p2p_session *s = h->data;
+  (void)suggested;
+  uint8_t *p;
+  size_t n;
+  if (p2p_rx_window(&s->rx, &p, &n)) {
+    *buf = uv_buf_init((char *)p, (unsigned)(n > (1u << 30) ? (1u << 30) : n));
+    return;
+  }
+  if (!s->staging) s->staging = malloc(STAGING_BYTES);
+  *buf = uv_buf_init((char *)s->staging, s->staging ? (unsigned)STAGING_BYTES : 0);
+}
+
+static void on_eof(p2p_session *s, int err) {
+  if (s->state < S_UP) {
+    bool inbound = s->info.role == P2P_RESPONDER;
+    session_close_now(s, inbound ? P2P_END_REJECTED : P2P_END_LOST, err, "handshake-eof");
+  } else if (s->finishing) {
+    session_close_now(s, P2P_END_CLOSED, 0, "goodbye");
+  } else if (p2p_rx_partial(&s->rx)) {
+    session_close_now(s, P2P_END_REJECTED, GW_EPROTO, "truncated");
+  } else {
+    session_close_now(s, P2P_END_LOST, err, err == UV_EOF ? "eof" : "read");
+  }
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  p2p_session *s = stream->data;
+  if (s->state == S_CLOSING) return;
+  if (nread < 0) {
+    on_eof(s, (int)nread);
+    return;
+  }
+  if (nread == 0) return;
+  uint64_t now = gw_clock_mono_ns();
+  s->stats.bytes_rx += (uint64_t)nread;
+  s->stats.last_rx_ns = now;
+  if ((uint8_t *)buf->base != s->staging) { /* read straight into the record */
+    p2p_rx_commit(&s->rx, (size_t)nread);
+    if (s->rx.ready) got_record(s);
+    return;
+  }
+  size_t off = 0;
+  while (off < (size_t)nread && s->state != S_CLOSING) {
+    if (s->rx.kind == P2P_RX_HEAD && s->rx.in_len && s->rx.len_have == 0) s->rx_frame_start_ns = now;
+    long used = p2p_rx_feed(&s->rx, s->staging + off, (size_t)nread - off);
+    if (used < 0) {
+      session_close_now(s, P2P_END_REJECTED, (int)used, used == GW_ERANGE ? "oversize" : "bad-length");
+      return;
+    }
+    off += (size_t)used;
+    if (s->rx.ready) got_record(s);
+  }
+}
+
+/* ---- setup ---- */
+
+static int session_new(uv_loop_t *loop, const p2p_session_config *cfg, const p2p_session_cbs *cbs, void *ud,
+                       p2p_role role, p2p_session **out) {
+  p2p_session *s = calloc(1, sizeof(*s));
+  if (!s) return GW_ENOMEM;
+  s->cfg = *cfg;
+  s->cbs = *cbs;
+  s->ud = ud;
+  s->info.role = role;
+  s->state = role == P2P_INITIATOR ? S_CONNECTING : S_HANDSHAKE;
+  p2p_rx_init(&s->rx, cfg->max_frame);
+  snprintf(s->addr_str, sizeof(s->addr_str), "-");
+  int rc = uv_tcp_init(loop, &s->tcp);
+  if (rc != 0) {
+    free(s);
+    return rc;
+  }
+  uv_timer_init(loop, &s->timer); /* cannot fail once the loop is alive */
+  s->tcp.data = s->timer.data = s;
+  s->open_handles = 2;
+  *out = s;
+  return 0;
+}
+
+/* For a session that failed before anyone was told about it. */
+static void discard(p2p_session *s, int rc) {
+  s->cbs.closed = NULL;
+  session_close_now(s, P2P_END_LOST, rc, "setup");
+}
+
+static int start_reading(p2p_session *s, uint32_t timeout_ms) {
+  uv_tcp_nodelay(&s->tcp, 1); /* pings and control frames must not wait for Nagle */
+  uv_timer_start(&s->timer, on_timer, timeout_ms, 0);
+  return uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+}
+
+int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const p2p_session_cbs *cbs, void *ud,
+                       p2p_session **out) {
+  p2p_session *s;
+  int rc = session_new(server->loop, cfg, cbs, ud, P2P_RESPONDER, &s);
+  if (rc != 0) return rc;
+  if ((rc = uv_accept(server, (uv_stream_t *)&s->tcp)) != 0) {
+    discard(s, rc);
+    return rc;
+  }
+  struct sockaddr_storage ss;
+  int len = sizeof(ss);
+  if (uv_tcp_getpeername(&s->tcp, (struct sockaddr *)&ss, &len) == 0)
+    p2p_addr_from_sockaddr((struct sockaddr *)&ss, &s->info.remote);
+  gw_addr_format(&s->info.remote, s->addr_str);
+  p2p_hs_init(&s->hs, P2P_RESPONDER, cfg->me, NULL);
+  p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
+  if ((rc = start_reading(s, cfg->handshake_timeout_ms)) != 0) {
+    discard(s, rc);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+static void on_connect(uv_connect_t *req, int status) {
+  p2p_session *s = req->data;
+  if (s->state == S_CLOSING) return;
+  if (status != 0) {
+    session_close_now(s, P2P_END_LOST, status, "connect");
+    return;
+  }
+  s->state = S_HANDSHAKE;
+  uint8_t msg1[P2P_HS_MSG1_BYTES];
+  p2p_hs_start(&s->hs, msg1);
+  p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
+  int rc = enqueue_copy(s, msg1, sizeof(msg1));
+  if (rc == 0) rc = start_reading(s, s->cfg.handshake_timeout_ms);
+  if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
+}
+
+int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, const p2p_session_config *cfg,
+                     const p2p_session_cbs *cbs, void *ud, p2p_session **out) {
+  struct sockaddr_storage ss;
+  if (p2p_addr_to_sockaddr(addr, &ss) != 0) return GW_EINVAL;
+  p2p_session *s;
+  int rc = session_new(loop, cfg, cbs, ud, P2P_INITIATOR, &s);
+  if (rc != 0) return rc;
+  s->info.remote = *addr;
+  gw_addr_format(addr, s->addr_str);
+  p2p_hs_init(&s->hs, P2P_INITIATOR, cfg->me, expect);
+  s->connect_req.data = s;
+  if ((rc = uv_tcp_connect(&s->connect_req, &s->tcp, (struct sockaddr *)&ss, on_connect)) != 0) {
+    discard(s, rc);
+    return rc;
+  }
+  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
+  *out = s;
+  return 0;
+}
+
+/* ---- API ---- */
+
+int p2p_session_send(p2p_session *s, const p2p_msg *msg) {
+  if (s->state != S_UP || s->finishing) return GW_ECLOSED;
+  size_t limit = s->cfg.max_frame;
+  if (s->info.peer_max_frame < limit) limit = (size_t)s->info.peer_max_frame;
+  return seal_and_queue(s, msg, false, limit);
+}
+
+void p2p_session_set_link(p2p_session *s, const p2p_link_params *lp) {
+  if (s->state == S_CLOSING) return;
+  p2p_link_params off = {0};
+  p2p_shaper_init(&s->shaper, lp ? lp : &off);
+  s->shaping = p2p_shaper_active(&s->shaper);
+  if (s->shaping && !s->pump_ready) {
+    uv_timer_init(s->tcp.loop, &s->pump);
+    s->pump.data = s;
+    s->pump_ready = true;
+    s->open_handles++;
+  }
+}
+
+void p2p_session_goodbye(p2p_session *s, int reason) {
+  if (s->state == S_CLOSING || s->finishing) return;
+  if (s->state != S_UP) {
+    session_close_now(s, P2P_END_CLOSED, 0, "closed");
+    return;
+  }
+  Gwtf__Goodbye g = GWTF__GOODBYE__INIT;
+  g.reason = (Gwtf__GoodbyeReason)reason;
+  uint8_t body[16];
+  size_t n = gwtf__goodbye__pack(&g, body);
+  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_GOODBYE, .body = body, .body_len = n};
+  if (seal_and_queue(s, &m, true, P2P_MAX_FRAME_MIN) != 0) {
+    session_close_now(s, P2P_END_CLOSED, 0, "closed");
+    return;
+  }
+  s->finishing = true;
+  uv_timer_start(&s->timer, on_timer, s->cfg.goodbye_timeout_ms, 0);
+}
+
+bool p2p_session_is_up(const p2p_session *s) { return s->state == S_UP && !s->finishing; }
+bool p2p_session_is_open(const p2p_session *s) { return s->state != S_CLOSING; }
+const p2p_session_info *p2p_session_get_info(const p2p_session *s) { return &s->info; }
+size_t p2p_session_queued(const p2p_session *s) { return s->stats.queued_bytes; }
+int p2p_session_goodbye_reason(const p2p_session *s) { return s->goodbye_reason_rx; }
+void *p2p_session_ud(const p2p_session *s) { return s->ud; }
+void p2p_session_set_ud(p2p_session *s, void *ud) { s->ud = ud; }
+
+void p2p_session_get_stats(const p2p_session *s, p2p_session_stats *out) {
+  *out = s->stats;
+  out->rx_buffer_hwm = s->rx.hwm;
+}

@@ -1,0 +1,126 @@
+/* p2p/session.h — one encrypted TCP session on the libuv loop.
+ *
+ * A session runs the handshake (p2p/handshake.h), exchanges stream headers
+ * and Hello frames, then carries sealed frames (p2p/frame.h) both ways. It
+ * knows nothing about other sessions: p2p/host.c decides which sessions to
+ * open, keep and close. Upper layers talk to the host, not to sessions.
+ *
+ * Lifecycle:  dial/accept -> handshake -> Hello both ways -> up -> closed.
+ * The session is up once the peer's Hello opened under the session keys
+ * (key confirmation). Callbacks never run inside a p2p_session_* call: a
+ * failure found while sending surfaces later, from the loop, so the owner
+ * never sees its own data structures change under it. `closed` runs exactly
+ * once, after every handle is closed; the session is freed right after it
+ * returns.
+ *
+ * Sends are sealed at once (in order: secretstream numbers every record)
+ * and queued; with link emulation on, the queue is released to the socket
+ * at the pace of the link's shaper (p2p/link.h), in slices of the burst
+ * size, so the receiver sees bytes trickle in as over a real link. */
+#ifndef GWTF_P2P_SESSION_H
+#define GWTF_P2P_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "p2p/frame.h"
+#include "p2p/handshake.h"
+#include "p2p/identity.h"
+#include "p2p/link.h"
+#include "util/addr.h"
+#include "util/log.h"
+
+typedef struct p2p_session p2p_session;
+
+#define P2P_AGENT_MAX (48)
+
+/* Why a session ended, as the owner sees it. */
+typedef enum p2p_end {
+  P2P_END_LOST = 0,     /* connection dropped, timed out or failed to connect */
+  P2P_END_LEFT = 1,     /* the peer said goodbye (FINAL frame) */
+  P2P_END_CLOSED = 2,   /* we closed it (goodbye sent, or p2p_session_close) */
+  P2P_END_REJECTED = 3, /* the peer broke the protocol: bad handshake, bad frame */
+} p2p_end;
+
+typedef struct p2p_session_cbs {
+  /* The peer's Hello arrived: the session can carry frames. */
+  void (*up)(p2p_session *s);
+  /* One frame other than Hello/Goodbye. msg and its buffers live until the
+   * callback returns (p2p_msg_keep() takes the payload). */
+  void (*message)(p2p_session *s, p2p_msg *msg);
+  /* The write queue fell to the low-water mark after exceeding it. */
+  void (*drained)(p2p_session *s);
+  /* Last call. err is 0 or the GW_E / UV_E code behind the end. */
+  void (*closed)(p2p_session *s, p2p_end end, int err, const char *why);
+} p2p_session_cbs;
+
+typedef struct p2p_session_config {
+  const p2p_identity *me;
+  size_t max_frame;              /* largest frame we accept */
+  uint32_t connect_timeout_ms;   /* dial: TCP connect */
+  uint32_t handshake_timeout_ms; /* TCP up -> peer's Hello */
+  uint32_t goodbye_timeout_ms;   /* goodbye: time to flush before cutting */
+  size_t low_water;              /* `drained` threshold in queued bytes */
+  uint16_t listen_port;          /* announced in Hello (0: none) */
+  uint64_t instance;             /* announced in Hello */
+  const char *agent;             /* announced in Hello */
+  const gw_log *log;
+} p2p_session_config;
+
+/* Peer-visible facts, valid once up. */
+typedef struct p2p_session_info {
+  p2p_role role;
+  gw_id peer_id;
+  gw_addr remote;      /* the TCP peer address */
+  gw_addr listen;      /* remote IP + the peer's announced listen port (port 0: none) */
+  uint64_t instance;   /* the peer's process instance */
+  uint64_t peer_max_frame;
+  uint8_t session_hash[32];
+  char agent[P2P_AGENT_MAX]; /* the peer's agent string, made safe for log lines */
+} p2p_session_info;
+
+typedef struct p2p_session_stats {
+  uint64_t bytes_tx, bytes_rx;   /* wire bytes, headers and tags included */
+  uint64_t frames_tx, frames_rx;
+  size_t queued_bytes;           /* sealed, not yet written to the socket */
+  size_t queued_frames;
+  double tx_Bps, rx_Bps;         /* observed throughput over recent large frames; 0 = no sample yet */
+  size_t rx_buffer_hwm;          /* largest receive buffer allocated */
+  uint64_t up_ns;                /* when it came up (monotonic) */
+  uint64_t last_rx_ns;           /* last byte received (monotonic) */
+} p2p_session_stats;
+
+/* Starts a session on a connection accepted from server (call from the
+ * connection callback). expect is ignored for the responder. */
+int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const p2p_session_cbs *cbs, void *ud,
+                       p2p_session **out);
+/* Dials addr; expect (may be NULL) is the node ID we mean to reach. */
+int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, const p2p_session_config *cfg,
+                     const p2p_session_cbs *cbs, void *ud, p2p_session **out);
+
+/* Seals and queues one message. GW_ECLOSED when not up or closing,
+ * GW_ERANGE when larger than the peer accepts, GW_EINVAL, GW_ENOMEM. */
+int p2p_session_send(p2p_session *s, const p2p_msg *msg);
+/* Shapes this session's sends from now on (NULL or inactive params: off). */
+void p2p_session_set_link(p2p_session *s, const p2p_link_params *lp);
+/* Sends a Goodbye (FINAL), flushes the queue, then closes (end CLOSED).
+ * reason is a gwtf.GoodbyeReason. */
+void p2p_session_goodbye(p2p_session *s, int reason);
+/* Closes at once. end/err/why are what `closed` will report; with end
+ * REJECTED a session.rejected line is logged. */
+void p2p_session_close(p2p_session *s, p2p_end end, int err, const char *why);
+
+bool p2p_session_is_up(const p2p_session *s);
+/* Still usable: not closing and not closed. */
+bool p2p_session_is_open(const p2p_session *s);
+const p2p_session_info *p2p_session_get_info(const p2p_session *s);
+void p2p_session_get_stats(const p2p_session *s, p2p_session_stats *out);
+size_t p2p_session_queued(const p2p_session *s);
+/* The goodbye reason the peer gave (valid after end LEFT). */
+int p2p_session_goodbye_reason(const p2p_session *s);
+void *p2p_session_ud(const p2p_session *s);
+void p2p_session_set_ud(p2p_session *s, void *ud);
+
+#endif
