@@ -228,8 +228,9 @@ static void add_nodes(dht *d, reply_space *sp, dht_msg *r, const dht_msg *m, con
   r->nodes = sp->contact_ptrs;
 }
 
-/* Records first, contacts after: when the datagram is full, contacts go first
- * and `more` tells the asker to come back for the rest of the records. */
+/* Records first, contacts after: when the datagram is full the contacts are
+ * dropped first, then the last records, and `more` tells the asker to come
+ * back for the rest. */
 static void add_records(dht *d, reply_space *sp, dht_msg *r, const dht_msg *m, uint64_t now_ms) {
   gw_id key, after;
   bool more = false;
@@ -277,6 +278,27 @@ static void consider_verify(dht *d, const gw_peer *from, const dht_contact *know
   if (send_ping(d, from, RPC_VERIFY, now_ms) == 0) d->n_verify++;
 }
 
+/* The body of the reply to request m. */
+static void fill_reply(dht *d, reply_space *sp, dht_msg *r, const dht_msg *m, const gw_peer *from, bool proven,
+                       uint64_t now_ms) {
+  switch (m->kind) {
+  case GWTF__DHT_KIND__DHT_PING:
+    dht_wire_contact(&sp->observed, from, false);
+    r->observed = &sp->observed;
+    break;
+  case GWTF__DHT_KIND__DHT_FIND_VALUE:
+    add_records(d, sp, r, m, now_ms);
+    add_nodes(d, sp, r, m, from);
+    break;
+  case GWTF__DHT_KIND__DHT_FIND_NODE:
+    add_nodes(d, sp, r, m, from);
+    break;
+  default: /* DHT_STORE */
+    r->status = accept_store(d, m, proven, now_ms);
+    break;
+  }
+}
+
 static void handle_request(dht *d, const gw_peer *from, const dht_msg *m, size_t len, uint64_t now_ms) {
   d->st.requests_in++;
   if (d->cfg.client_only) return;
@@ -299,27 +321,9 @@ static void handle_request(dht *d, const gw_peer *from, const dht_msg *m, size_t
   r.txid = m->txid;
   dht_cookie_make(&d->guard, from, your);
   r.your_cookie = (ProtobufCBinaryData){DHT_COOKIE_BYTES, your};
-  switch (m->kind) {
-  case GWTF__DHT_KIND__DHT_PING:
-    dht_wire_contact(&sp.observed, from, false);
-    r.observed = &sp.observed;
-    break;
-  case GWTF__DHT_KIND__DHT_FIND_VALUE:
-    add_records(d, &sp, &r, m, now_ms);
-    add_nodes(d, &sp, &r, m, from);
-    break;
-  case GWTF__DHT_KIND__DHT_FIND_NODE:
-    add_nodes(d, &sp, &r, m, from);
-    break;
-  case GWTF__DHT_KIND__DHT_STORE:
-    r.status = accept_store(d, m, proven, now_ms);
-    break;
-  default:
-    return;
-  }
+  fill_reply(d, &sp, &r, m, from, proven, now_ms);
   /* The anti-amplification rule: toward an unproven address, no larger than the request. */
-  size_t limit = proven || len > d->cfg.max_payload ? d->cfg.max_payload : len;
-  size_t out = dht_wire_pack_fit(&r, buf, limit);
+  size_t out = dht_wire_pack_fit(&r, buf, proven ? d->cfg.max_payload : len);
   if (out > 0) send_bytes(d, from, buf, out);
 }
 

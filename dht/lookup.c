@@ -496,22 +496,24 @@ void dht_lookups_deliver(dht *d, uint64_t now_ms) {
 
 /* ---- public lookups ---- */
 
-int dht_find_node(dht *d, const gw_id *target, dht_nodes_cb cb, void *ud, uint64_t now_ms) {
-  dht_lookup *lk = dht_lookup_start(d, LK_NODES, target, d->cfg.width, now_ms);
+/* A lookup a caller asked for: width β, its result through one of the callbacks. */
+static int start_for_caller(dht *d, uint8_t kind, const gw_id *target, dht_nodes_cb nodes_cb,
+                            dht_records_cb records_cb, void *ud, uint64_t now_ms) {
+  dht_lookup *lk = dht_lookup_start(d, kind, target, d->cfg.width, now_ms);
   if (!lk) return GW_EFULL;
-  lk->nodes_cb = cb;
+  lk->nodes_cb = nodes_cb;
+  lk->records_cb = records_cb;
   lk->ud = ud;
   dht_arm(d, now_ms);
   return 0;
 }
 
+int dht_find_node(dht *d, const gw_id *target, dht_nodes_cb cb, void *ud, uint64_t now_ms) {
+  return start_for_caller(d, LK_NODES, target, cb, NULL, ud, now_ms);
+}
+
 int dht_fetch(dht *d, const gw_id *key, dht_records_cb cb, void *ud, uint64_t now_ms) {
-  dht_lookup *lk = dht_lookup_start(d, LK_VALUES, key, d->cfg.width, now_ms);
-  if (!lk) return GW_EFULL;
-  lk->records_cb = cb;
-  lk->ud = ud;
-  dht_arm(d, now_ms);
-  return 0;
+  return start_for_caller(d, LK_VALUES, key, NULL, cb, ud, now_ms);
 }
 
 /* ---- publications ---- */

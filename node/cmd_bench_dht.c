@@ -3,7 +3,7 @@
  *
  * Phases: start and join (each node through node 0 and one random earlier
  * node), settle until no node has work left, publish L records, warm up
- * (every node runs one unmeasured lookup, so that its round-trip estimate
+ * (every node runs two unmeasured lookups, so that its round-trip estimate
  * reflects the idle network rather than the CPU-bound join phase, as routine
  * traffic would in a live swarm), kill a fraction of the nodes at once
  * (their sockets close; nobody repairs anything), then L lookups of random
@@ -73,8 +73,8 @@ struct bench {
   size_t *owner;
   uint8_t (*values)[BENCH_VALUE_BYTES];
   size_t pub_next, pub_done, pub_acked;
-  /* the measured phase */
-  size_t next, inflight, done, ok;
+  /* the phase running: jobs to start, started, in flight, done */
+  size_t jobs, next, inflight, done, ok;
   series hops, rpcs, bytes, ms;
   size_t rec_ok;
   uint64_t max_dgram, timeouts;
@@ -237,7 +237,35 @@ static void sample(bench *b, const dht_lookup_stats *st, uint64_t t0) {
   b->timeouts += st->timeouts;
 }
 
-static void lookup_next(bench *b);
+static int start_lookup(bench *b, job *j);
+static int start_fetch(bench *b, job *j);
+typedef int (*job_start_fn)(bench *b, job *j);
+
+/* Keeps `concurrency` jobs in flight until b->jobs have been started;
+ * start() sends one and returns 0, or fails (the job then counts as done). */
+static void launch(bench *b, job_start_fn start) {
+  while (b->next < b->jobs && b->inflight < b->concurrency) {
+    b->next++;
+    job *j = calloc(1, sizeof(*j));
+    if (j) {
+      j->b = b;
+      b->inflight++;
+    }
+    if (!j || start(b, j) != 0) {
+      if (j) b->inflight--;
+      free(j);
+      b->done++;
+    }
+  }
+}
+
+static void job_done(job *j, job_start_fn next) {
+  bench *b = j->b;
+  b->done++;
+  b->inflight--;
+  free(j);
+  launch(b, next);
+}
 
 static void on_nodes(void *ud, int status, const gw_peer *closest, size_t n, const dht_lookup_stats *st) {
   job *j = ud;
@@ -246,10 +274,7 @@ static void on_nodes(void *ud, int status, const gw_peer *closest, size_t n, con
     sample(b, st, j->t0);
     if (status == 0 && n > 0 && gw_id_eq(&closest[0].id, &b->nodes[j->truth].me.id)) b->ok++;
   }
-  b->done++;
-  b->inflight--;
-  free(j);
-  lookup_next(b);
+  job_done(j, start_lookup);
 }
 
 /* The closest live node to target other than `asker`: what a lookup must find. */
@@ -262,58 +287,15 @@ static size_t true_closest(bench *b, const gw_id *target, size_t asker) {
   return best;
 }
 
-static void lookup_next(bench *b) {
-  while (b->next < b->n_lookups && b->inflight < b->concurrency) {
-    b->next++;
-    job *j = calloc(1, sizeof(*j));
-    if (!j) {
-      b->done++;
-      continue;
-    }
-    gw_id target;
-    gw_rng_bytes(&b->rng, target.b, sizeof(target.b));
-    j->b = b;
-    j->asker = pick_live(b);
-    j->truth = true_closest(b, &target, j->asker);
-    j->t0 = uv_hrtime();
-    dht_runtime *rt = b->nodes[j->asker].rt;
-    b->inflight++;
-    if (dht_find_node(dht_runtime_dht(rt), &target, on_nodes, j, dht_runtime_now(rt)) != 0) {
-      b->inflight--;
-      b->done++;
-      free(j);
-    }
-  }
+static int start_lookup(bench *b, job *j) {
+  gw_id target;
+  gw_rng_bytes(&b->rng, target.b, sizeof(target.b));
+  j->asker = pick_live(b);
+  j->truth = true_closest(b, &target, j->asker);
+  j->t0 = uv_hrtime();
+  dht_runtime *rt = b->nodes[j->asker].rt;
+  return dht_find_node(dht_runtime_dht(rt), &target, on_nodes, j, dht_runtime_now(rt));
 }
-
-/* ---- warm-up ---- */
-
-static void warm_next(bench *b);
-
-static void on_warm(void *ud, int status, const gw_peer *closest, size_t n, const dht_lookup_stats *st) {
-  bench *b = ud;
-  (void)status, (void)closest, (void)n, (void)st;
-  b->done++;
-  b->inflight--;
-  warm_next(b);
-}
-
-static void warm_next(bench *b) {
-  while (b->next < BENCH_WARM_ROUNDS * b->n_nodes && b->inflight < b->concurrency) {
-    bnode *n = &b->nodes[b->next++ % b->n_nodes];
-    gw_id target;
-    gw_rng_bytes(&b->rng, target.b, sizeof(target.b));
-    b->inflight++;
-    if (dht_find_node(dht_runtime_dht(n->rt), &target, on_warm, b, dht_runtime_now(n->rt)) != 0) {
-      b->inflight--;
-      b->done++;
-    }
-  }
-}
-
-static bool warmed(bench *b) { return b->done == BENCH_WARM_ROUNDS * b->n_nodes; }
-
-static void fetch_next(bench *b);
 
 static void on_records(void *ud, int status, const dht_record *recs, size_t n, const dht_lookup_stats *st) {
   job *j = ud;
@@ -325,34 +307,40 @@ static void on_records(void *ud, int status, const dht_record *recs, size_t n, c
       b->rec_ok++;
       break;
     }
-  b->done++;
-  b->inflight--;
-  free(j);
-  fetch_next(b);
+  job_done(j, start_fetch);
 }
 
-static void fetch_next(bench *b) {
-  while (b->next < b->n_lookups && b->inflight < b->concurrency) {
-    b->next++;
-    job *j = calloc(1, sizeof(*j));
-    if (!j) {
-      b->done++;
-      continue;
-    }
-    j->b = b;
-    j->record = (size_t)gw_rng_below(&b->rng, b->n_lookups);
-    j->asker = pick_live(b);
-    dht_runtime *rt = b->nodes[j->asker].rt;
-    b->inflight++;
-    if (dht_fetch(dht_runtime_dht(rt), &b->keys[j->record], on_records, j, dht_runtime_now(rt)) != 0) {
-      b->inflight--;
-      b->done++;
-      free(j);
-    }
-  }
+/* Warm-up: each node in turn looks up a random key; nothing is measured. */
+static int start_warm(bench *b, job *j);
+
+static void on_warm(void *ud, int status, const gw_peer *closest, size_t n, const dht_lookup_stats *st) {
+  (void)status, (void)closest, (void)n, (void)st;
+  job_done(ud, start_warm);
 }
 
-static bool measured(bench *b) { return b->done == b->n_lookups; }
+static int start_warm(bench *b, job *j) {
+  gw_id target;
+  gw_rng_bytes(&b->rng, target.b, sizeof(target.b));
+  dht_runtime *rt = b->nodes[(b->next - 1) % b->n_nodes].rt;
+  return dht_find_node(dht_runtime_dht(rt), &target, on_warm, j, dht_runtime_now(rt));
+}
+
+static int start_fetch(bench *b, job *j) {
+  j->record = (size_t)gw_rng_below(&b->rng, b->n_lookups);
+  j->asker = pick_live(b);
+  dht_runtime *rt = b->nodes[j->asker].rt;
+  return dht_fetch(dht_runtime_dht(rt), &b->keys[j->record], on_records, j, dht_runtime_now(rt));
+}
+
+static bool phase_done(bench *b) { return b->done == b->jobs; }
+
+/* Runs one phase of `jobs` jobs to the end. */
+static bool run_phase(bench *b, size_t jobs, job_start_fn start) {
+  b->jobs = jobs;
+  b->next = b->done = b->inflight = 0;
+  launch(b, start);
+  return run_until(b, phase_done, BENCH_PHASE_TIMEOUT_MS);
+}
 
 static void kill_fraction(bench *b) {
   size_t victims = (size_t)llround(b->kill * (double)b->n_nodes);
@@ -496,16 +484,11 @@ static int run(bench *b, bool json) {
   if (!run_until(b, all_published, BENCH_PHASE_TIMEOUT_MS))
     fprintf(stderr, "gwtf bench dht: %zu of %zu publications finished\n", b->pub_done, b->n_lookups);
   run_until(b, quiet, (uint64_t)b->settle_s * 1000);
-  warm_next(b);
-  run_until(b, warmed, BENCH_PHASE_TIMEOUT_MS);
-  b->next = b->done = b->inflight = 0;
+  run_phase(b, BENCH_WARM_ROUNDS * b->n_nodes, start_warm);
   kill_fraction(b);
-  lookup_next(b);
-  run_until(b, measured, BENCH_PHASE_TIMEOUT_MS);
+  run_phase(b, b->n_lookups, start_lookup);
   double lookup_success = (double)b->ok / (double)b->n_lookups;
-  b->next = b->done = b->inflight = 0;
-  fetch_next(b);
-  run_until(b, measured, BENCH_PHASE_TIMEOUT_MS);
+  run_phase(b, b->n_lookups, start_fetch);
   double record_success = (double)b->rec_ok / (double)b->n_lookups;
   report(b, json, lookup_success, record_success);
   return 0;

@@ -10,6 +10,7 @@
 #include "dht/stage_dir.h"
 #include "node/cmd.h"
 #include "node/dht_runtime.h"
+#include "p2p/sockaddr.h"
 #include "util/err.h"
 #include "util/log.h"
 
@@ -79,6 +80,7 @@ static void on_members(void *ud, int status, const stage_member *m, size_t n) {
     free(extra);
   }
   if (job->json) print_json(json_pack("{s:s, s:o}", "key", job->key_text, "members", arr));
+  if (!job->json && n == 0) fprintf(stderr, "gwtf lookup: no live members at %s\n", job->key_text);
   finish(job, n ? 0 : 2);
 }
 
@@ -112,6 +114,7 @@ static void on_runs(void *ud, int status, const stage_run *r, size_t n) {
     free(hex);
   }
   if (job->json) print_json(json_pack("{s:s, s:o}", "key", job->key_text, "records", arr));
+  if (!job->json && n == 0) fprintf(stderr, "gwtf lookup: no run record at %s\n", job->key_text);
   finish(job, n ? 0 : 2);
 }
 
@@ -149,7 +152,7 @@ static int resolve(uv_loop_t *loop, const char *spec, gw_peer *out) {
   struct addrinfo hints = {.ai_socktype = SOCK_DGRAM};
   int rc = uv_getaddrinfo(loop, &req, NULL, host, port_s, &hints);
   if (rc != 0) return rc;
-  rc = req.addrinfo ? p2p_udp_addr_from_sockaddr(req.addrinfo->ai_addr, &out->addr) : GW_ENOENT;
+  rc = req.addrinfo ? p2p_addr_from_sockaddr(req.addrinfo->ai_addr, &out->addr) : GW_ENOENT;
   uv_freeaddrinfo(req.addrinfo);
   return rc;
 }

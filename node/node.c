@@ -1,5 +1,7 @@
 #include "node/node.h"
 
+#include "node/dht_node.h"
+
 #include <arpa/inet.h>
 #include <limits.h>
 #include <signal.h>
@@ -24,7 +26,7 @@
 
 /* The upper layers, in start order (they stop in reverse). The DHT (issue 3)
  * and training (issue 6) add their entries here. */
-static const node_component *const components[] = {NULL};
+static const node_component *const components[] = {&dht_component, NULL};
 #define N_COMPONENTS (sizeof(components) / sizeof(components[0]) - 1)
 
 typedef struct bootstrap {
@@ -241,6 +243,12 @@ static void stop_transport(node *n) {
   if (n->host) p2p_host_close(n->host, transport_stopped, n);
   if (n->nat) p2p_natpmp_stop(n->nat, transport_stopped, n);
   transport_stopped(n); /* the extra count keeps this from finishing inside the calls above */
+}
+
+void *node_component_state(node *n, const char *name) {
+  for (size_t i = 0; i < n->comp_started; i++)
+    if (strcmp(components[i]->name, name) == 0) return n->comp_state[i];
+  return NULL;
 }
 
 void node_component_stopped(node *n) {

@@ -28,6 +28,7 @@
 
 #define NODE_DEFAULT_PORT (7447)
 #define NODE_MAX_BOOTSTRAP (64)
+#define NODE_MAX_ANNOUNCE (8)
 
 typedef struct node_config {
   const char *data_dir;      /* NULL: $HOME/.gwtf, or ./gwtf-data without HOME */
@@ -44,6 +45,13 @@ typedef struct node_config {
   size_t max_frame;
   uint32_t ping_interval_ms;
   uint32_t handshake_timeout_ms;
+  uint64_t record_ttl_ms;     /* DHT records we publish live this long (0: the DHT's default) */
+  bool allow_loopback_peers;  /* the DHT accepts 127.0.0.0/8 contacts (local swarms, tests) */
+  /* Stage-directory announcements made by the DHT component (node/dht_node.c):
+   * "RUN:STAGE", kept alive (republished) until shutdown. */
+  const char *announce[NODE_MAX_ANNOUNCE];
+  size_t n_announce;
+  uint32_t dht_stats_ms; /* period of the dht.stats log line (0: DHT_NODE_STATS_MS) */
 } node_config;
 
 typedef struct node node;
@@ -79,6 +87,9 @@ const p2p_identity *node_identity(const node *n);
 const gw_log *node_log(const node *n);
 const node_config *node_get_config(const node *n);
 void node_component_stopped(node *n);
+/* The state a started component keeps (what its start() returned), by name;
+ * NULL when there is no such component or it has not started. */
+void *node_component_state(node *n, const char *name);
 
 /* Parses "[NODEID@]HOST:PORT": host (room for host_len bytes), port, and
  * the expected node ID when given (*has_id). Returns 0 or GW_EINVAL. */

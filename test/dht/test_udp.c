@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 
 #include "node/dht_runtime.h"
+#include "p2p/sockaddr.h"
 #include "p2p/udp.h"
 #include "util/err.h"
 
@@ -130,7 +131,7 @@ static gw_addr loopback0(void) {
 
 static void raw_send(int fd, const gw_addr *to, const void *buf, size_t len) {
   struct sockaddr_storage ss;
-  assert_int_equal(p2p_udp_addr_to_sockaddr(to, &ss), 0);
+  assert_int_equal(p2p_addr_to_sockaddr(to, &ss), 0);
   assert_int_equal(sendto(fd, buf, len, 0, (struct sockaddr *)&ss, sizeof(struct sockaddr_in)), (ssize_t)len);
 }
 

@@ -21,7 +21,6 @@
 #include "p2p/udp.h"
 
 typedef struct capture {
-  uint64_t boot_txid[FUZZ_SEEDS];
   uint8_t cookie[DHT_COOKIE_BYTES]; /* the node's cookie for whoever pinged */
   bool have_cookie;
 } capture;
@@ -29,10 +28,8 @@ typedef struct capture {
 static void on_sent(void *ud, const gw_peer *to, const uint8_t *buf, size_t len) {
   capture *c = ud;
   dht_msg *m;
+  (void)to;
   if (dht_wire_decode(buf, len, &m) != 0) return;
-  for (unsigned i = 0; i < FUZZ_SEEDS; i++)
-    if (m->kind == GWTF__DHT_KIND__DHT_FIND_NODE && gw_addr_eq(&to->addr, &fuzz_seed_peer(i)->addr))
-      c->boot_txid[i] = m->txid;
   if (m->kind == GWTF__DHT_KIND__DHT_PONG && m->your_cookie.len == DHT_COOKIE_BYTES) {
     memcpy(c->cookie, m->your_cookie.data, DHT_COOKIE_BYTES);
     c->have_cookie = true;
@@ -156,12 +153,9 @@ static void stores(uint8_t who, const p2p_identity *signer, const uint8_t *cooki
   }
 }
 
-/* Replies from seed i to its bootstrap request. */
-static void replies(unsigned i, uint64_t txid) {
-  const p2p_identity *signer = fuzz_seed_identity(i);
-  gw_peer peers[20];
-  Gwtf__DhtContact cs[20], *ptrs[20];
-  for (unsigned j = 0; j < 20; j++) {
+/* Contacts for NODES replies: mostly good, a few broken ones. */
+static void make_contacts(gw_peer *peers, Gwtf__DhtContact *cs, Gwtf__DhtContact **ptrs, unsigned n) {
+  for (unsigned j = 0; j < n; j++) {
     char name[32];
     snprintf(name, sizeof(name), "contact-%u", j);
     gw_id_hash_str(name, &peers[j].id);
@@ -173,26 +167,82 @@ static void replies(unsigned i, uint64_t txid) {
     dht_wire_contact(&cs[j], &peers[j], true);
     ptrs[j] = &cs[j];
   }
-  cs[3].port = 0;  /* a few bad contacts among the good ones */
+  cs[3].port = 0;
   cs[7].ip.len = 5;
   cs[9].id = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)fuzz_node()->id.b};
-  dht_msg m = GWTF__DHT_MESSAGE__INIT;
+}
+
+/* A page of records under the node's key, signed by the seeds and the stranger. */
+static size_t make_records(dht_rec **recs, Gwtf__DhtRecord *ws, Gwtf__DhtRecord **ptrs) {
+  gw_id key, other;
+  fuzz_record_key(&key);
+  gw_id_hash_str("another key", &other);
+  size_t n = 0;
+  for (unsigned i = 0; i <= FUZZ_SEEDS; i++) {
+    const p2p_identity *id = i < FUZZ_SEEDS ? fuzz_seed_identity(i) : fuzz_stranger_identity();
+    const char *v = i == 1 ? "" : "member";
+    if (dht_rec_make(id, i == 2 ? &other : &key, (const uint8_t *)v, strlen(v), 7, 60000, 0, &recs[n]) != 0) exit(1);
+    gwtf__dht_record__init(&ws[n]);
+    ws[n].body = (ProtobufCBinaryData){recs[n]->body_len, recs[n]->body};
+    ws[n].sig = (ProtobufCBinaryData){P2P_SIG_BYTES, recs[n]->sig};
+    ws[n].remaining_ms = 30000;
+    ptrs[n] = &ws[n];
+    n++;
+  }
+  return n;
+}
+
+/* Replies, from the seed it went to, to every request the node has out. */
+static void replies(void) {
+  fuzz_request out[64];
+  size_t n_out = fuzz_outstanding(out, 64);
+  gw_peer peers[20];
+  Gwtf__DhtContact cs[20], *cptrs[20];
+  dht_rec *recs[FUZZ_SEEDS + 1];
+  Gwtf__DhtRecord ws[FUZZ_SEEDS + 1], *rptrs[FUZZ_SEEDS + 1];
+  make_contacts(peers, cs, cptrs, 20);
+  size_t n_recs = make_records(recs, ws, rptrs);
   uint8_t your[DHT_COOKIE_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8};
-  m.kind = GWTF__DHT_KIND__DHT_NODES;
-  m.txid = txid;
-  m.your_cookie = (ProtobufCBinaryData){DHT_COOKIE_BYTES, your};
-  m.n_nodes = 5;
-  m.nodes = ptrs;
-  emit((uint8_t)i, &m, signer);
-  m.n_nodes = 20;
-  emit((uint8_t)i, &m, signer);
-  m.n_nodes = 0;
-  emit((uint8_t)i, &m, signer);
-  m.kind = GWTF__DHT_KIND__DHT_PONG; /* the wrong kind for that request */
-  emit((uint8_t)i, &m, signer);
-  m.kind = GWTF__DHT_KIND__DHT_STORED;
-  m.status = GWTF__DHT_STORE_STATUS__DHT_STORE_COOKIE;
-  emit((uint8_t)i, &m, signer);
+  for (size_t k = 0; k < n_out; k++) {
+    unsigned who = FUZZ_SEEDS;
+    for (unsigned i = 0; i < FUZZ_SEEDS; i++)
+      if (gw_addr_eq(&out[k].to.addr, &fuzz_seed_peer(i)->addr)) who = i;
+    if (who == FUZZ_SEEDS) continue;
+    const p2p_identity *signer = fuzz_seed_identity(who);
+    dht_msg m = GWTF__DHT_MESSAGE__INIT;
+    m.kind = (Gwtf__DhtKind)dht_wire_reply_kind(out[k].kind);
+    m.txid = out[k].txid;
+    m.your_cookie = (ProtobufCBinaryData){DHT_COOKIE_BYTES, your};
+    switch (out[k].kind) {
+    case GWTF__DHT_KIND__DHT_STORE:
+      emit((uint8_t)who, &m, signer);
+      m.status = GWTF__DHT_STORE_STATUS__DHT_STORE_COOKIE;
+      emit((uint8_t)who, &m, signer);
+      m.status = GWTF__DHT_STORE_STATUS__DHT_STORE_STALE;
+      emit((uint8_t)who, &m, signer);
+      break;
+    case GWTF__DHT_KIND__DHT_FIND_VALUE:
+      m.n_records = n_recs;
+      m.records = rptrs;
+      m.more = 1;
+      emit((uint8_t)who, &m, signer);
+      m.more = 0;
+      m.n_nodes = 5;
+      m.nodes = cptrs;
+      emit((uint8_t)who, &m, signer);
+      break;
+    default:
+      m.n_nodes = 5;
+      m.nodes = cptrs;
+      emit((uint8_t)who, &m, signer);
+      m.n_nodes = 20;
+      emit((uint8_t)who, &m, signer);
+      m.kind = GWTF__DHT_KIND__DHT_PONG; /* the wrong kind for that request */
+      emit((uint8_t)who, &m, signer);
+      break;
+    }
+  }
+  for (size_t i = 0; i < n_recs; i++) dht_rec_free(recs[i]);
 }
 
 static void malformed(void) {
@@ -237,9 +287,9 @@ int main(int argc, char **argv) {
   stores(FUZZ_SEEDS, fuzz_stranger_identity(), c.cookie);
   for (unsigned i = 0; i < FUZZ_SEEDS; i++) {
     capture s = learn((uint8_t)i);
-    replies(i, c.boot_txid[i]);
     requests((uint8_t)i, fuzz_seed_identity(i), s.cookie);
   }
+  replies();
   malformed();
   printf("fuzz_gen_corpus: %u files under %s\n", n_written, out_root);
   return 0;

@@ -2,12 +2,14 @@
  *
  * Each input gets a fresh dht (no state carries over between inputs, so a
  * crash replays from its input alone) whose random source is seeded, so the
- * transaction IDs of the bootstrap requests it sends are always the same and
- * the fuzzer (helped by the seed corpus) can write replies that match them.
- * The node holds one record (FIND_VALUE has something to return) and has
- * three bootstrap requests outstanding (NODES replies have a request to
- * match). The input is then delivered as if sent by one of those peers or by
- * a stranger, and the clock is moved past every timeout.
+ * transaction IDs of the requests it sends are always the same and the
+ * fuzzer (helped by the seed corpus) can write replies that match them.
+ * Before the input arrives the node has joined through three seeds (the
+ * harness answers its bootstrap requests), holds its own record, and has a
+ * STORE, a FIND_VALUE and a FIND_NODE outstanding to each seed, so replies of
+ * every kind have a request to match. The input is then delivered as if sent
+ * by one of the seeds or by a stranger, and the clock is moved past every
+ * timeout.
  *
  *   fuzz_dht_payload: byte 0 picks the sender, the rest is a DhtMessage.
  *   fuzz_datagram:    a whole UDP datagram: framing and signature checks
@@ -23,6 +25,13 @@
 #include "util/addr.h"
 
 #define FUZZ_SEEDS (3)
+
+/* A request the node sent. */
+typedef struct fuzz_request {
+  gw_peer to;
+  int kind;
+  uint64_t txid;
+} fuzz_request;
 
 /* Called for every message the dht sends (the corpus generator reads the
  * transaction IDs this way); may be NULL. */
@@ -42,7 +51,11 @@ const gw_peer *fuzz_stranger(void);
 const gw_peer *fuzz_node(void);
 const p2p_identity *fuzz_seed_identity(unsigned i);
 const p2p_identity *fuzz_stranger_identity(void);
-/* The key of the record the node holds. */
+/* The key of the record the node holds (and fetches), and the target of its
+ * node lookup. */
 void fuzz_record_key(gw_id *out);
+void fuzz_lookup_target(gw_id *out);
+/* The requests the node has sent when the input arrives, in order. */
+size_t fuzz_outstanding(fuzz_request *out, size_t max);
 
 #endif
