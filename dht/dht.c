@@ -54,6 +54,8 @@ int dht_new(const dht_config *cfg, uint64_t now_ms, dht **out) {
   d->self = cfg->me->id;
   d->armed_at = UINT64_MAX;
   d->boot_backoff = DHT_BOOT_RETRY_MIN_MS;
+  d->rejoin_at = UINT64_MAX;
+  d->rejoin_backoff = DHT_BOOT_RETRY_MIN_MS;
   dht_store_limits lim = {d->cfg.max_keys, d->cfg.max_subkeys, d->cfg.max_store_bytes};
   int rc = dht_routing_init(&d->rt, &d->self, d->cfg.k, DHT_REPLACEMENTS, d->cfg.refresh_ms, now_ms);
   if (rc == 0) rc = dht_store_new(&lim, &d->store);
@@ -121,6 +123,28 @@ static bool rpc_pending_to(const dht *d, const gw_id *id) {
 
 static void rpc_remove(dht *d, size_t i) { d->rpcs[i] = d->rpcs[--d->n_rpcs]; }
 
+/* How long a lookup waits before asking someone else: the smoothed RTT plus
+ * four deviations, as TCP does, but never less than DHT_RTO_MIN_MS nor more
+ * than the request timeout. Until the first reply: the request timeout. */
+static uint64_t rto(const dht *d) {
+  if (!d->have_rtt) return d->cfg.rpc_timeout_ms;
+  double r = d->srtt + 4 * d->rttvar;
+  if (r < DHT_RTO_MIN_MS) r = DHT_RTO_MIN_MS;
+  return r > (double)d->cfg.rpc_timeout_ms ? d->cfg.rpc_timeout_ms : (uint64_t)r;
+}
+
+static void rtt_sample(dht *d, uint64_t rtt_ms) {
+  double r = (double)rtt_ms;
+  if (!d->have_rtt) {
+    d->srtt = r;
+    d->rttvar = r / 2;
+    d->have_rtt = true;
+    return;
+  }
+  d->rttvar = 0.75 * d->rttvar + 0.25 * (d->srtt > r ? d->srtt - r : r - d->srtt);
+  d->srtt = 0.875 * d->srtt + 0.125 * r;
+}
+
 static void send_bytes(dht *d, const gw_peer *to, const uint8_t *buf, size_t len) {
   /* A failed send behaves like a lost datagram: the request times out. */
   (void)d->cfg.io.send(d->cfg.io.ud, to, buf, len);
@@ -158,6 +182,8 @@ int dht_rpc_send(dht *d, const gw_peer *to, dht_msg *m, const uint8_t *cookie, s
   dht_rpc *r = &d->rpcs[d->n_rpcs++];
   memset(r, 0, sizeof(*r));
   r->txid = txid;
+  r->sent_at = now_ms;
+  r->slow_at = now_ms + rto(d);
   r->deadline = now_ms + d->cfg.rpc_timeout_ms;
   r->to = *to;
   r->kind = (uint8_t)m->kind;
@@ -202,8 +228,9 @@ static void add_nodes(dht *d, reply_space *sp, dht_msg *r, const dht_msg *m, con
   r->nodes = sp->contact_ptrs;
 }
 
-/* Records first, contacts after: when the datagram is full, contacts go first
- * and `more` tells the asker to come back for the rest of the records. */
+/* Records first, contacts after: when the datagram is full the contacts are
+ * dropped first, then the last records, and `more` tells the asker to come
+ * back for the rest. */
 static void add_records(dht *d, reply_space *sp, dht_msg *r, const dht_msg *m, uint64_t now_ms) {
   gw_id key, after;
   bool more = false;
@@ -251,6 +278,27 @@ static void consider_verify(dht *d, const gw_peer *from, const dht_contact *know
   if (send_ping(d, from, RPC_VERIFY, now_ms) == 0) d->n_verify++;
 }
 
+/* The body of the reply to request m. */
+static void fill_reply(dht *d, reply_space *sp, dht_msg *r, const dht_msg *m, const gw_peer *from, bool proven,
+                       uint64_t now_ms) {
+  switch (m->kind) {
+  case GWTF__DHT_KIND__DHT_PING:
+    dht_wire_contact(&sp->observed, from, false);
+    r->observed = &sp->observed;
+    break;
+  case GWTF__DHT_KIND__DHT_FIND_VALUE:
+    add_records(d, sp, r, m, now_ms);
+    add_nodes(d, sp, r, m, from);
+    break;
+  case GWTF__DHT_KIND__DHT_FIND_NODE:
+    add_nodes(d, sp, r, m, from);
+    break;
+  default: /* DHT_STORE */
+    r->status = accept_store(d, m, proven, now_ms);
+    break;
+  }
+}
+
 static void handle_request(dht *d, const gw_peer *from, const dht_msg *m, size_t len, uint64_t now_ms) {
   d->st.requests_in++;
   if (d->cfg.client_only) return;
@@ -273,27 +321,9 @@ static void handle_request(dht *d, const gw_peer *from, const dht_msg *m, size_t
   r.txid = m->txid;
   dht_cookie_make(&d->guard, from, your);
   r.your_cookie = (ProtobufCBinaryData){DHT_COOKIE_BYTES, your};
-  switch (m->kind) {
-  case GWTF__DHT_KIND__DHT_PING:
-    dht_wire_contact(&sp.observed, from, false);
-    r.observed = &sp.observed;
-    break;
-  case GWTF__DHT_KIND__DHT_FIND_VALUE:
-    add_records(d, &sp, &r, m, now_ms);
-    add_nodes(d, &sp, &r, m, from);
-    break;
-  case GWTF__DHT_KIND__DHT_FIND_NODE:
-    add_nodes(d, &sp, &r, m, from);
-    break;
-  case GWTF__DHT_KIND__DHT_STORE:
-    r.status = accept_store(d, m, proven, now_ms);
-    break;
-  default:
-    return;
-  }
+  fill_reply(d, &sp, &r, m, from, proven, now_ms);
   /* The anti-amplification rule: toward an unproven address, no larger than the request. */
-  size_t limit = proven || len > d->cfg.max_payload ? d->cfg.max_payload : len;
-  size_t out = dht_wire_pack_fit(&r, buf, limit);
+  size_t out = dht_wire_pack_fit(&r, buf, proven ? d->cfg.max_payload : len);
   if (out > 0) send_bytes(d, from, buf, out);
 }
 
@@ -329,6 +359,7 @@ static void learn(dht *d, const gw_peer *from, const dht_msg *m, uint64_t now_ms
 
 static void on_boot_reply(dht *d, const gw_peer *from, const dht_msg *m, uint64_t now_ms) {
   dht_lookup *lk = NULL;
+  d->seed_answered = true;
   for (size_t i = 0; i < d->n_lookups && !lk; i++)
     if (d->lookups[i]->kind == LK_JOIN && !d->lookups[i]->finished) lk = d->lookups[i];
   /* Created without asking anyone yet: the seed has just answered. */
@@ -352,6 +383,7 @@ static void handle_reply(dht *d, const gw_peer *from, const dht_msg *m, size_t l
   }
   rpc_remove(d, (size_t)i);
   d->st.replies_in++;
+  rtt_sample(d, now_ms - rpc.sent_at);
   learn(d, from, m, now_ms);
   if (m->kind == GWTF__DHT_KIND__DHT_PONG) vote_observed(d, from, m->observed);
   dht_lookup *lk = rpc.lookup ? dht_lookup_by_serial(d, rpc.lookup) : NULL;
@@ -407,12 +439,25 @@ static void on_rpc_timeout(dht *d, const dht_rpc *rpc, uint64_t now_ms) {
       dht_routing_failed(&d->rt, &rpc->to.id);
   }
   dht_lookup *lk = rpc->lookup ? dht_lookup_by_serial(d, rpc->lookup) : NULL;
-  if (rpc->purpose == RPC_LOOKUP && lk) dht_lookup_on_timeout(d, lk, rpc, now_ms);
+  if (rpc->purpose == RPC_LOOKUP && lk && !rpc->slow) dht_lookup_on_slow(d, lk, rpc, now_ms);
+  if (rpc->purpose == RPC_LOOKUP && lk && rpc->slow) dht_lookup_on_expired(d, lk, now_ms);
   if (rpc->purpose == RPC_STORE && lk) dht_lookup_on_stored(d, lk, rpc, NULL, NULL, now_ms);
   if (rpc->purpose == RPC_VERIFY) d->n_verify--;
 }
 
+/* A lookup's request past its RTO: the lookup asks someone else, but the
+ * request stays open until its deadline and a late reply is still used. */
+static void mark_slow(dht *d, dht_rpc *r, uint64_t now_ms) {
+  r->slow = true;
+  dht_rpc copy = *r; /* the handler may add requests and move the table */
+  dht_lookup *lk = dht_lookup_by_serial(d, copy.lookup);
+  if (lk) dht_lookup_on_slow(d, lk, &copy, now_ms);
+}
+
 static void expire_rpcs(dht *d, uint64_t now_ms) {
+  for (size_t i = 0; i < d->n_rpcs; i++)
+    if (d->rpcs[i].purpose == RPC_LOOKUP && !d->rpcs[i].slow && d->rpcs[i].slow_at <= now_ms)
+      mark_slow(d, &d->rpcs[i], now_ms);
   for (size_t i = 0; i < d->n_rpcs;) {
     if (d->rpcs[i].deadline > now_ms) {
       i++;
@@ -426,11 +471,22 @@ static void expire_rpcs(dht *d, uint64_t now_ms) {
 
 static bool join_running(const dht *d) { return dht_lookups_of_kind(d, LK_JOIN) > 0; }
 
+/* Bootstrap requests go out (with backoff) until we joined through a seed
+ * that answered: a node whose requests were lost could otherwise "join"
+ * through newcomers that bootstrapped from it, an island of its own. */
 static bool need_boot(const dht *d) {
-  return d->n_seeds > 0 && (!d->joined || dht_routing_good(&d->rt) == 0) && !join_running(d);
+  return d->n_seeds > 0 && (!d->joined || !d->seed_answered || dht_routing_good(&d->rt) == 0) &&
+         !join_running(d);
 }
 
+static bool rejoin_due(const dht *d) { return d->joined && !join_running(d) && dht_routing_good(&d->rt) > 0; }
+
 static void boot_tick(dht *d, uint64_t now_ms) {
+  if (rejoin_due(d) && now_ms >= d->rejoin_at) {
+    d->rejoin_at = UINT64_MAX;
+    dht_lookup_start(d, LK_JOIN, &d->self, d->cfg.k, now_ms);
+    return;
+  }
   if (!need_boot(d) || now_ms < d->boot_at) return;
   d->boot_at = now_ms + d->boot_backoff;
   d->boot_backoff = d->boot_backoff * 2 < DHT_BOOT_RETRY_MAX_MS ? d->boot_backoff * 2 : DHT_BOOT_RETRY_MAX_MS;
@@ -450,10 +506,25 @@ static void boot_tick(dht *d, uint64_t now_ms) {
   }
 }
 
+/* A node that joined through a peer that was itself still joining can end
+ * up knowing almost nobody: while the table is thinner than one bucket, the
+ * self-lookup (and the refresh of every bucket after it) is repeated with
+ * backoff, until the table fills or the refresh period is reached. */
+static void schedule_rejoin(dht *d, size_t good, uint64_t now_ms) {
+  if (good >= d->cfg.k) {
+    d->rejoin_at = UINT64_MAX;
+    d->rejoin_backoff = DHT_BOOT_RETRY_MIN_MS;
+    return;
+  }
+  d->rejoin_at = now_ms + d->rejoin_backoff;
+  d->rejoin_backoff = d->rejoin_backoff * 2 < d->cfg.refresh_ms ? d->rejoin_backoff * 2 : d->cfg.refresh_ms;
+}
+
 void dht_join_done(dht *d, uint64_t now_ms) {
   size_t good = dht_routing_good(&d->rt);
   if (good == 0) return; /* boot_tick retries */
   d->boot_backoff = DHT_BOOT_RETRY_MIN_MS;
+  schedule_rejoin(d, good, now_ms);
   /* Fill the table across the whole ID space, not just near us. */
   dht_routing_refresh_all(&d->rt, now_ms);
   if (d->joined) return;
@@ -502,13 +573,17 @@ static uint64_t next_deadline(const dht *d, uint64_t now_ms) {
     uint64_t t_ = (t); \
     if (t_ < next) next = t_; \
   } while (0)
-  for (size_t i = 0; i < d->n_rpcs; i++) EARLIER(d->rpcs[i].deadline);
+  for (size_t i = 0; i < d->n_rpcs; i++) {
+    const dht_rpc *r = &d->rpcs[i];
+    EARLIER(r->purpose == RPC_LOOKUP && !r->slow ? r->slow_at : r->deadline);
+  }
   for (size_t i = 0; i < d->n_lookups; i++)
     if (d->lookups[i]->finished) EARLIER(now_ms);
   for (size_t i = 0; i < d->n_pubs; i++) EARLIER(d->pubs[i].next_at);
   EARLIER(dht_store_next_expiry(d->store));
   EARLIER(d->guard.rotate_at_ms);
   if (need_boot(d)) EARLIER(d->boot_at);
+  if (rejoin_due(d)) EARLIER(d->rejoin_at);
   if (d->joined && dht_lookups_of_kind(d, LK_REFRESH) < DHT_MAX_REFRESH)
     EARLIER(dht_routing_next_refresh(&d->rt));
 #undef EARLIER

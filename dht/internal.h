@@ -24,6 +24,7 @@
 #define DHT_OBSERVED (8)           /* PONG answers kept to guess our external address */
 #define DHT_PING_PAD (48)          /* a PONG with `observed` fits in a padded PING */
 #define DHT_BUF (2048)             /* encode buffer, > any max_payload */
+#define DHT_RTO_MIN_MS (200)       /* lookups wait at least this long for a reply */
 
 enum dht_purpose {
   RPC_LOOKUP = 0, /* a lookup's FIND_NODE / FIND_VALUE */
@@ -35,9 +36,13 @@ enum dht_purpose {
 };
 
 typedef struct dht_rpc {
-  uint64_t txid, deadline;
+  uint64_t txid;
+  uint64_t sent_at;
+  uint64_t slow_at;  /* a lookup stops waiting (the RTO) ... */
+  uint64_t deadline; /* ... and here the request has failed (rpc_timeout_ms) */
   gw_peer to; /* to.id zero: a bootstrap address, the reply teaches the ID */
   uint8_t kind, purpose;
+  bool slow;    /* past slow_at: its lookup has moved on, a late reply still counts */
   bool retried; /* STORE resent once with a fresh cookie */
   uint32_t lookup; /* serial of the owning lookup (RPC_LOOKUP, RPC_STORE) */
   size_t wire_bytes;
@@ -48,6 +53,7 @@ enum { CAND_NEW = 0, CAND_ASKED, CAND_DONE, CAND_FAILED };
 typedef struct dht_cand {
   gw_peer peer;
   uint8_t state, depth, pages;
+  bool resent; /* one retransmission when it went slow */
   bool has_cookie, has_after;
   uint8_t cookie[DHT_COOKIE_BYTES];
   gw_id after; /* FIND_VALUE paging cursor */
@@ -62,6 +68,7 @@ typedef struct dht_lookup {
   bool storing;  /* LK_STORE: lookup over, STOREs in flight */
   gw_id target;
   size_t width, inflight;
+  size_t slow; /* requests past their RTO and not yet answered or timed out */
   dht_cand cands[DHT_LOOKUP_SLOTS];
   size_t n_cands;
   uint64_t started_ms;
@@ -71,7 +78,6 @@ typedef struct dht_lookup {
   void *ud;
   dht_rec **recs; /* LK_VALUES: best record per publisher */
   size_t n_recs, cap_recs;
-  size_t listings; /* LK_VALUES: nodes that listed all they hold */
   dht_rec *rec; /* LK_STORE: what to store */
   size_t stores_pending, stores_ok;
 } dht_lookup;
@@ -106,10 +112,14 @@ struct dht {
   gw_peer seeds[DHT_MAX_SEEDS];
   size_t n_seeds;
   uint64_t boot_at, boot_backoff;
+  uint64_t rejoin_at, rejoin_backoff; /* self-lookup again while the table is thin */
   bool joined;
+  bool seed_answered; /* until one has, joining through newcomers may be an island */
   uint64_t last_seq;
   uint64_t armed_at; /* the tick we asked for; UINT64_MAX: none */
   size_t n_verify;
+  double srtt, rttvar; /* round-trip estimate over all replies (RFC 6298) */
+  bool have_rtt;
   dht_vote votes[DHT_OBSERVED];
   size_t n_votes, next_vote;
   dht_stats st; /* counters; gauges are filled in by dht_get_stats */
@@ -140,7 +150,10 @@ dht_lookup *dht_lookup_start(dht *d, uint8_t kind, const gw_id *target, size_t w
 dht_lookup *dht_lookup_by_serial(dht *d, uint32_t serial);
 void dht_lookup_on_reply(dht *d, dht_lookup *lk, const dht_rpc *rpc, const gw_peer *from, const dht_msg *m,
                          size_t len, uint64_t now_ms);
-void dht_lookup_on_timeout(dht *d, dht_lookup *lk, const dht_rpc *rpc, uint64_t now_ms);
+/* A request of the lookup is slow (past its RTO): ask someone else. */
+void dht_lookup_on_slow(dht *d, dht_lookup *lk, const dht_rpc *rpc, uint64_t now_ms);
+/* A slow request timed out for good. */
+void dht_lookup_on_expired(dht *d, dht_lookup *lk, uint64_t now_ms);
 void dht_lookup_on_stored(dht *d, dht_lookup *lk, const dht_rpc *rpc, const gw_peer *from, const dht_msg *m,
                           uint64_t now_ms);
 /* Feeds a bootstrap peer's answer into the join lookup: the peer counts as

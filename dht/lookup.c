@@ -4,9 +4,11 @@
  * the closest candidates it has not asked yet, never more than α at once and
  * only among the `width` closest still standing (asking farther ones cannot
  * change the answer), adds every contact a reply names, and ends when the
- * `width` closest candidates have all answered or failed. A request that
- * times out marks its candidate failed, which lets the next one in line be
- * asked: that is the retry to another contact.
+ * `width` closest candidates have all answered or failed. A request not
+ * answered within the RTO (an adaptive estimate between 200 ms and the 1 s
+ * request timeout) marks its candidate failed, which lets the next one in
+ * line be asked: that is the retry to another contact. An answer that comes
+ * late, before the request times out, still revives the candidate.
  *
  * Kinds: LK_NODES (dht_find_node), LK_VALUES (dht_fetch: FIND_VALUE, paging
  * through keys with many records), LK_STORE (find the `replicas` closest,
@@ -70,7 +72,8 @@ static dht_cand *next_to_ask(dht_lookup *lk) {
 }
 
 /* Done when the `width` closest still standing have all answered, or when
- * fewer remain and nothing is in flight. */
+ * fewer remain and nothing is in flight (slow requests included: when the
+ * list has run dry, a late answer is all that is left to wait for). */
 static bool lookup_done(const dht_lookup *lk) {
   size_t answered = 0;
   for (size_t i = 0; i < lk->n_cands; i++) {
@@ -79,7 +82,7 @@ static bool lookup_done(const dht_lookup *lk) {
     if (c->state != CAND_DONE) return false;
     if (++answered == lk->width) return true;
   }
-  return lk->inflight == 0;
+  return lk->inflight == 0 && lk->slow == 0;
 }
 
 /* ---- asking ---- */
@@ -228,11 +231,11 @@ static void advance_cursor(dht_cand *c, const gw_id *publisher) {
 }
 
 /* Takes the records of one VALUES page. Returns true when the node has more
- * and should be asked for the next page (c's cursor is moved). Once one node
- * has listed everything it holds, another node's pages are followed only
- * while they bring records we did not have: replicas mostly agree. */
+ * and should be asked for the next page (c's cursor is moved). Every node
+ * that answers is paged through to the end: replicas need not agree (a lost
+ * STORE, a publisher that saw other closest nodes), and a page of records we
+ * know says nothing about the next one. */
 static bool take_records(dht *d, dht_lookup *lk, dht_cand *c, const dht_msg *m, uint64_t now_ms) {
-  size_t novel = 0;
   for (size_t i = 0; i < m->n_records; i++) {
     const Gwtf__DhtRecord *w = m->records[i];
     const dht_rec *known = w ? known_copy(lk, w) : NULL;
@@ -251,13 +254,8 @@ static bool take_records(dht *d, dht_lookup *lk, dht_cand *c, const dht_msg *m, 
     }
     advance_cursor(c, &rec->publisher);
     keep_record(d, lk, rec);
-    novel++;
   }
-  if (!m->more) {
-    lk->listings++;
-    return false;
-  }
-  if (!c || c->pages + 1 >= DHT_MAX_PAGES || (novel == 0 && lk->listings > 0 && m->n_records > 0)) return false;
+  if (!m->more || !c || c->pages + 1 >= DHT_MAX_PAGES) return false;
   c->pages++;
   return true;
 }
@@ -266,8 +264,9 @@ static bool take_records(dht *d, dht_lookup *lk, dht_cand *c, const dht_msg *m, 
 
 void dht_lookup_on_reply(dht *d, dht_lookup *lk, const dht_rpc *rpc, const gw_peer *from, const dht_msg *m,
                          size_t len, uint64_t now_ms) {
-  (void)rpc;
-  if (lk->inflight > 0) lk->inflight--;
+  /* A slow request already gave its slot back; its late answer still counts. */
+  if (!rpc->slow && lk->inflight > 0) lk->inflight--;
+  if (rpc->slow && lk->slow > 0) lk->slow--;
   lk->st.bytes += len + d->cfg.wire_overhead;
   dht_cand *c = cand_find(lk, &from->id);
   uint8_t next_depth = c && c->depth < UINT8_MAX ? (uint8_t)(c->depth + 1) : UINT8_MAX;
@@ -291,11 +290,39 @@ void dht_lookup_on_reply(dht *d, dht_lookup *lk, const dht_rpc *rpc, const gw_pe
   progress(d, lk, now_ms);
 }
 
-void dht_lookup_on_timeout(dht *d, dht_lookup *lk, const dht_rpc *rpc, uint64_t now_ms) {
+/* Whether c is among the `width` closest candidates still standing: the
+ * ones the answer depends on. */
+static bool in_window(const dht_lookup *lk, const dht_cand *c) {
+  size_t standing = 0;
+  for (size_t i = 0; i < lk->n_cands && standing < lk->width; i++) {
+    if (&lk->cands[i] == c) return true;
+    standing += lk->cands[i].state != CAND_FAILED;
+  }
+  return false;
+}
+
+void dht_lookup_on_slow(dht *d, dht_lookup *lk, const dht_rpc *rpc, uint64_t now_ms) {
   if (lk->inflight > 0) lk->inflight--;
+  lk->slow++;
   lk->st.timeouts++;
   dht_cand *c = cand_find(lk, &rpc->to.id);
-  if (c) c->state = CAND_FAILED;
+  if (c) {
+    /* One lost datagram must not cost a node the answer depends on its
+     * place: it is asked once more (and the lookup waits one more RTO for
+     * it) before it counts as failed. A late answer to either request
+     * revives it. */
+    bool resend = in_window(lk, c) && !c->resent;
+    c->state = CAND_FAILED;
+    if (resend) {
+      c->resent = true;
+      if (ask(d, lk, c, now_ms) != 0) c->state = CAND_FAILED;
+    }
+  }
+  progress(d, lk, now_ms);
+}
+
+void dht_lookup_on_expired(dht *d, dht_lookup *lk, uint64_t now_ms) {
+  if (lk->slow > 0) lk->slow--;
   progress(d, lk, now_ms);
 }
 
@@ -469,22 +496,24 @@ void dht_lookups_deliver(dht *d, uint64_t now_ms) {
 
 /* ---- public lookups ---- */
 
-int dht_find_node(dht *d, const gw_id *target, dht_nodes_cb cb, void *ud, uint64_t now_ms) {
-  dht_lookup *lk = dht_lookup_start(d, LK_NODES, target, d->cfg.width, now_ms);
+/* A lookup a caller asked for: width β, its result through one of the callbacks. */
+static int start_for_caller(dht *d, uint8_t kind, const gw_id *target, dht_nodes_cb nodes_cb,
+                            dht_records_cb records_cb, void *ud, uint64_t now_ms) {
+  dht_lookup *lk = dht_lookup_start(d, kind, target, d->cfg.width, now_ms);
   if (!lk) return GW_EFULL;
-  lk->nodes_cb = cb;
+  lk->nodes_cb = nodes_cb;
+  lk->records_cb = records_cb;
   lk->ud = ud;
   dht_arm(d, now_ms);
   return 0;
 }
 
+int dht_find_node(dht *d, const gw_id *target, dht_nodes_cb cb, void *ud, uint64_t now_ms) {
+  return start_for_caller(d, LK_NODES, target, cb, NULL, ud, now_ms);
+}
+
 int dht_fetch(dht *d, const gw_id *key, dht_records_cb cb, void *ud, uint64_t now_ms) {
-  dht_lookup *lk = dht_lookup_start(d, LK_VALUES, key, d->cfg.width, now_ms);
-  if (!lk) return GW_EFULL;
-  lk->records_cb = cb;
-  lk->ud = ud;
-  dht_arm(d, now_ms);
-  return 0;
+  return start_for_caller(d, LK_VALUES, key, NULL, cb, ud, now_ms);
 }
 
 /* ---- publications ---- */

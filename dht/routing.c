@@ -93,6 +93,20 @@ size_t dht_routing_bucket_of(const dht_routing *rt, const gw_id *id) {
   return cpl < rt->n_buckets - 1 ? cpl : rt->n_buckets - 1;
 }
 
+/* Moves the contacts of src sharing at least `depth` bits with us to dst,
+ * keeping their order. */
+static void move_deeper(const dht_routing *rt, size_t depth, dht_contact *src, size_t *n_src, dht_contact *dst,
+                        size_t *n_dst) {
+  for (size_t i = 0; i < *n_src;) {
+    if (dht_cpl(&rt->self, &src[i].peer.id) >= depth) {
+      dst[(*n_dst)++] = src[i];
+      remove_at(src, n_src, i);
+    } else {
+      i++;
+    }
+  }
+}
+
 /* Moves the contacts of the last bucket that share more bits with us into a
  * new last bucket. Only the bucket covering our own ID ever splits, so the
  * table stays small far from us and detailed near us. */
@@ -106,22 +120,8 @@ static int split_last(dht_routing *rt, uint64_t now_ms) {
   if (rc != 0) return rc;
   dht_bucket *old = &rt->buckets[rt->n_buckets - 1];
   size_t depth = rt->n_buckets; /* the new bucket's index */
-  for (size_t i = 0; i < old->n_live;) {
-    if (dht_cpl(&rt->self, &old->live[i].peer.id) >= depth) {
-      fresh->live[fresh->n_live++] = old->live[i];
-      remove_at(old->live, &old->n_live, i);
-    } else {
-      i++;
-    }
-  }
-  for (size_t i = 0; i < old->n_repl;) {
-    if (dht_cpl(&rt->self, &old->repl[i].peer.id) >= depth) {
-      fresh->repl[fresh->n_repl++] = old->repl[i];
-      remove_at(old->repl, &old->n_repl, i);
-    } else {
-      i++;
-    }
-  }
+  move_deeper(rt, depth, old->live, &old->n_live, fresh->live, &fresh->n_live);
+  move_deeper(rt, depth, old->repl, &old->n_repl, fresh->repl, &fresh->n_repl);
   rt->n_buckets++;
   promote(rt, old);
   promote(rt, fresh);

@@ -37,7 +37,7 @@ typedef struct stage_member {
   gw_addr addr;  /* where its sessions and its DHT endpoint listen */
   uint32_t capacity, load;
   uint64_t remaining_ms; /* until the announcement lapses unless renewed */
-  const uint8_t *extra;  /* opaque to the directory; valid during the callback */
+  const uint8_t *extra;  /* opaque to the directory; valid during the callback (NULL when empty) */
   size_t extra_len;
 } stage_member;
 

@@ -41,5 +41,9 @@ int cmd_bench_p2p(int argc, char **argv);
 void cmd_bench_p2p_help(void);
 int cmd_sim_join(int argc, char **argv);
 void cmd_sim_join_help(void);
+int cmd_lookup(int argc, char **argv);
+void cmd_lookup_help(void);
+int cmd_bench_dht(int argc, char **argv);
+void cmd_bench_dht_help(void);
 
 #endif

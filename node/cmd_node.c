@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dht/stage_dir.h"
 #include "node/cmd.h"
+#include "node/dht_node.h"
 #include "node/node.h"
 #include "node/train_node.h"
 #include "p2p/frame.h"
@@ -35,8 +37,14 @@ void cmd_node_help(void) {
          "  --max-frame BYTES          largest frame accepted (default 64M; K/M/G suffixes)\n"
          "  --ping-interval MS         keepalive ping period (default 5000)\n"
          "  --handshake-timeout MS     drop connections that do not authenticate in time\n"
-         "                             (default 5000)\n",
-         NODE_DEFAULT_PORT, dir);
+         "                             (default 5000)\n"
+         "  --announce RUN:STAGE       announce this peer in stage STAGE of run RUN in the\n"
+         "                             DHT (its address is the --listen address); repeatable\n"
+         "  --record-ttl SEC           lifetime of our DHT records (default 1800); they are\n"
+         "                             republished every SEC/2 while the node runs\n"
+         "  --dht-stats SEC            log the routing-table size and stored records every\n"
+         "                             SEC seconds (default %d)\n",
+         NODE_DEFAULT_PORT, dir, DHT_NODE_STATS_MS / 1000);
   train_node_print_help();
 }
 
@@ -54,6 +62,9 @@ enum {
   OPT_MAX_FRAME,
   OPT_PING,
   OPT_HS_TIMEOUT,
+  OPT_ANNOUNCE,
+  OPT_RECORD_TTL,
+  OPT_DHT_STATS,
 };
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -110,6 +121,27 @@ static int apply(node_config *cfg, int c, const char *arg) {
   case OPT_HS_TIMEOUT:
     return parse_ms(arg, 100, &cfg->handshake_timeout_ms) == 0 ? 0
                                                                : bad("--handshake-timeout", arg, "milliseconds >= 100");
+  case OPT_ANNOUNCE: {
+    char run[STAGE_DIR_NAME_MAX + 1];
+    uint32_t stage;
+    if (dht_node_parse_announce(arg, run, sizeof(run), &stage) != 0)
+      return bad("--announce", arg, "expected RUN:STAGE, e.g. demo:0 (RUN of [A-Za-z0-9._-])");
+    if (cfg->n_announce == NODE_MAX_ANNOUNCE) return bad("--announce", arg, "too many announcements");
+    cfg->announce[cfg->n_announce++] = arg;
+    return 0;
+  }
+  case OPT_RECORD_TTL: {
+    uint32_t s;
+    if (parse_ms(arg, 2, &s) != 0 || s > 86400) return bad("--record-ttl", arg, "seconds between 2 and 86400");
+    cfg->record_ttl_ms = (uint64_t)s * 1000;
+    return 0;
+  }
+  case OPT_DHT_STATS: {
+    uint32_t s;
+    if (parse_ms(arg, 1, &s) != 0 || s > 86400) return bad("--dht-stats", arg, "seconds between 1 and 86400");
+    cfg->dht_stats_ms = s * 1000;
+    return 0;
+  }
   default: return 2;
   }
 }
@@ -129,6 +161,9 @@ int cmd_node(int argc, char **argv) {
       {"max-frame", required_argument, 0, OPT_MAX_FRAME},
       {"ping-interval", required_argument, 0, OPT_PING},
       {"handshake-timeout", required_argument, 0, OPT_HS_TIMEOUT},
+      {"announce", required_argument, 0, OPT_ANNOUNCE},
+      {"record-ttl", required_argument, 0, OPT_RECORD_TTL},
+      {"dht-stats", required_argument, 0, OPT_DHT_STATS},
       {"help", no_argument, 0, 'h'},
       {0},
   };
@@ -154,7 +189,7 @@ int cmd_node(int argc, char **argv) {
       fprintf(stderr, "(see gwtf help node)\n");
       return 2;
     }
-    int rc = c >= TRAIN_NODE_OPT_BASE ? train_node_parse_opt(&topts, &cfg, c, optarg) : apply(&cfg, c, optarg);
+    int rc = c >= TRAIN_NODE_OPT_BASE ? train_node_parse_opt(&topts, c, optarg) : apply(&cfg, c, optarg);
     if (rc != 0) return rc;
   }
   bool training = false;

@@ -28,6 +28,7 @@ struct dht_runtime {
   char contacts_path[PATH_MAX];
   const gw_log *log;
   int open_handles;
+  bool stopping;
   void (*on_joined)(void *ud);
   void *joined_ud;
   uint64_t reject_window; /* second of the last reject log line */
@@ -44,12 +45,12 @@ static int io_send(void *ud, const gw_peer *to, const uint8_t *buf, size_t len) 
 static void on_tick(uv_timer_t *t) {
   dht_runtime *rt = t->data;
   rt->tick_at = UINT64_MAX;
-  if (rt->d) dht_on_tick(rt->d, uv_now(rt->loop));
+  if (!rt->stopping) dht_on_tick(rt->d, uv_now(rt->loop));
 }
 
 static void io_want_tick(void *ud, uint64_t at_ms) {
   dht_runtime *rt = ud;
-  if (at_ms >= rt->tick_at) return;
+  if (rt->stopping || at_ms >= rt->tick_at) return;
   uint64_t now = uv_now(rt->loop);
   rt->tick_at = at_ms;
   uv_timer_start(&rt->tick, on_tick, at_ms > now ? at_ms - now : 0, 0);
@@ -63,7 +64,7 @@ static void io_random(void *ud, void *buf, size_t len) {
 static void on_datagram(void *ud, const gw_peer *from, const uint8_t *payload, size_t len, size_t wire_len) {
   dht_runtime *rt = ud;
   (void)wire_len;
-  if (rt->d) dht_on_message(rt->d, from, payload, len, uv_now(rt->loop));
+  if (!rt->stopping) dht_on_message(rt->d, from, payload, len, uv_now(rt->loop));
 }
 
 static const char *reject_reason(int reason) {
@@ -177,9 +178,13 @@ static void on_joined(void *ud) {
 
 /* ---- lifecycle ---- */
 
+/* The dht goes last, once the loop has unwound: dht_runtime_stop may be
+ * called from inside one of its callbacks. */
 static void on_handle_closed(uv_handle_t *h) {
   dht_runtime *rt = h->data;
-  if (--rt->open_handles == 0) free(rt);
+  if (--rt->open_handles > 0) return;
+  dht_free(rt->d);
+  free(rt);
 }
 
 static int join(dht_runtime *rt, const dht_runtime_config *cfg) {
@@ -251,12 +256,11 @@ int dht_runtime_start(uv_loop_t *loop, const p2p_identity *me, const dht_runtime
 }
 
 void dht_runtime_stop(dht_runtime *rt) {
-  if (!rt) return;
+  if (!rt || rt->stopping) return;
+  rt->stopping = true;
   if (rt->d) dht_runtime_save_contacts(rt);
-  if (rt->udp) p2p_udp_close(rt->udp);
+  if (rt->udp) p2p_udp_close(rt->udp); /* nothing more comes in or goes out */
   rt->udp = NULL;
-  dht_free(rt->d);
-  rt->d = NULL;
   uv_close((uv_handle_t *)&rt->tick, on_handle_closed);
   uv_close((uv_handle_t *)&rt->chore, on_handle_closed);
 }

@@ -43,8 +43,9 @@ typedef struct dht_runtime_config {
  * failure past the bind, the loop must run once to release the handles). */
 int dht_runtime_start(uv_loop_t *loop, const p2p_identity *me, const dht_runtime_config *cfg,
                       dht_runtime **out);
-/* Saves the contacts, frees the dht (pending lookups call back with
- * GW_ECLOSED) and closes the handles; the memory goes once the loop has run. */
+/* Saves the contacts, closes the socket and the timers, and frees the dht
+ * once the loop has run (pending lookups then call back with GW_ECLOSED).
+ * Safe to call from inside a DHT callback. */
 void dht_runtime_stop(dht_runtime *rt);
 
 dht *dht_runtime_dht(dht_runtime *rt);

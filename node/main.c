@@ -26,6 +26,9 @@ static const gwtf_cmd commands[] = {
     {"node", "run a peer: listen, connect to bootstrap peers, keep sessions", cmd_node, cmd_node_help},
     {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
     {"sim join", "compare where joining nodes go (paper Table IV / Fig. 5)", cmd_sim_join, cmd_sim_join_help},
+    {"lookup", "print the members of a stage (or the run records) found in the DHT", cmd_lookup, cmd_lookup_help},
+    {"bench dht", "measure DHT lookups and record fetches with N nodes on loopback", cmd_bench_dht,
+     cmd_bench_dht_help},
 };
 
 static const size_t n_commands = sizeof(commands) / sizeof(commands[0]);

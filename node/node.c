@@ -3,6 +3,7 @@
 #include "node/dht_node.h"
 #include "node/train_node.h"
 
+#include <arpa/inet.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>

@@ -28,6 +28,7 @@
 
 #define NODE_DEFAULT_PORT (7447)
 #define NODE_MAX_BOOTSTRAP (64)
+#define NODE_MAX_ANNOUNCE (8)
 
 typedef struct node_config {
   const char *data_dir;      /* NULL: $HOME/.gwtf, or ./gwtf-data without HOME */
@@ -47,6 +48,11 @@ typedef struct node_config {
   uint64_t record_ttl_ms;     /* DHT records we publish live this long (0: the DHT's default) */
   bool allow_loopback_peers;  /* the DHT accepts 127.0.0.0/8 contacts (local swarms, tests) */
   const struct train_node_opts *train; /* NULL: no training (a plain peer) */
+  /* Stage-directory announcements made by the DHT component (node/dht_node.c):
+   * "RUN:STAGE", kept alive (republished) until shutdown. */
+  const char *announce[NODE_MAX_ANNOUNCE];
+  size_t n_announce;
+  uint32_t dht_stats_ms; /* period of the dht.stats log line (0: DHT_NODE_STATS_MS) */
 } node_config;
 
 typedef struct node node;

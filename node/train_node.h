@@ -67,7 +67,7 @@ void train_node_opts_default(train_node_opts *o);
  * after printing what is wrong), train_node_check checks the combination. */
 #define TRAIN_NODE_OPT_BASE 2000
 extern const struct option train_node_options[];
-int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const char *arg);
+int train_node_parse_opt(train_node_opts *o, int code, const char *arg);
 int train_node_check(const train_node_opts *o, bool *training);
 void train_node_print_help(void);
 

@@ -35,7 +35,6 @@ enum {
   T_RESUME,
   T_FLOW_TICK,
   T_HOP_TIMEOUT,
-  T_RECORD_TTL,
   T_STAY,
   T_DEBUG_CRASH,
   T_EXIT_WITH_PARENT,
@@ -64,7 +63,6 @@ const struct option train_node_options[] = {
     {"resume", no_argument, 0, T_RESUME},
     {"flow-tick", required_argument, 0, T_FLOW_TICK},
     {"hop-timeout", required_argument, 0, T_HOP_TIMEOUT},
-    {"record-ttl", required_argument, 0, T_RECORD_TTL},
     {"stay", no_argument, 0, T_STAY},
     {"debug-crash", required_argument, 0, T_DEBUG_CRASH},
     {"exit-with-parent", no_argument, 0, T_EXIT_WITH_PARENT},
@@ -88,7 +86,6 @@ void train_node_print_help(void) {
          "  --resume                   start from this data dir's checkpoint when recent enough\n"
          "  --flow-tick MS             flow protocol tick (default 2000, the GWTF prototype's)\n"
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
-         "  --record-ttl S             lifetime of our DHT records in seconds (default 1800)\n"
          "  --stay                     a data node keeps running after its iterations\n"
          "  --slowdown F               emulate a device F times slower (F >= 1; experiments)\n"
          "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
@@ -130,7 +127,7 @@ static int run_name_ok(const char *s) {
   return 1;
 }
 
-int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const char *arg) {
+int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   long v;
   gpu_device dev;
   switch (code) {
@@ -195,7 +192,6 @@ int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const c
       {T_SEQ, "--seq", 2, 65536},             {T_ITERS, "--iterations", 0, 100000000},
       {T_THREADS, "--threads", 0, 1024},      {T_CKPT, "--checkpoint-every", 0, 100000000},
       {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
-      {T_RECORD_TTL, "--record-ttl", 5, 86400},
   };
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
     if (ints[i].code != code) continue;
@@ -215,7 +211,6 @@ int train_node_parse_opt(train_node_opts *o, node_config *cfg, int code, const c
     case T_CKPT: o->checkpoint_every = (int)v; break;
     case T_FLOW_TICK: o->flow_tick_ms = (uint64_t)v; break;
     case T_HOP_TIMEOUT: o->hop_timeout_ms = (uint64_t)v; break;
-    case T_RECORD_TTL: cfg->record_ttl_ms = (uint64_t)v * 1000; break;
     }
     return 0;
   }

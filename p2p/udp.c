@@ -1,9 +1,9 @@
 #include "p2p/udp.h"
 
-#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "p2p/sockaddr.h"
 #include "util/err.h"
 
 #define UDP_DOMAIN "gwtf-udp-v1"
@@ -32,42 +32,17 @@ typedef struct udp_send_req {
 
 /* ---- addresses ---- */
 
-int p2p_udp_addr_from_sockaddr(const struct sockaddr *sa, gw_addr *out) {
-  memset(out, 0, sizeof(*out));
-  if (sa->sa_family == AF_INET) {
-    const struct sockaddr_in *in = (const struct sockaddr_in *)sa;
-    out->family = 4;
-    out->port = ntohs(in->sin_port);
-    memcpy(out->ip, &in->sin_addr, 4);
-    return 0;
+/* A dual-stack [::] endpoint reaches IPv4 peers through v4-mapped
+ * addresses (p2p/sockaddr.c reports those peers as plain IPv4). */
+static int dest_sockaddr(const p2p_udp *u, const gw_addr *to, struct sockaddr_storage *ss) {
+  if (u->local.family == 6 && to->family == 4) {
+    gw_addr mapped = {.family = 6, .port = to->port};
+    mapped.ip[10] = mapped.ip[11] = 0xff;
+    memcpy(mapped.ip + 12, to->ip, 4);
+    return p2p_addr_to_sockaddr(&mapped, ss);
   }
-  if (sa->sa_family == AF_INET6) {
-    const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)sa;
-    out->family = 6;
-    out->port = ntohs(in6->sin6_port);
-    memcpy(out->ip, &in6->sin6_addr, 16);
-    return 0;
-  }
-  return GW_EINVAL;
-}
-
-int p2p_udp_addr_to_sockaddr(const gw_addr *a, struct sockaddr_storage *out) {
-  memset(out, 0, sizeof(*out));
-  if (a->family == 4) {
-    struct sockaddr_in *in = (struct sockaddr_in *)out;
-    in->sin_family = AF_INET;
-    in->sin_port = htons(a->port);
-    memcpy(&in->sin_addr, a->ip, 4);
-    return 0;
-  }
-  if (a->family == 6) {
-    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)out;
-    in6->sin6_family = AF_INET6;
-    in6->sin6_port = htons(a->port);
-    memcpy(&in6->sin6_addr, a->ip, 16);
-    return 0;
-  }
-  return GW_EINVAL;
+  if (to->family != u->local.family) return GW_EINVAL;
+  return p2p_addr_to_sockaddr(to, ss);
 }
 
 /* ---- codec ---- */
@@ -167,7 +142,7 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
   gw_peer from;
   const uint8_t *payload;
   size_t plen, len = (size_t)nread;
-  bool have_addr = p2p_udp_addr_from_sockaddr(sa, &from.addr) == 0;
+  bool have_addr = p2p_addr_from_sockaddr(sa, &from.addr) == 0;
   int rc = (flags & UV_UDP_PARTIAL) ? GW_ERANGE : have_addr ? 0 : GW_EPROTO;
   if (rc == 0) rc = p2p_udp_unseal(u->rx, len, &u->cfg.me->id, &from.id, &payload, &plen);
   if (rc != 0) {
@@ -183,7 +158,7 @@ static void on_recv(uv_udp_t *h, ssize_t nread, const uv_buf_t *buf, const struc
 int p2p_udp_open(uv_loop_t *loop, const p2p_udp_config *cfg, p2p_udp **out) {
   struct sockaddr_storage ss;
   *out = NULL;
-  if (!cfg->me || p2p_udp_addr_to_sockaddr(&cfg->bind, &ss) != 0) return GW_EINVAL;
+  if (!cfg->me || p2p_addr_to_sockaddr(&cfg->bind, &ss) != 0) return GW_EINVAL;
   p2p_udp *u = calloc(1, sizeof(*u));
   if (!u) return GW_ENOMEM;
   u->cfg = *cfg;
@@ -198,7 +173,7 @@ int p2p_udp_open(uv_loop_t *loop, const p2p_udp_config *cfg, p2p_udp **out) {
     int sslen = sizeof(ss);
     rc = uv_udp_getsockname(&u->handle, (struct sockaddr *)&ss, &sslen);
   }
-  if (rc == 0) rc = p2p_udp_addr_from_sockaddr((const struct sockaddr *)&ss, &u->local);
+  if (rc == 0) rc = p2p_addr_from_sockaddr((const struct sockaddr *)&ss, &u->local);
   if (rc == 0) rc = uv_udp_recv_start(&u->handle, on_alloc, on_recv);
   if (rc != 0) {
     p2p_udp_close(u);
@@ -239,8 +214,7 @@ int p2p_udp_send(p2p_udp *u, const gw_peer *to, const uint8_t *payload, size_t l
   uint8_t dgram[P2P_UDP_MAX_DGRAM];
   struct sockaddr_storage ss;
   size_t dlen;
-  if (p2p_udp_addr_to_sockaddr(&to->addr, &ss) != 0 || to->addr.family != u->local.family)
-    return GW_EINVAL;
+  if (dest_sockaddr(u, &to->addr, &ss) != 0) return GW_EINVAL;
   int rc = p2p_udp_seal(u->cfg.me, &to->id, payload, len, dgram, sizeof(dgram), &dlen);
   if (rc != 0) return rc;
   uv_buf_t b = uv_buf_init((char *)dgram, (unsigned)dlen);

@@ -107,8 +107,4 @@ int p2p_udp_parse(const uint8_t *dgram, size_t len, const uint8_t **pk, const ui
 int p2p_udp_unseal(const uint8_t *dgram, size_t len, const gw_id *me, gw_id *sender,
                    const uint8_t **payload, size_t *payload_len);
 
-/* Conversions at the socket edge. */
-int p2p_udp_addr_from_sockaddr(const struct sockaddr *sa, gw_addr *out);
-int p2p_udp_addr_to_sockaddr(const gw_addr *a, struct sockaddr_storage *out);
-
 #endif

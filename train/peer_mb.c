@@ -575,6 +575,8 @@ static uint32_t live_mbs(const train_peer *p) {
   return n;
 }
 
+static void data_refill(train_peer *p, uint32_t slot);
+
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
   mb->end = how;
   if (how == MB_COMPLETE) {
@@ -603,7 +605,9 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
             (unsigned long long)p->iteration);
   }
   p->last_progress_ms = p->now;
+  uint32_t slot = mb->index;
   mb_free(p, mb);
+  if (how == MB_COMPLETE) data_refill(p, slot);
   if (p->iter_running && live_mbs(p) == 0) {
     p->iter_running = false;
     data_report_iteration(p);
@@ -633,6 +637,32 @@ static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, u
   }
   p->iter_sent++;
   return 0;
+}
+
+/* The oldest microbatch waiting in the backlog, removed from it. */
+static void backlog_pop(train_peer *p, uint64_t *iteration, uint32_t *index) {
+  *iteration = p->backlog[0].iteration;
+  *index = p->backlog[0].index;
+  memmove(p->backlog, p->backlog + 1, (p->n_backlog - 1) * sizeof(*p->backlog));
+  p->n_backlog--;
+}
+
+/* A microbatch came home, so its route is free again: the next one of this
+ * iteration goes down it. A flow is a pipeline slot, not one microbatch per
+ * iteration, so an iteration with fewer flows than microbatches trains them
+ * all, in turns (the paper defers the rest to later iterations; its capacity
+ * is memory, which a finished microbatch gives back). */
+static void data_refill(train_peer *p, uint32_t slot) {
+  if (!p->iter_running || p->iter_sent >= p->cfg.capacity || p->n_backlog == 0) return;
+  uint64_t it;
+  uint32_t index;
+  backlog_pop(p, &it, &index);
+  if (data_launch(p, it, index, slot) == 0) {
+    p->iter_deferred = (uint32_t)p->n_backlog;
+    GW_DEBUG(&p->log, "microbatch.refill", "slot=%u iter=%llu", slot, (unsigned long long)p->iteration);
+  } else {
+    backlog_push(p, it, index);
+  }
 }
 
 static bool every_stage_served(train_peer *p) {
@@ -683,10 +713,9 @@ void data_start_iteration(train_peer *p) {
   for (uint32_t k = 0; p->n_backlog < want; k++) backlog_push(p, p->iteration, k);
   uint32_t slot = 0;
   while (slot < n && p->n_backlog > 0) {
-    uint64_t it = p->backlog[0].iteration;
-    uint32_t index = p->backlog[0].index;
-    memmove(p->backlog, p->backlog + 1, (p->n_backlog - 1) * sizeof(*p->backlog));
-    p->n_backlog--;
+    uint64_t it;
+    uint32_t index;
+    backlog_pop(p, &it, &index);
     if (data_launch(p, it, index, slot) == 0) slot++;
   }
   p->iter_deferred = (uint32_t)p->n_backlog; /* carried to the next iteration */

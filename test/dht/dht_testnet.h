@@ -11,6 +11,7 @@
 
 #include "dht.pb-c.h"
 #include "dht/dht.h"
+#include "dht/stage_dir.h"
 #include "dht/routing.h"
 #include "dht/wire.h"
 #include "sim/sim.h"
@@ -285,6 +286,35 @@ static inline void tn_on_records(void *ud, int status, const dht_record *recs, s
 }
 
 static inline bool tn_flag(void *ud) { return *(bool *)ud; }
+
+/* What stage_dir_discover delivered (members copied, extra bytes included). */
+#define TN_MAX_MEMBERS (64)
+
+typedef struct tn_members_result {
+  bool done;
+  int status;
+  size_t n;
+  stage_member m[TN_MAX_MEMBERS];
+  uint8_t extra[TN_MAX_MEMBERS][16];
+} tn_members_result;
+
+static inline void tn_on_members(void *ud, int status, const stage_member *m, size_t n) {
+  tn_members_result *r = ud;
+  r->done = true;
+  r->status = status;
+  r->n = n < TN_MAX_MEMBERS ? n : TN_MAX_MEMBERS;
+  for (size_t i = 0; i < r->n; i++) {
+    r->m[i] = m[i];
+    if (m[i].extra_len) memcpy(r->extra[i], m[i].extra, m[i].extra_len < 16 ? m[i].extra_len : 16);
+    r->m[i].extra = r->extra[i];
+  }
+}
+
+static inline bool tn_has_member(const tn_members_result *r, const gw_id *id) {
+  for (size_t i = 0; i < r->n; i++)
+    if (gw_id_eq(&r->m[i].id, id)) return true;
+  return false;
+}
 
 static inline bool tn_has_publisher(const tn_records_result *r, const gw_id *id) {
   for (size_t i = 0; i < r->n; i++)

@@ -3,7 +3,6 @@
  * saved contacts, and the stage directory. */
 #include "dht_testnet.h"
 
-#include "dht/stage_dir.h"
 
 #define SEED (20240611)
 
@@ -199,26 +198,6 @@ static void test_bootstrap_retries(void **state) {
 
 /* ---- stage directory ---- */
 
-typedef struct members_result {
-  bool done;
-  int status;
-  size_t n;
-  stage_member m[32];
-  uint8_t extra[32][16];
-} members_result;
-
-static void on_members(void *ud, int status, const stage_member *m, size_t n) {
-  members_result *r = ud;
-  r->done = true;
-  r->status = status;
-  r->n = n < 32 ? n : 32;
-  for (size_t i = 0; i < r->n; i++) {
-    r->m[i] = m[i];
-    memcpy(r->extra[i], m[i].extra, m[i].extra_len < 16 ? m[i].extra_len : 16);
-    r->m[i].extra = r->extra[i];
-  }
-}
-
 typedef struct runs_result {
   bool done;
   size_t n;
@@ -281,8 +260,8 @@ static void test_stage_directory(void **state) {
   assert_int_equal(stage_dir_publish_run(t.nodes[10], "demo", (const uint8_t *)cfg, strlen(cfg), now), 0);
   sim_run_until(t.s, now + 5000);
   for (uint32_t s = 0; s < 4; s++) {
-    members_result r = {0};
-    assert_int_equal(stage_dir_discover(t.nodes[40], "demo", s, on_members, &r, sim_now(t.s)), 0);
+    tn_members_result r = {0};
+    assert_int_equal(stage_dir_discover(t.nodes[40], "demo", s, tn_on_members, &r, sim_now(t.s)), 0);
     run_until_flag(&t, &r.done, 20000);
     assert_int_equal(r.status, 0);
     assert_int_equal(r.n, 5);
@@ -311,8 +290,8 @@ static void test_stage_directory(void **state) {
   /* Withdraw one member: gone from the next discovery. */
   assert_int_equal(stage_dir_withdraw(t.nodes[10], "demo", 0, sim_now(t.s)), 0);
   sim_run_until(t.s, sim_now(t.s) + 3000);
-  members_result r = {0};
-  assert_int_equal(stage_dir_discover(t.nodes[42], "demo", 0, on_members, &r, sim_now(t.s)), 0);
+  tn_members_result r = {0};
+  assert_int_equal(stage_dir_discover(t.nodes[42], "demo", 0, tn_on_members, &r, sim_now(t.s)), 0);
   run_until_flag(&t, &r.done, 20000);
   assert_int_equal(r.n, 4);
   for (size_t j = 0; j < r.n; j++) assert_false(gw_id_eq(&r.m[j].id, &t.ids[10]->id));
@@ -322,8 +301,8 @@ static void test_stage_directory(void **state) {
   anyaddr.addr.port = 9999;
   assert_int_equal(stage_dir_announce(t.nodes[44], "demo", 2, &anyaddr, sim_now(t.s)), 0);
   sim_run_until(t.s, sim_now(t.s) + 3000);
-  r = (members_result){0};
-  assert_int_equal(stage_dir_discover(t.nodes[43], "demo", 2, on_members, &r, sim_now(t.s)), 0);
+  r = (tn_members_result){0};
+  assert_int_equal(stage_dir_discover(t.nodes[43], "demo", 2, tn_on_members, &r, sim_now(t.s)), 0);
   run_until_flag(&t, &r.done, 20000);
   assert_int_equal(r.n, 6);
   bool seen = false;
@@ -344,8 +323,8 @@ static void test_free_cancels(void **state) {
   testnet t;
   tn_init(&t, 12, SEED + 7, NULL, NULL);
   tn_join_all(&t, 20, 30000);
-  members_result r = {0};
-  assert_int_equal(stage_dir_discover(t.nodes[3], "demo", 0, on_members, &r, sim_now(t.s)), 0);
+  tn_members_result r = {0};
+  assert_int_equal(stage_dir_discover(t.nodes[3], "demo", 0, tn_on_members, &r, sim_now(t.s)), 0);
   dht_free(t.nodes[3]);
   t.nodes[3] = NULL;
   sim_set_node(t.s, 3, NULL);

@@ -2,6 +2,7 @@
  * datagrams the test reads and answers by hand. */
 #include "dht_testnet.h"
 
+#include "dht/internal.h" /* DHT_RTO_MIN_MS */
 #include "dht/record.h"
 
 /* Index of the first message sent since `from` with this kind (or -1). */
@@ -372,6 +373,22 @@ static void test_rate_limit(void **state) {
   probe_free(&p);
 }
 
+/* FIND_NODE requests for target sent since `from`; with `to`, only to it. */
+static size_t count_asks_to(probe *p, size_t from, const gw_id *target, const gw_id *to) {
+  size_t n = 0;
+  for (size_t i = from; i < p->n_sent; i++) {
+    dht_msg *m = probe_msg(p, i);
+    n += m->kind == GWTF__DHT_KIND__DHT_FIND_NODE && memcmp(m->target.data, target->b, GW_ID_BYTES) == 0 &&
+         (!to || gw_id_eq(&p->sent[i].to.id, to));
+    dht_wire_free(m);
+  }
+  return n;
+}
+
+static size_t count_asks(probe *p, size_t from, const gw_id *target) {
+  return count_asks_to(p, from, target, NULL);
+}
+
 static void test_timeout_retries_elsewhere(void **state) {
   (void)state;
   probe p;
@@ -386,37 +403,76 @@ static void test_timeout_retries_elsewhere(void **state) {
   tn_nodes_result res = {0};
   /* The join lookup from fill_table is running too; a node lookup of our own: */
   assert_int_equal(dht_find_node(p.d, &target, tn_on_nodes, &res, 100), 0);
-  size_t asked = 0;
-  gw_peer first[8];
-  for (size_t i = mark; i < p.n_sent; i++) {
+  assert_int_equal(count_asks(&p, mark, &target), DHT_ALPHA);
+  gw_id first[DHT_ALPHA];
+  for (size_t i = mark, n = 0; i < p.n_sent; i++) {
     dht_msg *m = probe_msg(&p, i);
-    if (m->kind == GWTF__DHT_KIND__DHT_FIND_NODE && memcmp(m->target.data, target.b, 32) == 0)
-      first[asked++] = p.sent[i].to;
+    if (m->kind == GWTF__DHT_KIND__DHT_FIND_NODE) first[n++] = p.sent[i].to.id;
     dht_wire_free(m);
   }
-  assert_int_equal(asked, DHT_ALPHA);
-  /* Nobody answers. The timeout is at most one second, and then the lookup
-   * asks the contacts it had not asked yet. */
-  assert_true(p.tick_at <= 100 + DHT_RPC_TIMEOUT_MS);
-  mark = p.n_sent;
-  probe_tick(&p, 100 + DHT_RPC_TIMEOUT_MS);
-  size_t retried = 0;
-  for (size_t i = mark; i < p.n_sent; i++) {
-    dht_msg *m = probe_msg(&p, i);
-    if (m->kind == GWTF__DHT_KIND__DHT_FIND_NODE && memcmp(m->target.data, target.b, 32) == 0) {
-      for (size_t j = 0; j < asked; j++) assert_false(gw_id_eq(&p.sent[i].to.id, &first[j].id));
-      retried++;
-    }
-    dht_wire_free(m);
+  /* Nobody answers. Within one request timeout (1 s) each of the first three
+   * was asked once more (a lost datagram should not cost it its place), and
+   * then the lookup moved on to the contacts it had not asked yet. */
+  for (uint64_t t = 100; t <= 100 + DHT_RPC_TIMEOUT_MS; t += 10) probe_tick(&p, t);
+  for (size_t j = 0; j < DHT_ALPHA; j++) assert_int_equal(count_asks_to(&p, mark, &target, &first[j]), 2);
+  size_t others = 0;
+  for (size_t j = 0; j < 6; j++) {
+    bool was_first = false;
+    for (size_t k = 0; k < DHT_ALPHA; k++) was_first |= gw_id_eq(&peers[j].id, &first[k]);
+    if (!was_first) others += count_asks_to(&p, mark, &target, &peers[j].id) > 0;
   }
-  assert_int_equal(retried, 3);
+  assert_int_equal(others, 3);
   assert_false(res.done);
   /* Those time out too: the lookup ends empty-handed, on a tick. */
   for (uint64_t t = 1100; t <= 4000 && !res.done; t += 100) probe_tick(&p, t);
   assert_true(res.done);
   assert_int_equal(res.status, GW_ENOENT);
-  assert_int_equal(res.st.timeouts, 6);
-  assert_int_equal(res.st.rpcs, 6);
+  assert_int_equal(res.st.rpcs, 12);
+  assert_int_equal(res.st.timeouts, 12);
+  probe_free(&p);
+}
+
+static void test_slow_reply_still_counts(void **state) {
+  (void)state;
+  probe p;
+  probe_init(&p, 9, NULL);
+  p2p_identity ids[4];
+  gw_peer peers[4];
+  fill_table(&p, ids, peers, 4, 300); /* answered at once: the RTO drops to its floor */
+  probe_tick(&p, 1);
+  gw_id target;
+  gw_id_hash_str("slow", &target);
+  tn_nodes_result res = {0};
+  size_t mark = p.n_sent;
+  assert_int_equal(dht_find_node(p.d, &target, tn_on_nodes, &res, 100), 0);
+  assert_int_equal(count_asks(&p, mark, &target), DHT_ALPHA);
+  /* Past the RTO (well before the 1 s timeout) the three are asked again;
+   * one more RTO and the lookup asks the fourth. */
+  for (uint64_t t = 100; t <= 100 + DHT_RTO_MIN_MS; t += 10) probe_tick(&p, t);
+  assert_int_equal(count_asks(&p, mark, &target), 2 * DHT_ALPHA);
+  for (uint64_t t = 100 + DHT_RTO_MIN_MS; t <= 100 + 2 * DHT_RTO_MIN_MS; t += 10) probe_tick(&p, t);
+  assert_int_equal(count_asks(&p, mark, &target), 2 * DHT_ALPHA + 1);
+  /* Every request is answered, late but before it times out: the answers
+   * revive the candidates the lookup had given up on. */
+  for (size_t i = mark; i < p.n_sent; i++) {
+    dht_msg *m = probe_msg(&p, i);
+    bool ours = m->kind == GWTF__DHT_KIND__DHT_FIND_NODE && memcmp(m->target.data, target.b, 32) == 0;
+    dht_wire_free(m);
+    for (size_t j = 0; j < 4 && ours; j++)
+      if (gw_id_eq(&p.sent[i].to.id, &peers[j].id)) answer(&p, i, &peers[j], NULL, 0, 600);
+  }
+  probe_tick(&p, 600);
+  assert_true(res.done);
+  assert_int_equal(res.status, 0);
+  assert_int_equal(res.n, DHT_WIDTH);
+  size_t best = 0;
+  for (size_t j = 1; j < 4; j++)
+    if (dht_dist_cmp(&target, &peers[j].id, &peers[best].id) < 0) best = j;
+  assert_true(gw_id_eq(&res.closest[0].id, &peers[best].id));
+  assert_int_equal(res.st.rpcs, 2 * DHT_ALPHA + 1);
+  /* Slow is not dead: nobody was marked failed in the table. */
+  gw_peer good[8];
+  assert_int_equal(dht_contacts(p.d, good, 8), 4);
   probe_free(&p);
 }
 
@@ -465,6 +521,7 @@ int main(void) {
       cmocka_unit_test(test_store_rules),
       cmocka_unit_test(test_rate_limit),
       cmocka_unit_test(test_timeout_retries_elsewhere),
+      cmocka_unit_test(test_slow_reply_still_counts),
       cmocka_unit_test(test_client_only_and_martians),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
