@@ -293,6 +293,7 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_DENY, Gwtf__TrainAck, gwtf__train_ack, mb_on_deny(p, from, m))
     CASE(TRAIN_BACKWARD, Gwtf__TrainMicrobatch, gwtf__train_microbatch, mb_on_backward(p, from, m, t))
     CASE(TRAIN_BACKWARD_DONE, Gwtf__TrainAck, gwtf__train_ack, mb_on_backward_done(p, from, m))
+    CASE(TRAIN_BACKWARD_RECEIVED, Gwtf__TrainAck, gwtf__train_ack, mb_on_backward_received(p, from, m))
     CASE(TRAIN_RECOVER, Gwtf__TrainRecover, gwtf__train_recover, repair_on_recover(p, from, m))
     CASE(TRAIN_PROBE, Gwtf__TrainAck, gwtf__train_ack, repair_on_probe(p, from, m))
     CASE(TRAIN_PROBE_REPLY, Gwtf__TrainProbeReply, gwtf__train_probe_reply, repair_on_probe_reply(p, from, m))

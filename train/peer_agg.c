@@ -610,7 +610,11 @@ void leader_check(train_peer *p) {
     if (gw_id_cmp(&v->v[i].id, &best) < 0 && peer_alive(p, &v->v[i].id)) best = v->v[i].id;
   bool me = gw_id_eq(&best, &p->cfg.self);
   bool changed = !p->have_leader || !gw_id_eq(&p->leader, &best);
-  if (!changed && me == p->was_leader) return;
+  if (!changed && me == p->was_leader) {
+    /* A data node that died (or left) no longer holds the round up. */
+    if (me) leader_maybe_begin(p);
+    return;
+  }
   char who[GW_ID_SHORT_LEN + 1];
   p->leader = best;
   p->have_leader = true;

@@ -49,8 +49,11 @@ typedef struct peer_mb {
   float *in;                 /* relay: received activation until its forward runs */
   float *out;                /* our output (relay) / embedding (data): kept for re-sends */
   float *grad;               /* gradient we sent upstream: kept until BACKWARD_DONE */
+  bool grad_received;        /* BACKWARD_RECEIVED for `grad`: upstream holds it */
+  bool done_sent;            /* relay: our BACKWARD_DONE went downstream */
+  bool slot_freed;           /* relay: backward done, its capacity slot given back */
   int32_t *tokens, *targets; /* data */
-  bool grad_acked;           /* BACKWARD_DONE received for `grad` */
+  bool grad_acked;           /* BACKWARD_DONE received for `grad`: it is safe upstream */
   bool has_state;            /* the compute layer holds activations for key */
   uint64_t fwd_deadline, bwd_deadline;
   uint64_t trip_deadline; /* data: the microbatch must come back (or finish backward) by then */
@@ -261,6 +264,7 @@ void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *
 void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
 void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
+void mb_on_backward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
 void mb_job_done(train_peer *p, train_job *job);
 void mb_tick(train_peer *p);
 void mb_peer_down(train_peer *p, const gw_id *peer);

@@ -2,10 +2,15 @@
  * node that owns it and the relays it crosses (GWTF §IV, §V-D forward part).
  *
  * Every hop is acknowledged: FORWARD_DONE once the receiver's forward is
- * computed and passed on, BACKWARD_DONE once its backward is. A sender that
- * hears nothing in time, gets DENY, or loses the session re-routes to another
- * peer of the same stage (FORWARD) or reports to the origin (BACKWARD, see
- * train/peer_repair.c). */
+ * computed and passed on. A gradient is acknowledged twice: BACKWARD_RECEIVED
+ * on arrival, and BACKWARD_DONE once the receiver's own gradient has arrived
+ * at the peer before it. So a relay keeps the gradient it sent until that
+ * gradient is safe two hops upstream: a peer that dies after computing its
+ * backward but before its result arrived (it sat in a send queue) always
+ * leaves a live peer holding the gradient to re-send, which the repair needs.
+ * A sender that hears nothing in time, gets DENY, or loses the session
+ * re-routes to another peer of the same stage (FORWARD) or reports to the
+ * origin (BACKWARD, see train/peer_repair.c). */
 #include "train/peer_internal.h"
 
 #include <stdlib.h>
@@ -77,7 +82,7 @@ void mb_free(train_peer *p, peer_mb *mb) {
   mb->used = false;
   mb->in = mb->out = mb->grad = NULL;
   mb->tokens = mb->targets = NULL;
-  p->held--;
+  if (!mb->slot_freed) p->held--;
 }
 
 static void avoid_add(peer_mb *mb, const gw_id *id) {
@@ -352,7 +357,7 @@ void mb_send_backward(train_peer *p, peer_mb *mb) {
   m.repair = false;
   train_tensor t;
   peer_tensor_f32(&t, mb->grad, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
-  mb->grad_acked = false;
+  mb->grad_acked = mb->grad_received = false;
   mb->bwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
   if (peer_send(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, &t) != 0)
     mb->bwd_deadline = p->now; /* session gone: report at the next tick */
@@ -365,7 +370,9 @@ void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   peer_mb *mb = mb_find(p, &origin, m->id);
   if (!mb || mb->attempt != m->attempt) return;
   bool ready = p->cfg.role == TRAIN_DATA ? (mb->fwd == FWD_DONE && mb->end == MB_LIVE) : mb->fwd == FWD_DONE;
-  if (!ready || mb->bwd != BWD_NONE) return; /* a duplicate after a repair: the first one wins */
+  if (!ready) return;
+  ack(p, from, GWTF__TRAIN_MSG__TRAIN_BACKWARD_RECEIVED, mb, NULL);
+  if (mb->bwd != BWD_NONE) return; /* a duplicate after a repair: the first one wins */
   size_t n = peer_act_floats(p);
   free(mb->in);
   mb->in = copy_floats(t->data, n);
@@ -381,16 +388,36 @@ void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   peer_submit(p, TRAIN_JOB_BACKWARD, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float));
 }
 
+/* Our BACKWARD_DONE to the peer that sent us the gradient: ours is held upstream. */
+static void relay_confirm_downstream(train_peer *p, peer_mb *mb) {
+  if (p->cfg.role != TRAIN_RELAY || mb->done_sent) return;
+  mb->done_sent = true;
+  ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
+}
+
+static bool from_upstream(const train_peer *p, const peer_mb *mb, const gw_id *from) {
+  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  return up >= 0 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], from);
+}
+
+void mb_on_backward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
+  peer_mb *mb = mb_from_ack(p, a);
+  if (!mb || mb->grad_received || mb->grad_acked || !from_upstream(p, mb, from)) return;
+  mb->grad_received = true;
+  /* Now its backward, and the hop after it: BACKWARD_DONE. */
+  mb->bwd_deadline = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+  relay_confirm_downstream(p, mb);
+}
+
 void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   peer_mb *mb = mb_from_ack(p, a);
   if (!mb || mb->grad_acked) return;
-  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
   /* From the peer upstream, or from the origin when a repair probe found the
    * backward had already moved past the peer we suspected. */
-  bool from_up = up >= 0 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], from);
-  if (!from_up && !gw_id_eq(&mb->origin, from)) return;
+  if (!from_upstream(p, mb, from) && !gw_id_eq(&mb->origin, from)) return;
   mb->grad_acked = true;
   mb->recovering = false;
+  relay_confirm_downstream(p, mb);
   /* A data node keeps its loss gradient until the microbatch completes: it
    * is the peer after the gap if every relay of the path is lost. */
   if (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) mb_free(p, mb);
@@ -432,10 +459,12 @@ static void relay_backward_done(train_peer *p, peer_mb *mb) {
   mb->bwd = BWD_DONE;
   p->counters.backward_computed++;
   if (mb->iteration == p->iteration) p->bwd_count++;
-  /* Pass the gradient on before confirming ours: if we die in between, the
-   * peer downstream still holds its gradient and reports the gap. */
+  /* Capacity is activation memory, which the backward just freed; the
+   * gradient we keep for a re-send is small. */
+  mb->slot_freed = true;
+  p->held--;
+  /* BACKWARD_DONE downstream waits until the peer before us holds ours. */
   mb_send_backward(p, mb);
-  ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
 }
 
 void mb_job_done(train_peer *p, train_job *job) {
@@ -677,13 +706,15 @@ static bool every_stage_served(train_peer *p) {
 void data_start_iteration(train_peer *p) {
   uint32_t want = p->cfg.capacity;
   /* No pipeline without a peer in every stage; no microbatch without a route. */
-  uint32_t slots = !every_stage_served(p) ? 0 : p->router.slots ? p->router.slots(p->router.ctx) : want;
+  bool served = every_stage_served(p);
+  uint32_t slots = !served ? 0 : p->router.slots ? p->router.slots(p->router.ctx) : want;
   if (slots == 0) {
     if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
     if (p->now - p->waiting_flows_since < p->cfg.tun.settle_ms) {
       if ((p->now - p->waiting_flows_since) % 5000 < p->cfg.tun.tick_ms)
-        GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
-                (unsigned long long)((p->now - p->waiting_flows_since) / 1000));
+        GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu every_stage_served=%d",
+                (unsigned long long)p->iteration, (unsigned long long)((p->now - p->waiting_flows_since) / 1000),
+                served);
       return;
     }
     /* Still no route: report an empty iteration rather than hold up the

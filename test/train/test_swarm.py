@@ -47,15 +47,32 @@ def parse_log(text):
     return events
 
 
+def kept_log_path(scenario):
+    return os.path.abspath(f"swarm-{scenario}-failed.log")
+
+
+def keep_log(scenario, text):
+    """A failed run's whole log, next to the test (the temporary directory goes)."""
+    with open(kept_log_path(scenario), "w") as f:
+        f.write(text)
+
+
 def run_swarm(tmp, scenario, *args, timeout=240):
     summary = os.path.join(tmp, "summary.json")
     cmd = [GWTF, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
            "--base-port", str(PORTS[scenario]), "--workdir", os.path.join(tmp, "peers"), *args]
     print("$", " ".join(cmd), flush=True)
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
+        keep_log(scenario, out)
+        raise Failure(f"gwtf swarm did not finish in {timeout} s; its log: {kept_log_path(scenario)}")
     log = p.stdout
     with open(os.path.join(tmp, "swarm.log"), "w") as f:
         f.write(log)
+    if p.returncode != 0:
+        keep_log(scenario, log)
     tail = "\n".join(log.splitlines()[-25:])
     if p.returncode != 0:
         raise Failure(f"gwtf swarm exited {p.returncode}; last lines:\n{tail}")
@@ -176,16 +193,23 @@ def join(tmp):
 
 
 def leader_crash(tmp):
-    n = 12
+    # d1 must hold stage 0's weights before d0 dies, or they die with d0: it
+    # finds the run through the DHT within a few seconds, so d0 dies late
+    # (iterations slowed down) rather than at a moment d1 might not reach.
+    n, crash = 16, 8
     s, ev, _ = run_swarm(tmp, "leader_crash", "--data-nodes", "2", "--relays", "6", "--stages", "3",
-                         "--iterations", str(n), "--microbatches", "2", "--fault", "d0:embed:3")
+                         "--iterations", str(n), "--microbatches", "2", "--slowdown", "8",
+                         "--fault", f"d0:embed:{crash}")
     check_common(s, n)
     check(any(e["event"] == "debug.crash" and e["name"] == "d0" for e in ev), "d0 never crashed")
     first = [e for e in ev if e["event"] == "leader.elected"]
     check(first and first[0]["name"] == "d0", "d0 was not the first leader")
     check(any(e["event"] == "leader.elected" and e["name"] == "d1" for e in ev), "d1 never took over")
-    after = [e for e in ev if e["name"] == "d1" and e["event"] == "iteration.done" and int(e["f"]["iter"]) >= 4]
-    check(len(after) >= n - 4, f"d1 completed only {len(after)} iterations after the crash")
+    ready = [e for e in ev if e["name"] == "d1" and e["event"] == "weights.downloaded"]
+    check(ready, "d1 never downloaded stage 0's weights")
+    check(int(ready[0]["f"]["iter"]) < crash, f"d1 was ready only in iteration {ready[0]['f']['iter']}")
+    after = [e for e in ev if e["name"] == "d1" and e["event"] == "iteration.done" and int(e["f"]["iter"]) > crash]
+    check(len(after) >= n - crash - 1, f"d1 completed only {len(after)} iterations after the crash")
     print(f"leader crash: d1 took over and completed {len(after)} more iterations")
 
 
