@@ -290,6 +290,7 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_WEIGHTS_CHUNK, Gwtf__TrainWeightsChunk, gwtf__train_weights_chunk, join_on_chunk(p, from, m, t))
     CASE(TRAIN_FORWARD, Gwtf__TrainMicrobatch, gwtf__train_microbatch, mb_on_forward(p, from, m, t))
     CASE(TRAIN_FORWARD_DONE, Gwtf__TrainAck, gwtf__train_ack, mb_on_forward_done(p, from, m))
+    CASE(TRAIN_FORWARD_RECEIVED, Gwtf__TrainAck, gwtf__train_ack, mb_on_forward_received(p, from, m))
     CASE(TRAIN_DENY, Gwtf__TrainAck, gwtf__train_ack, mb_on_deny(p, from, m))
     CASE(TRAIN_BACKWARD, Gwtf__TrainMicrobatch, gwtf__train_microbatch, mb_on_backward(p, from, m, t))
     CASE(TRAIN_BACKWARD_DONE, Gwtf__TrainAck, gwtf__train_ack, mb_on_backward_done(p, from, m))

@@ -51,6 +51,7 @@ typedef struct peer_mb {
   float *grad;               /* gradient we sent upstream: kept until BACKWARD_DONE */
   bool grad_received;        /* BACKWARD_RECEIVED for `grad`: upstream holds it */
   bool done_sent;            /* relay: our BACKWARD_DONE went downstream */
+  bool fwd_done_sent;        /* relay: our FORWARD_DONE went upstream */
   bool slot_freed;           /* relay: backward done, its capacity slot given back */
   int32_t *tokens, *targets; /* data */
   bool grad_acked;           /* BACKWARD_DONE received for `grad`: it is safe upstream */
@@ -265,6 +266,7 @@ void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
 void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
 void mb_on_backward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
+void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
 void mb_job_done(train_peer *p, train_job *job);
 void mb_tick(train_peer *p);
 void mb_peer_down(train_peer *p, const gw_id *peer);

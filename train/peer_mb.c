@@ -1,13 +1,12 @@
 /* train/peer_mb.c — a microbatch's forward and backward at one peer: the data
  * node that owns it and the relays it crosses (GWTF §IV, §V-D forward part).
  *
- * Every hop is acknowledged: FORWARD_DONE once the receiver's forward is
- * computed and passed on. A gradient is acknowledged twice: BACKWARD_RECEIVED
- * on arrival, and BACKWARD_DONE once the receiver's own gradient has arrived
- * at the peer before it. So a relay keeps the gradient it sent until that
- * gradient is safe two hops upstream: a peer that dies after computing its
- * backward but before its result arrived (it sat in a send queue) always
- * leaves a live peer holding the gradient to re-send, which the repair needs.
+ * Every hop is acknowledged twice: *_RECEIVED on arrival, and *_DONE once
+ * the receiver's own result (its output going forward, its gradient going
+ * back) has arrived at the peer after it. So a peer keeps waiting on what it
+ * sent until that is safe two hops on: a peer that dies after computing but
+ * before its result arrived (it sat in a send queue, or on a slow link)
+ * always leaves a live peer that re-routes or re-sends.
  * A sender that hears nothing in time, gets DENY, or loses the session
  * re-routes to another peer of the same stage (FORWARD) or reports to the
  * origin (BACKWARD, see train/peer_repair.c). */
@@ -250,6 +249,7 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
     mb_free(p, mb);
     return deny_raw(p, from, m, "out_of_memory");
   }
+  ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
   if (queue) {
     mb->fwd = FWD_QUEUED;
     return;
@@ -291,6 +291,7 @@ static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMi
   mb->path_len = (uint32_t)m->n_path;
   for (size_t i = 0; i < m->n_path; i++) id_from_bytes(&mb->path[i], m->path[i]);
   mb->next = *from;
+  ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
   size_t n = peer_act_floats(p);
   free(mb->in);
   mb->in = copy_floats(t->data, n);
@@ -324,6 +325,17 @@ static peer_mb *mb_from_ack(train_peer *p, const Gwtf__TrainAck *a) {
   return mb_find(p, &origin, a->id);
 }
 
+void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
+  peer_mb *mb = mb_from_ack(p, a);
+  if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
+  /* Now its forward, and the hop after it: FORWARD_DONE. */
+  mb->fwd_deadline = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+  if (p->cfg.role == TRAIN_RELAY && !mb->fwd_done_sent) {
+    mb->fwd_done_sent = true;
+    ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
+  }
+}
+
 void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   peer_mb *mb = mb_from_ack(p, a);
   if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
@@ -334,10 +346,21 @@ void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *
   if (p->cfg.role == TRAIN_DATA) mb->trip_deadline = p->now + trip_ms(p);
 }
 
+/* A DENY can also come after FORWARD_DONE: the next hop computed, then found
+ * no route onwards. While we still hold our output and no gradient came
+ * back, the microbatch is ours to re-route (else it would stall until its
+ * data node's trip deadline). */
+static bool deniable(const train_peer *p, const peer_mb *mb) {
+  if (mb->fwd == FWD_SENT) return true;
+  bool gap_end = mb->repair && p->stage == mb->repair_end_stage; /* its next is the peer after the gap */
+  bool passed_on = p->cfg.role == TRAIN_DATA ? mb->fwd == FWD_FLIGHT : mb->fwd == FWD_DONE && !gap_end;
+  return passed_on && mb->bwd == BWD_NONE && mb->out;
+}
+
 void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   peer_mb *mb = mb_from_ack(p, a);
   char who[GW_ID_SHORT_LEN + 1];
-  if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
+  if (!mb || !deniable(p, mb) || !gw_id_eq(&mb->next, from)) return;
   p->counters.denies_received++;
   if (p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
   peer_short(from, who);
@@ -447,11 +470,12 @@ static void relay_forward_done(train_peer *p, peer_mb *mb) {
     peer_send(p, &mb->repair_target, GWTF__TRAIN_MSG__TRAIN_REPAIR_READY, &m.base, NULL);
     mb->next = mb->repair_target;
     mb->fwd = FWD_DONE;
-  } else {
-    mb_send_forward(p, mb);
-    if (!mb->used) return; /* no route: denied upstream and freed */
+    mb->fwd_done_sent = true;
+    ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
+    return;
   }
-  ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
+  /* FORWARD_DONE upstream waits until the next peer holds our output. */
+  mb_send_forward(p, mb);
 }
 
 static void relay_backward_done(train_peer *p, peer_mb *mb) {
