@@ -14,7 +14,9 @@
  *    host memory for the CPU backend). Host data moves with gpu_upload /
  *    gpu_download only.
  *  - Everything is fp32 and row-major; integer tensors (tokens, targets) are
- *    int32. A shape comment "(B,T,C)" means a contiguous array whose last
+ *    int32. Matmuls run in full fp32: TF32 tensor cores round inputs to 10
+ *    mantissa bits (~1e-3 relative), which the fixtures' 1e-4 would reject;
+ *    a backend may offer TF32 as an explicit opt-in, never by default. A shape comment "(B,T,C)" means a contiguous array whose last
  *    index varies fastest. N always stands for B*T (rows of activations).
  *  - Linear weights use PyTorch's layout [out, in]: y = x @ W^T + b.
  *  - Dimensions are int (like llm.c); implementations compute offsets and
@@ -119,7 +121,7 @@ typedef struct gpu_adamw_args {
 /* What a device is, for logs and MFU. */
 typedef struct gpu_device_info {
   char name[96];     /* "Intel(R) Xeon(R) ...", "NVIDIA H100 80GB HBM3" */
-  double peak_flops; /* dense fp32 (TF32 where matmuls use it) FLOP/s; 0 = unknown */
+  double peak_flops; /* dense peak FLOP/s of the math in use (fp32); 0 = unknown */
 } gpu_device_info;
 
 /* The kernel table. Every backend fills every entry. Shapes are in the

@@ -1,16 +1,19 @@
 /* gpu/cpu.h — internals of the CPU backend (OpenBLAS + OpenMP), shared by
  * gpu/cpu_*.c only.
  *
- * Threading: every OpenMP region names its thread count (num_threads) so
- * the backend never touches the process-wide OpenMP default; OpenBLAS gets
- * the same count through openblas_set_num_threads, except inside regions
- * that call sgemm from every thread (attention), which run with OpenBLAS at
- * one thread so the two pools do not oversubscribe the cores.
+ * Threading: one OpenMP team of be->threads threads does all the work.
+ * Every region names its thread count (num_threads), so the backend never
+ * touches the process-wide OpenMP default. OpenBLAS is set to one thread
+ * (gpu_cpu_open): large products are split by rows across the team, each
+ * thread calling a single-threaded sgemm, and attention calls sgemm from
+ * every thread, one head each. Two pools (OpenBLAS's pthreads and OpenMP's)
+ * would spin-wait against each other for the same cores.
  *
  * Determinism: reductions over rows (dweight, dbias of the norms, ...) sum
  * fixed-size row chunks into per-chunk partials and then add the partials in
- * chunk order, so the result does not depend on the thread count at all;
- * the rest is element-wise or row-wise. */
+ * chunk order, and sgemm never splits its inner dimension, so the result
+ * does not depend on the thread count at all; the rest is element-wise or
+ * row-wise. */
 #ifndef GWTF_GPU_CPU_H
 #define GWTF_GPU_CPU_H
 

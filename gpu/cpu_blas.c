@@ -21,8 +21,8 @@
 /* C (M,N) = alpha op(A) op(B) + beta C, row-major, with the rows of C split
  * across the backend's OpenMP threads, each running a single-threaded
  * sgemm. One thread pool does all the work: OpenBLAS's own pthreads stay
- * idle (gpu_cpu_open sets them to 1), because two pools that spin-wait
- * against each other on a 2-core machine cost us a third of the speed. */
+ * idle (gpu_cpu_open sets them to 1), because two pools spin-waiting for
+ * the same two cores were much slower (docs/COMPUTE.md). */
 static void sgemm_rows(const gpu_backend *be, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N,
                        int K, float alpha, const float *A, int lda, const float *B, int ldb,
                        float beta, float *C, int ldc) {

@@ -3,6 +3,7 @@
  * same configuration in PyTorch). */
 #include <getopt.h>
 #include <stdio.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +45,15 @@ static int cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
   qsort(v, (size_t)n, sizeof(double), cmp_double);
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Process CPU time: unlike the wall clock it does not count time the
+ * scheduler gave to other processes, which makes runs on a busy machine
+ * comparable (with one thread; spinning threads add their own). */
+static double cpu_time_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out) {
@@ -97,6 +107,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
 
 typedef struct bench_result {
   double fwd_ms, bwd_ms, tokens_per_s, gflops, mfu; /* mfu < 0: unknown */
+  double cpu_ms; /* process CPU time per forward + backward (all threads) */
   stage_memory mem;
 } bench_result;
 
@@ -106,7 +117,8 @@ static int run_bench(stage *st, const bench_opts *o, bench_result *r) {
   float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
   float *dy = malloc(n * sizeof(float)), *dx = malloc(n * sizeof(float));
   double *fwd = calloc((size_t)o->iters, sizeof(double)), *bwd = calloc((size_t)o->iters, sizeof(double));
-  int rc = x && y && dy && dx && fwd && bwd ? 0 : GW_ENOMEM;
+  double *cpu = calloc((size_t)o->iters, sizeof(double));
+  int rc = x && y && dy && dx && fwd && bwd && cpu ? 0 : GW_ENOMEM;
   gw_rng rng;
   gw_rng_seed(&rng, 1);
   for (size_t i = 0; !rc && i < n; i++) {
@@ -114,6 +126,7 @@ static int run_bench(stage *st, const bench_opts *o, bench_result *r) {
     dy[i] = (float)gw_rng_normal(&rng) * 1e-3f;
   }
   for (int it = 0; !rc && it < o->warmup + o->iters; it++) {
+    double c0 = cpu_time_ms();
     uint64_t t0 = gw_clock_mono_ns();
     rc = stage_forward(st, (uint64_t)it, x, y);
     uint64_t t1 = gw_clock_mono_ns();
@@ -123,16 +136,18 @@ static int run_bench(stage *st, const bench_opts *o, bench_result *r) {
     if (!rc && it >= o->warmup) {
       fwd[it - o->warmup] = (double)(t1 - t0) / 1e6;
       bwd[it - o->warmup] = (double)(t2 - t1) / 1e6;
+      cpu[it - o->warmup] = cpu_time_ms() - c0;
     }
   }
   if (!rc) {
     r->fwd_ms = median(fwd, o->iters);
     r->bwd_ms = median(bwd, o->iters);
+    r->cpu_ms = median(cpu, o->iters);
     double s = (r->fwd_ms + r->bwd_ms) / 1e3;
     r->tokens_per_s = (double)o->batch * o->seq / s;
     r->gflops = 3.0 * model_block_flops(&o->cfg, o->cfg.n_layers, o->batch, o->seq) / s / 1e9;
   }
-  free(x), free(y), free(dy), free(dx), free(fwd), free(bwd);
+  free(x), free(y), free(dy), free(dx), free(fwd), free(bwd), free(cpu);
   return rc;
 }
 
@@ -144,10 +159,10 @@ static void print_result(const bench_opts *o, const gpu_device_info *info, const
     printf("{\"arch\":\"%s\",\"d_model\":%d,\"heads\":%d,\"layers\":%d,\"d_ff\":%d,\"seq\":%d,"
            "\"batch\":%d,\"device\":\"%s\",\"device_name\":\"%s\",\"threads\":%d,\"iters\":%d,"
            "\"fwd_ms_median\":%.3f,\"bwd_ms_median\":%.3f,\"tokens_per_s\":%.1f,\"gflops\":%.2f,"
-           "\"state_bytes\":%zu,\"per_mb_bytes\":%zu",
+           "\"cpu_ms_median\":%.3f,\"state_bytes\":%zu,\"per_mb_bytes\":%zu",
            model_arch_name(c->arch), c->d_model, c->n_heads, c->n_layers, c->d_ff, o->seq, o->batch,
            dev, info->name, o->gopt.threads, o->iters, r->fwd_ms, r->bwd_ms, r->tokens_per_s,
-           r->gflops, r->mem.state_bytes, r->mem.per_mb_bytes);
+           r->gflops, r->cpu_ms, r->mem.state_bytes, r->mem.per_mb_bytes);
     if (r->mfu >= 0) printf(",\"mfu\":%.4f", r->mfu);
     printf("}\n");
     return;
@@ -155,6 +170,7 @@ static void print_result(const bench_opts *o, const gpu_device_info *info, const
   printf("%s C=%d H=%d L=%d F=%d T=%d B=%d on %s (%s)\n", model_arch_name(c->arch), c->d_model,
          c->n_heads, c->n_layers, c->d_ff, o->seq, o->batch, dev, info->name);
   printf("  forward  %9.3f ms (median of %d)\n  backward %9.3f ms\n", r->fwd_ms, o->iters, r->bwd_ms);
+  printf("  cpu time %9.3f ms per forward + backward, all threads\n", r->cpu_ms);
   printf("  %.1f tokens/s, %.2f GFLOP/s", r->tokens_per_s, r->gflops);
   if (r->mfu >= 0) printf(", MFU %.1f%%", 100.0 * r->mfu);
   printf("\n  memory: %.1f MB of weights, gradients and moments, %.1f MB per microbatch in flight\n",

@@ -45,7 +45,7 @@ int ckpt_load(stage *st, const char *path, char *err, size_t err_len) {
 
 int ckpt_step(const char *path, long long *step, char *err, size_t err_len) {
   st_file f;
-  int rc = st_load(path, SIZE_MAX / 2, &f, err, err_len);
+  int rc = st_load_header(path, &f, err, err_len);
   if (rc) return rc;
   const char *s = st_meta(&f, "step");
   char *end = NULL;

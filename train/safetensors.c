@@ -2,12 +2,14 @@
  * the format and the checks). */
 #include "train/safetensors.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "util/err.h"
 #include "util/file.h"
@@ -153,22 +155,32 @@ static int parse_header(st_file *f, const uint8_t *hdr, size_t hdr_len, size_t d
   return check_layout(f, data_len, err, len);
 }
 
+/* The header length from the first 8 bytes, checked against the file. */
+static int header_length(const uint8_t *first8, size_t file_len, size_t *hdr_len, char *err,
+                         size_t err_len) {
+  if (file_len < ST_LEN_BYTES)
+    return st_fail(err, err_len, "file is %zu bytes, shorter than the 8-byte header length", file_len);
+  uint64_t n = 0;
+  for (int i = ST_LEN_BYTES - 1; i >= 0; i--) n = n << 8 | first8[i];
+  if (n > file_len - ST_LEN_BYTES)
+    return st_fail(err, err_len, "header length %llu runs past the end of the %zu-byte file",
+                   (unsigned long long)n, file_len);
+  if (n > ST_MAX_HEADER)
+    return st_fail(err, err_len, "header length %llu exceeds the %u-byte limit", (unsigned long long)n,
+                   ST_MAX_HEADER);
+  *hdr_len = (size_t)n;
+  return 0;
+}
+
 int st_parse(const uint8_t *buf, size_t len, st_file *out, char *err, size_t err_len) {
   memset(out, 0, sizeof(*out));
-  if (len < ST_LEN_BYTES)
-    return st_fail(err, err_len, "file is %zu bytes, shorter than the 8-byte header length", len);
-  uint64_t hdr_len = 0;
-  for (int i = ST_LEN_BYTES - 1; i >= 0; i--) hdr_len = hdr_len << 8 | buf[i];
-  if (hdr_len > len - ST_LEN_BYTES)
-    return st_fail(err, err_len, "header length %llu runs past the end of the %zu-byte file",
-                   (unsigned long long)hdr_len, len);
-  if (hdr_len > ST_MAX_HEADER)
-    return st_fail(err, err_len, "header length %llu exceeds the %u-byte limit",
-                   (unsigned long long)hdr_len, ST_MAX_HEADER);
+  size_t hdr_len;
+  int rc = header_length(buf, len, &hdr_len, err, err_len);
+  if (rc) return rc;
   out->buf = buf;
   out->len = len;
-  size_t data_off = ST_LEN_BYTES + (size_t)hdr_len;
-  int rc = parse_header(out, buf + ST_LEN_BYTES, (size_t)hdr_len, len - data_off, err, err_len);
+  size_t data_off = ST_LEN_BYTES + hdr_len;
+  rc = parse_header(out, buf + ST_LEN_BYTES, hdr_len, len - data_off, err, err_len);
   if (rc) {
     st_free(out);
     return rc;
@@ -192,6 +204,37 @@ int st_load(const char *path, size_t max_len, st_file *out, char *err, size_t er
     return rc;
   }
   out->owned = buf;
+  return 0;
+}
+
+int st_load_header(const char *path, st_file *out, char *err, size_t err_len) {
+  memset(out, 0, sizeof(*out));
+  FILE *fp = fopen(path, "rb");
+  if (!fp) {
+    int rc = -errno;
+    if (err && err_len) snprintf(err, err_len, "cannot read %s: %s", path, gw_strerror(rc));
+    return rc;
+  }
+  uint8_t first8[ST_LEN_BYTES] = {0};
+  struct stat sb;
+  size_t hdr_len = 0;
+  int rc = fstat(fileno(fp), &sb) == 0 ? 0 : GW_EIO;
+  size_t got = rc ? 0 : fread(first8, 1, sizeof(first8), fp);
+  if (!rc) rc = header_length(first8, got < ST_LEN_BYTES ? got : (size_t)sb.st_size, &hdr_len, err, err_len);
+  uint8_t *hdr = rc ? NULL : malloc(hdr_len ? hdr_len : 1);
+  if (!rc && !hdr) rc = GW_ENOMEM;
+  if (!rc && fread(hdr, 1, hdr_len, fp) != hdr_len) rc = st_fail(err, err_len, "%s: short read", path);
+  fclose(fp);
+  if (!rc) {
+    out->len = (size_t)sb.st_size;
+    rc = parse_header(out, hdr, hdr_len, out->len - ST_LEN_BYTES - hdr_len, err, err_len);
+  }
+  if (rc) {
+    st_free(out);
+    free(hdr);
+    return rc;
+  }
+  out->owned = hdr; /* the JSON was parsed from it; data stays on disk */
   return 0;
 }
 
@@ -237,6 +280,8 @@ int st_copy(const st_file *f, const char *name, st_dtype dtype, const int64_t *s
   int rc = st_check(f, name, dtype, shape, ndim, err, err_len);
   if (rc) return rc;
   const st_tensor *t = st_find(f, name);
+  if (t->end > t->begin && !t->data)
+    return st_fail(err, err_len, "tensor '%s': only the header was loaded", name);
   if (t->end > t->begin) memcpy(dst, t->data, t->end - t->begin);
   return 0;
 }

@@ -39,7 +39,7 @@ typedef struct st_tensor {
   int ndim;
   int64_t shape[ST_MAX_DIMS];
   size_t begin, end;   /* byte offsets within the data section */
-  const uint8_t *data; /* file bytes; may be unaligned: copy with st_copy */
+  const uint8_t *data; /* file bytes (NULL after st_load_header); may be unaligned: use st_copy */
 } st_tensor;
 
 typedef struct st_file {
@@ -56,6 +56,10 @@ int st_parse(const uint8_t *buf, size_t len, st_file *out, char *err, size_t err
 /* Reads and parses a file of at most max_len bytes (GW_ERANGE when
  * larger; file errors as from gw_file_read_all). */
 int st_load(const char *path, size_t max_len, st_file *out, char *err, size_t err_len);
+/* Reads and checks only the header (the data offsets against the file's
+ * size): metadata and shapes without reading the data. Tensors have
+ * data == NULL and st_copy refuses them. */
+int st_load_header(const char *path, st_file *out, char *err, size_t err_len);
 void st_free(st_file *f);
 
 /* The tensor called name, or NULL. */

@@ -8,7 +8,7 @@ for arch in gpt llama; do
   out=$("$GWTF_BIN" bench stage --arch "$arch" --d-model 24 --heads 3 --layers 2 --seq 9 --batch 2 \
         --threads 1 --iters 2 --warmup 1 --json)
   echo "$out"
-  for key in fwd_ms_median bwd_ms_median tokens_per_s gflops state_bytes per_mb_bytes; do
+  for key in fwd_ms_median bwd_ms_median tokens_per_s gflops cpu_ms_median state_bytes per_mb_bytes; do
     echo "$out" | grep -Eq "\"$key\":[0-9.]+[,}]" || { echo "$arch: no numeric \"$key\""; exit 1; }
   done
   echo "$out" | grep -q "\"arch\":\"$arch\"" || { echo "wrong arch in $out"; exit 1; }

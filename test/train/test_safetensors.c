@@ -2,6 +2,8 @@
  * trips, and hostile files rejected with a clear error and no crash. */
 #include "testutil.h"
 
+#include <errno.h>
+
 #include "train/safetensors.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -66,6 +68,18 @@ static void test_round_trip(void **state) {
   /* Data starts 8-byte aligned: the header length is padded. */
   assert_int_equal((f.tensors[0].data - f.buf) % 8, 0);
   st_free(&f);
+
+  /* The header alone: metadata and shapes, no data. */
+  assert_int_equal(st_load_header(path, &f, err, sizeof(err)), 0);
+  assert_string_equal(st_meta(&f, "kind"), "test");
+  assert_int_equal(st_check(&f, "a", ST_F32, sa, 2, err, sizeof(err)), 0);
+  assert_int_equal(st_copy(&f, "a", ST_F32, sa, 2, a2, err, sizeof(err)), GW_EINVAL);
+  assert_non_null(strstr(err, "only the header"));
+  st_free(&f);
+  /* ... which still notices a file cut short. */
+  assert_int_equal(truncate(path, 8 + 16), 0);
+  assert_int_equal(st_load_header(path, &f, err, sizeof(err)), GW_EINVAL);
+  assert_int_equal(st_load_header("/nonexistent/x", &f, err, sizeof(err)), -ENOENT);
   testutil_rmtree(dir);
   free(dir);
 }

@@ -288,6 +288,7 @@ static void test_checkpoint(void **state) {
   assert_int_equal(gw_file_write_atomic1(bad, buf, len - 4, 0644), 0);
   assert_int_equal(ckpt_load(b, bad, err, sizeof(err)), GW_EINVAL);
   assert_non_null(strstr(err, "outside"));
+  assert_int_equal(ckpt_step(bad, &step, err, sizeof(err)), GW_EINVAL);
   /* One whose tensor has the wrong shape: a different model config. */
   stage_spec wide = *stage_get_spec(a);
   wide.model.d_ff = 24;
