@@ -137,8 +137,10 @@ typedef struct flow_tunables {
   int offer_period_ticks;     /* 6: offers re-sent at least this often (prototype CHANGE broadcast) */
   int state_period_ticks;     /* 6: state to same-stage peers at least this often (QUERY_FLOWS) */
   int cost_period_ticks;      /* 12: costs re-sent upstream at least this often (NOTIFY_CHANGE_IN_COST) */
-  int audit_period_ticks;     /* 6: segment audit per neighbour (CHECK_FLOW ran twice per 12 ticks) */
-  int peer_timeout_ticks;     /* 13: silence after which a neighbour is presumed dead: two audits lost, plus one */
+  int audit_period_ticks;     /* 3: segment audit and heartbeat per neighbour (the prototype's CHECK_FLOW
+                                 ran twice per 12 ticks and its transport reported dead peers) */
+  int peer_timeout_ticks;     /* 10: silence after which a neighbour is presumed dead: three audits
+                                 lost in a row, plus one tick */
   int probe_period_ticks;     /* 3: data nodes probe their flows (EVAL) */
   int live_ticks;             /* 10: a unit counts as part of a complete flow this long after a probe
                                    (three probes in a row must be lost to forget it) */
@@ -205,6 +207,7 @@ void flow_config_default(flow_config *cfg);
 #define FLOW_MAX_CAPACITY (4096)
 #define FLOW_MAX_PEERS (4096)
 #define FLOW_MAX_MESSAGE ((size_t)256 << 10) /* larger bodies are refused unread */
+#define FLOW_PATH_MAX (66)                   /* d, up to 64 relays, d: the longest path a probe keeps */
 
 int flow_new(const flow_config *cfg, flow **out);
 void flow_free(flow *f);
@@ -212,9 +215,10 @@ void flow_free(flow *f);
 int flow_start(flow *f, uint64_t now_ms);
 
 /* ---- driver contract (util/io.h) ---- */
-/* One whole MSG_FLOW body from an authenticated peer. Malformed or hostile
- * input is dropped with a log line and GW_EPROTO; placement messages
- * (flow/place.h) are ignored here with 0. */
+/* One whole MSG_FLOW body from an authenticated peer. Undecodable input
+ * returns GW_EPROTO and a peer the directory never named GW_ENOENT; a
+ * decodable message with invalid content is dropped with a flow.bad_message
+ * log line (0). Placement messages (flow/place.h) are ignored here. */
 int flow_on_message(flow *f, const gw_peer *from, const uint8_t *buf, size_t len, uint64_t now_ms);
 void flow_on_tick(flow *f, uint64_t now_ms);
 
@@ -258,10 +262,10 @@ int flow_route(flow *f, const gw_id *target, const gw_id *from, gw_id *next, uin
 typedef struct flow_path_info {
   uint64_t seg; /* the segment to its first hop (the flow's id at this node) */
   gw_id first_hop;
-  double cost;        /* cost to sink in the objective's units (sum of d, or of d^p under max); +inf: broken */
-  int path_len;       /* 0 until a probe came back; else nodes in path (d, n1..nS, d) */
-  gw_id path[66];     /* filled up to path_len when known; paths longer than 64 relays are not kept */
-  double probed_cost; /* sum of link costs measured by the last probe */
+  double cost;               /* cost to sink in the objective's units (sum of d, or of d^p under max); +inf: broken */
+  int path_len;              /* 0 until a probe came back; else nodes in path (d, n1..nS, d) */
+  gw_id path[FLOW_PATH_MAX]; /* filled up to path_len when known */
+  double probed_cost;        /* sum of link costs measured by the last probe */
 } flow_path_info;
 
 /* A data node's flows with a first hop; returns how many there are (even
@@ -284,8 +288,8 @@ typedef struct flow_counts {
 } flow_counts;
 
 void flow_get_counts(const flow *f, flow_counts *out);
-/* No request pending, no unpaired inflow, no source slot without a first hop
- * (where a path exists) and no change to a complete flow for stable_ticks. */
+/* No flow request pending, no relay inflow without a next hop, and no
+ * change to a complete flow for stable_ticks. */
 bool flow_is_stable(const flow *f, uint64_t now_ms);
 
 /* ---- introspection for the simulator and tests ---- */

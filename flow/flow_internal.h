@@ -10,13 +10,15 @@
 #include "flow/wire.h"
 #include "proto/flow.pb-c.h"
 
-/* Bounds on what one message may carry; larger lists are truncated when
- * sent and refused when received. */
+/* Bounds on what one message may carry: a longer list is refused when
+ * received. Senders stay within them by construction (offers are cut at
+ * FLOW_MAX_OFFER_ENTRIES), and flow_send refuses anything packed larger
+ * than FLOW_MAX_MESSAGE. */
 #define FLOW_MAX_OFFER_ENTRIES (256)
 #define FLOW_MAX_STATE_UNITS (FLOW_MAX_CAPACITY)
 #define FLOW_MAX_STATE_LINKS (FLOW_MAX_PEERS)
 #define FLOW_MAX_AUDIT_SEGS (2 * FLOW_MAX_CAPACITY)
-#define FLOW_MAX_PATH (64 + 2)
+#define FLOW_MAX_PATH (FLOW_PATH_MAX)
 #define FLOW_TOMBSTONES (256)
 #define FLOW_PENDING_SWITCHES (256) /* notify-switches awaiting their ack */
 #define FLOW_REPLY_CACHE (32)       /* answers to recent proposals, for re-sent proposals */
@@ -109,7 +111,6 @@ typedef struct pending {
   /* redirect */
   uint64_t in_seg, out_seg;
   int prev, next;
-  int theirs_unit; /* unused after sending; kept for logs */
 } pending;
 
 /* A notify-switch re-sent each tick until acknowledged. */

@@ -34,6 +34,7 @@ typedef struct flow_sim_opts {
   uint64_t seed;
   double loss;                   /* message loss probability */
   uint64_t delay_ms;             /* extra delay bound; keep below tick_ms */
+  /* The event arrays are not copied: they must outlive the simulation. */
   const flow_sim_event *crashes; /* nodes that stop at the start of a round */
   int n_crashes;
   const flow_sim_event *joins; /* nodes that take part only from a round on */
