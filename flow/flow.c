@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "flow/flow_internal.h"
+#include "flow/instance.h"
 #include "util/err.h"
 
 void flow_tunables_default(flow_tunables *t) {
@@ -35,6 +36,7 @@ void flow_tunables_default(flow_tunables *t) {
       .tombstone_ticks = 10,
       .stable_ticks = 6,
       .dangling_weight = 0.1,
+      .min_gain = 0.005,
       .chain_requests = true,
       .reroute = true,
       .objective = FLOW_OBJ_MAX,
@@ -51,7 +53,8 @@ typedef struct tun_field {
   size_t offset;
 } tun_field;
 
-#define TUN(field, type) {#field, type, offsetof(flow_tunables, field)}
+#define TUN(field, type) \
+  { #field, type, offsetof(flow_tunables, field) }
 static const tun_field tun_fields[] = {
     TUN(tick_ms, TUN_U64),
     TUN(request_retry_ticks, TUN_INT),
@@ -74,6 +77,7 @@ static const tun_field tun_fields[] = {
     TUN(tombstone_ticks, TUN_INT),
     TUN(stable_ticks, TUN_INT),
     TUN(dangling_weight, TUN_DOUBLE),
+    TUN(min_gain, TUN_DOUBLE),
     TUN(chain_requests, TUN_BOOL),
     TUN(reroute, TUN_BOOL),
     TUN(objective, TUN_OBJECTIVE),
@@ -128,12 +132,17 @@ void flow_tunables_describe(const flow_tunables *t, char *buf, size_t len) {
     const void *at = (const char *)t + tf->offset;
     int n = 0;
     switch (tf->type) {
-    case TUN_U64: n = snprintf(buf + used, len - used, "%s=%llu\n", tf->name, (unsigned long long)*(const uint64_t *)at); break;
+    case TUN_U64:
+      n = snprintf(buf + used, len - used, "%s=%llu\n", tf->name, (unsigned long long)*(const uint64_t *)at);
+      break;
     case TUN_INT: n = snprintf(buf + used, len - used, "%s=%d\n", tf->name, *(const int *)at); break;
     case TUN_DOUBLE: n = snprintf(buf + used, len - used, "%s=%g\n", tf->name, *(const double *)at); break;
-    case TUN_BOOL: n = snprintf(buf + used, len - used, "%s=%s\n", tf->name, *(const bool *)at ? "true" : "false"); break;
+    case TUN_BOOL:
+      n = snprintf(buf + used, len - used, "%s=%s\n", tf->name, *(const bool *)at ? "true" : "false");
+      break;
     case TUN_OBJECTIVE:
-      n = snprintf(buf + used, len - used, "%s=%s\n", tf->name, *(const flow_objective *)at == FLOW_OBJ_SUM ? "sum" : "max");
+      n = snprintf(buf + used, len - used, "%s=%s\n", tf->name,
+                   *(const flow_objective *)at == FLOW_OBJ_SUM ? "sum" : "max");
       break;
     }
     if (n < 0) break;
@@ -154,14 +163,14 @@ double flow_cost_eq1(double c_i, double c_j, double lat_ij, double lat_ji, doubl
 }
 
 static bool tunables_ok(const flow_tunables *t) {
-  return t->tick_ms > 0 && t->request_retry_ticks > 0 && t->inflow_timeout_ticks > 0 &&
-         t->pushback_timeout_ticks > 0 && t->outflow_idle_ticks > 0 &&
-         t->reject_ignore_attempts >= 0 && t->temp_relay > 0 && t->temp_data > 0 && t->cooling > 0 &&
-         t->cooling <= 1 && t->p_propose_unmet >= 0 && t->p_propose_unmet <= 1 && t->p_propose_satisfied >= 0 &&
-         t->p_propose_satisfied <= 1 && t->offer_period_ticks > 0 && t->state_period_ticks > 0 &&
-         t->cost_period_ticks > 0 && t->audit_period_ticks > 0 && t->peer_timeout_ticks > t->audit_period_ticks &&
-         t->probe_period_ticks > 0 && t->live_ticks > 0 && t->tombstone_ticks > 0 && t->stable_ticks >= 0 &&
-         t->dangling_weight >= 0 && t->dangling_weight <= 1 && t->max_norm >= 0 && t->max_norm <= 64 &&
+  return t->tick_ms > 0 && t->request_retry_ticks > 0 && t->inflow_timeout_ticks > 0 && t->pushback_timeout_ticks > 0 &&
+         t->outflow_idle_ticks > 0 && t->reject_ignore_attempts >= 0 && t->temp_relay > 0 && t->temp_data > 0 &&
+         t->cooling > 0 && t->cooling <= 1 && t->p_propose_unmet >= 0 && t->p_propose_unmet <= 1 &&
+         t->p_propose_satisfied >= 0 && t->p_propose_satisfied <= 1 && t->offer_period_ticks > 0 &&
+         t->state_period_ticks > 0 && t->cost_period_ticks > 0 && t->audit_period_ticks > 0 &&
+         t->peer_timeout_ticks > t->audit_period_ticks && t->probe_period_ticks > 0 && t->live_ticks > 0 &&
+         t->tombstone_ticks > 0 && t->stable_ticks >= 0 && t->dangling_weight >= 0 && t->dangling_weight <= 1 &&
+         t->max_norm >= 1 && t->max_norm <= 16 && t->min_gain >= 0 && t->min_gain < 1 &&
          (t->objective == FLOW_OBJ_MAX || t->objective == FLOW_OBJ_SUM);
 }
 
@@ -518,9 +527,7 @@ void flow_get_counts(const flow *f, flow_counts *c) {
       c->units += un->has_out;
       c->unpaired_in += !un->has_out;
       break;
-    case UNIT_SINK:
-      c->unpaired_out++;
-      break;
+    case UNIT_SINK: c->unpaired_out++; break;
     }
   }
   for (int p = 0; p < f->n_peers; p++) c->peers_alive += f->peers[p].in_use && f->peers[p].alive;
@@ -563,49 +570,38 @@ int flow_stage(const flow *f) { return f->cfg.stage; }
 
 /* ---- invariants ---- */
 
-static int bad(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int bad(char *err, size_t err_len, const char *fmt, ...) {
-  if (err && err_len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-  }
-  return GW_EINVAL;
-}
 
 static int check_unit(const flow *f, int u, char *err, size_t err_len) {
   const funit *un = &f->units[u];
   if (un->has_in && (un->in_peer < 0 || un->in_peer >= f->n_peers || !f->peers[un->in_peer].in_use ||
                      !flow_peer_is_prev(f, un->in_peer)))
-    return bad(err, err_len, "unit %d: inflow from a peer that is not a previous-stage peer", u);
+    return flow_error(err, err_len, GW_EINVAL, "unit %d: inflow from a peer that is not a previous-stage peer", u);
   if (un->has_out && (un->out_peer < 0 || un->out_peer >= f->n_peers || !f->peers[un->out_peer].in_use ||
                       !flow_peer_is_next(f, un->out_peer)))
-    return bad(err, err_len, "unit %d: outflow to a peer that is not a next-stage peer", u);
-  if (gw_id_is_zero(&un->target)) return bad(err, err_len, "unit %d: no target", u);
+    return flow_error(err, err_len, GW_EINVAL, "unit %d: outflow to a peer that is not a next-stage peer", u);
+  if (gw_id_is_zero(&un->target)) return flow_error(err, err_len, GW_EINVAL, "unit %d: no target", u);
   switch (un->kind) {
   case UNIT_RELAY:
-    if (!un->has_in && !un->has_out) return bad(err, err_len, "unit %d: used but empty", u);
+    if (!un->has_in && !un->has_out) return flow_error(err, err_len, GW_EINVAL, "unit %d: used but empty", u);
     break;
   case UNIT_SOURCE:
-    if (un->has_in) return bad(err, err_len, "source slot %d has an inflow", u);
-    if (!gw_id_eq(&un->target, &f->cfg.self)) return bad(err, err_len, "source slot %d targets another node", u);
+    if (un->has_in) return flow_error(err, err_len, GW_EINVAL, "source slot %d has an inflow", u);
+    if (!gw_id_eq(&un->target, &f->cfg.self)) return flow_error(err, err_len, GW_EINVAL, "source slot %d targets another node", u);
     break;
   case UNIT_SINK:
-    if (un->has_out || !un->has_in) return bad(err, err_len, "sink slot %d is not inflow-only", u);
-    if (!gw_id_eq(&un->target, &f->cfg.self)) return bad(err, err_len, "sink slot %d targets another node", u);
+    if (un->has_out || !un->has_in) return flow_error(err, err_len, GW_EINVAL, "sink slot %d is not inflow-only", u);
+    if (!gw_id_eq(&un->target, &f->cfg.self)) return flow_error(err, err_len, GW_EINVAL, "sink slot %d targets another node", u);
     break;
   }
   if (un->locked_txn && (f->pend.kind == REQ_NONE || f->pend.txn != un->locked_txn))
-    return bad(err, err_len, "unit %d is locked by a proposal that is not pending", u);
+    return flow_error(err, err_len, GW_EINVAL, "unit %d is locked by a proposal that is not pending", u);
   for (int v = u + 1; v < f->n_units; v++) {
     const funit *w = &f->units[v];
     if (!w->used) continue;
     if (un->has_in && w->has_in && un->in_peer == w->in_peer && un->in_seg == w->in_seg)
-      return bad(err, err_len, "units %d and %d share inflow segment %016llx", u, v, (unsigned long long)un->in_seg);
+      return flow_error(err, err_len, GW_EINVAL, "units %d and %d share inflow segment %016llx", u, v, (unsigned long long)un->in_seg);
     if (un->has_out && w->has_out && un->out_seg == w->out_seg)
-      return bad(err, err_len, "units %d and %d share outflow segment %016llx", u, v, (unsigned long long)un->out_seg);
+      return flow_error(err, err_len, GW_EINVAL, "units %d and %d share outflow segment %016llx", u, v, (unsigned long long)un->out_seg);
   }
   return 0;
 }
@@ -618,9 +614,9 @@ int flow_check_local(const flow *f, char *err, size_t err_len) {
     int rc = check_unit(f, u, err, err_len);
     if (rc != 0) return rc;
   }
-  if (used > f->cfg.capacity) return bad(err, err_len, "%d units in use, capacity %d", used, f->cfg.capacity);
+  if (used > f->cfg.capacity) return flow_error(err, err_len, GW_EINVAL, "%d units in use, capacity %d", used, f->cfg.capacity);
   if (f->pend.kind == REQ_NONE)
     for (int u = 0; u < f->n_units; u++)
-      if (f->units[u].locked_txn) return bad(err, err_len, "unit %d locked with nothing pending", u);
+      if (f->units[u].locked_txn) return flow_error(err, err_len, GW_EINVAL, "unit %d locked with nothing pending", u);
   return 0;
 }

@@ -26,9 +26,12 @@
  * counts against the capacity. A data node has `capacity` source slots (its
  * demand) and as many sink slots; it starts with all source slots unpaired.
  * Paths are built backwards from the sink: a unit's *cost to sink* is its
- * outgoing link's cost combined (objective sum: added; max: the larger) with
- * the cost the next hop reported for that segment, and is pushed upstream
- * whenever it changes.
+ * outgoing link's cost combined (flow_cost_combine: d added under sum, d^p
+ * under max) with the cost the next hop reported for that segment, in the
+ * objective's units, and is pushed upstream whenever it changes,
+ * with a per-sender version so that a late update never overwrites a newer
+ * one. A unit that loses its next hop pushes "broken" instead: the path
+ * above it is offered and used by nobody until a cost comes again.
  *
  * ---- Protocol (messages in proto/flow.proto) ----
  * Request Flow: a relay that is stable (no unpaired unit) and has spare
@@ -37,8 +40,11 @@
  * the target that minimises d(i,j) (+ or max) j's cost to sink, and request
  * it; j accepts when it still has such a unit at that cost or rejects with
  * its current cost. One outstanding request per node; a request is re-sent
- * each tick for `request_retry_ticks` ticks. Offers (count and cost of
- * unpaired outflow per target) go to previous-stage peers.
+ * each tick for `request_retry_ticks` ticks, and (chain_requests) the next
+ * one goes out as soon as a message makes one possible. Offers (count and
+ * cost of unpaired outflow per target) go to previous-stage peers. With
+ * `reroute` (an extension), a paired unit whose path costs more than an
+ * offered one requests it and leaves its old path behind as a standby.
  *
  * Request Change / Request Redirect: every node tells its same-stage peers
  * its units and link costs. With probability `p_propose_unmet` (it has
@@ -54,15 +60,20 @@
  * standby paths count with weight `dangling_weight`.
  *
  * No half-connected flows: the upstream end owns a segment. Every change of
- * a segment's ends is announced to the other end (notify-switch); an end
- * that cannot apply the announcement tears the segment down on the new
- * party's side (cancel/deny), and a node remembers ids it was told to drop
- * for `tombstone_ticks` so a late announcement cannot revive them. Periodic
- * audits between neighbours remove what loss left behind and double as
- * heartbeats: a neighbour silent for `peer_timeout_ticks` is presumed dead
- * and every segment through it is torn down and rebuilt elsewhere. A relay
- * whose inflow finds no next hop for `inflow_timeout_ticks` pushes it back
- * with DENY; an unpaired outflow idle for `outflow_idle_ticks` is cancelled.
+ * a segment's ends is announced to the other end (notify-switch, re-sent
+ * until acknowledged); an end that cannot apply the announcement tears the
+ * segment down on the new party's side (cancel/deny), unless it handed its
+ * own end to a same-stage peer a moment ago (a change or redirect crossing
+ * this one), in which case it forwards the announcement there. A node
+ * remembers ids it was told to drop for `tombstone_ticks` so a late
+ * announcement cannot revive them, and answers a repeated proposal as it
+ * answered the first. Periodic audits between neighbours remove what loss
+ * left behind and double as heartbeats: a neighbour silent for
+ * `peer_timeout_ticks` is presumed dead and every segment through it is
+ * torn down and rebuilt elsewhere. A relay whose inflow finds no next hop
+ * pushes it back with DENY after `inflow_timeout_ticks`, or
+ * `pushback_timeout_ticks` when the next hop itself went away; an unpaired
+ * outflow idle for `outflow_idle_ticks` is cancelled.
  *
  * ---- Use ----
  *   flow_config cfg;
@@ -92,14 +103,17 @@ typedef struct flow flow;
 
 typedef enum flow_role { FLOW_DATA = 0, FLOW_RELAY = 1 } flow_role;
 
-/* max: the paper's local objective, the largest link cost on a flow's path
- * (the default). Taken literally every path through the same bottleneck
- * ties, and the local moves cannot tell a detour from a shortcut; so a
- * path's cost under max is the L_p norm of its link costs with p =
- * max_norm (8 by default: within 30% of the largest link for paths of 8
- * links, and a shorter path wins a tie), max_norm = 0 the plain largest.
- * sum: Eq. 2, the sum of link costs over all flows (used for comparison
- * with the exact optimum). */
+/* sum: Eq. 2, the sum of link costs over all flows (used for comparison
+ * with the exact optimum); a path's cost to sink is the sum of its links.
+ *
+ * max (the default): the paper's local objective, min max f(i,j)·d(i,j),
+ * in the smooth form Σ f(i,j)·d(i,j)^p with p = max_norm (8), whose p-th
+ * root tends to the largest link in use as p grows: a path's cost to sink
+ * is the sum of d^p over its links. Taken literally (the largest link on a
+ * path) every path through the same bottleneck ties, local moves cannot
+ * tell a detour from a shortcut, and — not being additive — moves that
+ * improve locally can cycle; the p-th powers add up along a path, so every
+ * local move's gain is its exact global gain, as under sum. */
 typedef enum flow_objective { FLOW_OBJ_MAX = 0, FLOW_OBJ_SUM = 1 } flow_objective;
 
 typedef enum flow_dir { FLOW_DIR_NEXT = 0, FLOW_DIR_PREV = 1 } flow_dir;
@@ -108,34 +122,38 @@ typedef enum flow_dir { FLOW_DIR_NEXT = 0, FLOW_DIR_PREV = 1 } flow_dir;
  * paper's or the prototype's (DecCom-Python flowprotocol.py) values; where
  * neither gives one, the comment says how it was chosen. */
 typedef struct flow_tunables {
-  uint64_t tick_ms;             /* 2000: the prototype's periodic() */
-  int request_retry_ticks;      /* 5: a request is re-sent this many ticks, then dropped */
-  int inflow_timeout_ticks;     /* 12: an unpaired inflow is pushed back (DENY) after this */
-  int pushback_timeout_ticks;   /* 5: ... or after this, when it lost its next hop (pushed back to us,
+  uint64_t tick_ms;           /* 2000: the prototype's periodic() */
+  int request_retry_ticks;    /* 5: a request is re-sent this many ticks, then dropped */
+  int inflow_timeout_ticks;   /* 12: an unpaired inflow is pushed back (DENY) after this */
+  int pushback_timeout_ticks; /* 5: ... or after this, when it lost its next hop (pushed back to us,
                                    or the next hop died): the prototype's push-back variant */
-  int outflow_idle_ticks;       /* 12: an unpaired outflow nobody takes is cancelled after this */
-  int reject_ignore_attempts;   /* 5: a same-stage peer that rejected is skipped this many proposals */
-  double temp_relay;            /* 1.7: initial annealing temperature of a relay */
-  double temp_data;             /* 2.0: of a data node (kept for parity; data nodes accept no changes) */
-  double cooling;               /* 0.95: T <- cooling * T after each accepted change */
-  double p_propose_unmet;       /* 0.3: proposal chance per tick with nothing to request */
-  double p_propose_satisfied;   /* 0.1: proposal chance per tick when satisfied */
-  int offer_period_ticks;       /* 6: offers re-sent at least this often (prototype CHANGE broadcast) */
-  int state_period_ticks;       /* 6: state to same-stage peers at least this often (QUERY_FLOWS) */
-  int cost_period_ticks;        /* 12: costs re-sent upstream at least this often (NOTIFY_CHANGE_IN_COST) */
-  int audit_period_ticks;       /* 6: segment audit per neighbour (CHECK_FLOW ran twice per 12 ticks) */
-  int peer_timeout_ticks;       /* 13: silence after which a neighbour is presumed dead: two audits lost, plus one */
-  int probe_period_ticks;       /* 3: data nodes probe their flows (EVAL) */
-  int live_ticks;               /* 10: a unit counts as part of a complete flow this long after a probe
+  int outflow_idle_ticks;     /* 12: an unpaired outflow nobody takes is cancelled after this */
+  int reject_ignore_attempts; /* 5: a same-stage peer that rejected is skipped this many proposals */
+  double temp_relay;          /* 1.7: initial annealing temperature of a relay */
+  double temp_data;           /* 2.0: of a data node (kept for parity; data nodes accept no changes) */
+  double cooling;             /* 0.95: T <- cooling * T after each accepted change */
+  double p_propose_unmet;     /* 0.3: proposal chance per tick with nothing to request */
+  double p_propose_satisfied; /* 0.1: proposal chance per tick when satisfied */
+  int offer_period_ticks;     /* 6: offers re-sent at least this often (prototype CHANGE broadcast) */
+  int state_period_ticks;     /* 6: state to same-stage peers at least this often (QUERY_FLOWS) */
+  int cost_period_ticks;      /* 12: costs re-sent upstream at least this often (NOTIFY_CHANGE_IN_COST) */
+  int audit_period_ticks;     /* 3: segment audit and heartbeat per neighbour (the prototype's CHECK_FLOW
+                                 ran twice per 12 ticks and its transport reported dead peers) */
+  int peer_timeout_ticks;     /* 10: silence after which a neighbour is presumed dead: three audits
+                                 lost in a row, plus one tick */
+  int probe_period_ticks;     /* 3: data nodes probe their flows (EVAL) */
+  int live_ticks;             /* 10: a unit counts as part of a complete flow this long after a probe
                                    (three probes in a row must be lost to forget it) */
-  int tombstone_ticks;          /* 10: how long dropped segment ids are remembered */
-  int stable_ticks;             /* 6: ticks without a change to a complete flow before flow_is_stable */
-  double dangling_weight;       /* 0.1: weight of standby (incomplete) paths in the objective */
-  bool chain_requests;          /* true: a request goes out as soon as one is possible, not only on ticks */
-  bool reroute;                 /* true: a paired unit requests a strictly cheaper offered path and
+  int tombstone_ticks;        /* 10: how long dropped segment ids are remembered */
+  int stable_ticks;           /* 6: ticks without a change to a complete flow before flow_is_stable */
+  double dangling_weight;     /* 0.1: weight of standby (incomplete) paths in the objective */
+  double min_gain;            /* 0.005: a change or redirect that moves the objective by less than this
+                                   share of what is at stake is no change (neither taken nor annealed) */
+  bool chain_requests;        /* true: a request goes out as soon as one is possible, not only on ticks */
+  bool reroute;               /* true: a paired unit requests a strictly cheaper offered path and
                                    leaves its old one as standby (extension; see docs/FLOW.md) */
-  flow_objective objective;     /* FLOW_OBJ_MAX */
-  double max_norm;              /* 8: p of the L_p norm that stands for "largest" under max (0: exact) */
+  flow_objective objective;   /* FLOW_OBJ_MAX */
+  double max_norm;            /* 8: p in Σ f·d^p, the smooth max (1..16; 1 is sum) */
 } flow_tunables;
 
 void flow_tunables_default(flow_tunables *t);
@@ -172,12 +190,12 @@ typedef void (*flow_event_fn)(void *ud, const flow_event *ev);
 typedef struct flow_config {
   gw_id self;
   flow_role role;
-  int stage;     /* data nodes: 0; relays: 1..n_stages */
-  int n_stages;  /* S, the number of relay stages */
-  int capacity;  /* relay: flows it can carry; data node: flows it wants (its demand) */
+  int stage;    /* data nodes: 0; relays: 1..n_stages */
+  int n_stages; /* S, the number of relay stages */
+  int capacity; /* relay: flows it can carry; data node: flows it wants (its demand) */
   flow_tunables tun;
   gw_io io;
-  const gw_log *log;     /* may be NULL: silent */
+  const gw_log *log;      /* may be NULL: silent */
   flow_event_fn on_event; /* may be NULL */
   void *event_ud;
 } flow_config;
@@ -189,6 +207,7 @@ void flow_config_default(flow_config *cfg);
 #define FLOW_MAX_CAPACITY (4096)
 #define FLOW_MAX_PEERS (4096)
 #define FLOW_MAX_MESSAGE ((size_t)256 << 10) /* larger bodies are refused unread */
+#define FLOW_PATH_MAX (66)                   /* d, up to 64 relays, d: the longest path a probe keeps */
 
 int flow_new(const flow_config *cfg, flow **out);
 void flow_free(flow *f);
@@ -196,9 +215,10 @@ void flow_free(flow *f);
 int flow_start(flow *f, uint64_t now_ms);
 
 /* ---- driver contract (util/io.h) ---- */
-/* One whole MSG_FLOW body from an authenticated peer. Malformed or hostile
- * input is dropped with a log line and GW_EPROTO; placement messages
- * (flow/place.h) are ignored here with 0. */
+/* One whole MSG_FLOW body from an authenticated peer. Undecodable input
+ * returns GW_EPROTO and a peer the directory never named GW_ENOENT; a
+ * decodable message with invalid content is dropped with a flow.bad_message
+ * log line (0). Placement messages (flow/place.h) are ignored here. */
 int flow_on_message(flow *f, const gw_peer *from, const uint8_t *buf, size_t len, uint64_t now_ms);
 void flow_on_tick(flow *f, uint64_t now_ms);
 
@@ -240,12 +260,12 @@ int flow_route(flow *f, const gw_id *target, const gw_id *from, gw_id *next, uin
 
 /* One complete flow of a data node, as the data node knows it. */
 typedef struct flow_path_info {
-  uint64_t seg;   /* the segment to its first hop (the flow's id at this node) */
+  uint64_t seg; /* the segment to its first hop (the flow's id at this node) */
   gw_id first_hop;
-  double cost;    /* cost to sink by the protocol's objective */
-  int path_len;   /* 0 until a probe came back; else nodes in path (d, n1..nS, d) */
-  gw_id path[66]; /* filled up to path_len when known; paths longer than 64 relays are not kept */
-  double probed_cost; /* sum of link costs measured by the last probe */
+  double cost;               /* cost to sink in the objective's units (sum of d, or of d^p under max); +inf: broken */
+  int path_len;              /* 0 until a probe came back; else nodes in path (d, n1..nS, d) */
+  gw_id path[FLOW_PATH_MAX]; /* filled up to path_len when known */
+  double probed_cost;        /* sum of link costs measured by the last probe */
 } flow_path_info;
 
 /* A data node's flows with a first hop; returns how many there are (even
@@ -257,19 +277,19 @@ int flow_pick_first_hop(flow *f, gw_id *next, uint64_t *seg);
 
 typedef struct flow_counts {
   int capacity;
-  int units;            /* relay: units in use; data node: source slots with a first hop */
-  int paired;           /* relay: units with inflow and outflow */
-  int unpaired_in;      /* relay: inflow without next hop; data node: source slots without first hop */
-  int unpaired_out;     /* relay: outflow waiting for an inflow; data node: sink slots in use */
-  int inflow, outflow;  /* segments in, segments out */
-  int live;             /* units that a probe passed recently */
+  int units;           /* relay: units in use; data node: source slots with a first hop */
+  int paired;          /* relay: units with inflow and outflow */
+  int unpaired_in;     /* relay: inflow without next hop; data node: source slots without first hop */
+  int unpaired_out;    /* relay: outflow waiting for an inflow; data node: sink slots in use */
+  int inflow, outflow; /* segments in, segments out */
+  int live;            /* units that a probe passed recently */
   int peers_alive;
   double temperature;
 } flow_counts;
 
 void flow_get_counts(const flow *f, flow_counts *out);
-/* No request pending, no unpaired inflow, no source slot without a first hop
- * (where a path exists) and no change to a complete flow for stable_ticks. */
+/* No flow request pending, no relay inflow without a next hop, and no
+ * change to a complete flow for stable_ticks. */
 bool flow_is_stable(const flow *f, uint64_t now_ms);
 
 /* ---- introspection for the simulator and tests ---- */
@@ -279,7 +299,7 @@ typedef struct flow_unit_view {
   bool has_in, has_out, live;
   gw_id prev, next;
   uint64_t in_seg, out_seg;
-  double cost; /* cost to sink (objective), +inf when no outflow */
+  double cost;             /* cost to sink (objective), +inf when no outflow */
   bool is_source, is_sink; /* data node slots */
 } flow_unit_view;
 

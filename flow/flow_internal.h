@@ -7,15 +7,18 @@
 #include <stdint.h>
 
 #include "flow/flow.h"
+#include "flow/wire.h"
 #include "proto/flow.pb-c.h"
 
-/* Bounds on what one message may carry; larger lists are truncated when
- * sent and refused when received. */
+/* Bounds on what one message may carry: a longer list is refused when
+ * received. Senders stay within them by construction (offers are cut at
+ * FLOW_MAX_OFFER_ENTRIES), and flow_send refuses anything packed larger
+ * than FLOW_MAX_MESSAGE. */
 #define FLOW_MAX_OFFER_ENTRIES (256)
 #define FLOW_MAX_STATE_UNITS (FLOW_MAX_CAPACITY)
 #define FLOW_MAX_STATE_LINKS (FLOW_MAX_PEERS)
 #define FLOW_MAX_AUDIT_SEGS (2 * FLOW_MAX_CAPACITY)
-#define FLOW_MAX_PATH (64 + 2)
+#define FLOW_MAX_PATH (FLOW_PATH_MAX)
 #define FLOW_TOMBSTONES (256)
 #define FLOW_PENDING_SWITCHES (256) /* notify-switches awaiting their ack */
 #define FLOW_REPLY_CACHE (32)       /* answers to recent proposals, for re-sent proposals */
@@ -26,8 +29,6 @@
 /* Costs equal within this tolerance are the same cost (they travel as
  * doubles through several additions on different nodes). */
 #define FLOW_COST_EPS (1e-9)
-/* Under the max objective, ties on the largest cost are broken by the sum. */
-#define FLOW_MAX_TIE_WEIGHT (1e-3)
 
 typedef enum unit_kind { UNIT_RELAY = 0, UNIT_SOURCE = 1, UNIT_SINK = 2 } unit_kind;
 
@@ -76,10 +77,10 @@ typedef struct fpeer {
   bool in_use;
   gw_id id;
   int stage;
-  bool alive;             /* false: presumed dead or failed; skipped until heard from */
-  bool denied;            /* it sent DENY full: no requests until it offers spare capacity */
-  double cost_next;       /* d(self, peer); < 0: no link */
-  double cost_prev;       /* d(peer, self); < 0: no link */
+  bool alive;       /* false: presumed dead or failed; skipped until heard from */
+  bool denied;      /* it sent DENY full: no requests until it offers spare capacity */
+  double cost_next; /* d(self, peer); < 0: no link */
+  double cost_prev; /* d(peer, self); < 0: no link */
   uint64_t last_heard;
   /* as a next-stage peer */
   foffer *offers;
@@ -110,7 +111,6 @@ typedef struct pending {
   /* redirect */
   uint64_t in_seg, out_seg;
   int prev, next;
-  int theirs_unit; /* unused after sending; kept for logs */
 } pending;
 
 /* A notify-switch re-sent each tick until acknowledged. */
@@ -257,8 +257,8 @@ int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64
 int flow_send_switch_up(flow *f, int to, uint64_t seg, int old_up, int new_up);
 int flow_send_switch_down(flow *f, int to, uint64_t seg, int old_down, int new_down, double cost);
 /* Passes a notify-switch we cannot apply on to the peer we handed that end to. */
-int flow_forward_switch(flow *f, int to, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
-                        double cost, uint32_t forwarded);
+int flow_forward_switch(flow *f, int to, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end, double cost,
+                        uint32_t forwarded);
 void flow_handover_add(flow *f, uint64_t seg, bool up_end, int to);
 /* The peer we recently handed that end of seg to, or -1. */
 int flow_handover_find(const flow *f, uint64_t seg, bool up_end);
@@ -268,7 +268,6 @@ void flow_resend_switches(flow *f);
 /* Offer summary for target t: unpaired outflow count and cheapest cost. */
 void flow_offer_for(const flow *f, const gw_id *t, uint32_t *count, double *cost);
 uint32_t flow_spare(const flow *f);
-bool flow_id_from_bytes(const ProtobufCBinaryData *b, gw_id *out);
 bool flow_cost_ok(double c);
 
 /* ---- receive (flow_rx.c) ---- */
@@ -284,7 +283,8 @@ void flow_send_proposal(flow *f);
 void flow_clear_pending(flow *f);
 /* Annealing acceptance of a move with improvement delta (> 0 = better). */
 bool flow_anneal_accept(flow *f, double delta);
-/* The local objective of a set of affected path costs with weights. */
+/* The local objective of a set of affected path costs with weights: their
+ * weighted sum (costs are sums of d, or of d^p under max, so this is exact). */
 double flow_score(const flow *f, const double *cost, const double *weight, int n);
 /* Improvement (> 0 = better) of swapping next hops: a sends to b and c to e
  * before, a to e and c to b after. rest_x: x's cost to sink. */

@@ -26,7 +26,10 @@ static int peer_of(const flow *f, const ProtobufCBinaryData *b) {
 
 static void on_offer(flow *f, int p, const Gwtf__FlowOffer *o) {
   if (!flow_peer_is_next(f, p)) return;
-  if (o->n_entries > FLOW_MAX_OFFER_ENTRIES) { bad_message(f, p, "offer_too_long"); return; }
+  if (o->n_entries > FLOW_MAX_OFFER_ENTRIES) {
+    bad_message(f, p, "offer_too_long");
+    return;
+  }
   foffer *entries = calloc(o->n_entries + 1, sizeof(*entries));
   if (!entries) return;
   int n = 0;
@@ -34,7 +37,8 @@ static void on_offer(flow *f, int p, const Gwtf__FlowOffer *o) {
     const Gwtf__FlowOfferEntry *e = o->entries[i];
     if (!flow_id_from_bytes(&e->target, &entries[n].target) || !flow_cost_ok(e->cost)) {
       free(entries);
-      { bad_message(f, p, "offer_entry"); return; }
+      bad_message(f, p, "offer_entry");
+      return;
     }
     if (e->count == 0) continue;
     entries[n].count = e->count;
@@ -94,8 +98,10 @@ static int free_sink(const flow *f) {
 
 static void on_request(flow *f, int p, const Gwtf__FlowRequest *r) {
   gw_id target;
-  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->cost) || r->seg == 0)
-    { bad_message(f, p, "request"); return; }
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->cost) || r->seg == 0) {
+    bad_message(f, p, "request");
+    return;
+  }
   int u = flow_find_in(f, p, r->seg);
   if (u >= 0) { /* a resent request we already granted */
     flow_send_reply(f, p, r->seg, &target, true, flow_unit_cost(f, &f->units[u]));
@@ -161,7 +167,10 @@ static void reroute_granted(flow *f, const pending *pd, int p, const Gwtf__FlowR
 
 static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
   gw_id target;
-  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->cost)) { bad_message(f, p, "reply"); return; }
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->cost)) {
+    bad_message(f, p, "reply");
+    return;
+  }
   if (!flow_peer_is_next(f, p)) return;
   update_offer(f, p, &target, r->count, r->cost, r->spare);
   bool ours = f->pend.kind == REQ_FLOW && f->pend.peer == p && f->pend.txn == r->seg;
@@ -209,7 +218,10 @@ static void on_deny(flow *f, int p, const Gwtf__FlowDeny *d) {
 }
 
 static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
-  if (!flow_cost_ok(c->cost)) { bad_message(f, p, "cost"); return; }
+  if (!flow_cost_ok(c->cost)) {
+    bad_message(f, p, "cost");
+    return;
+  }
   double cost = c->broken ? INFINITY : c->cost;
   int u = flow_find_out(f, p, c->seg);
   if (u < 0) {
@@ -306,8 +318,8 @@ static bool parse_unit(const Gwtf__FlowUnitInfo *i, punit *out) {
   out->has_out = i->next.len > 0;
   out->live = i->live;
   if (out->has_in && (!flow_id_from_bytes(&i->prev, &out->prev) || !flow_cost_ok(i->in_link))) return false;
-  if (out->has_out && (!flow_id_from_bytes(&i->next, &out->next) || !flow_cost_ok(i->out_link) ||
-                       !flow_cost_ok(i->rest)))
+  if (out->has_out &&
+      (!flow_id_from_bytes(&i->next, &out->next) || !flow_cost_ok(i->out_link) || !flow_cost_ok(i->rest)))
     return false;
   out->in_seg = i->in_seg;
   out->out_seg = i->out_seg;
@@ -319,8 +331,10 @@ static bool parse_unit(const Gwtf__FlowUnitInfo *i, punit *out) {
 
 static void on_state(flow *f, int p, const Gwtf__FlowState *st) {
   if (!flow_peer_is_same(f, p)) return;
-  if (st->n_units > FLOW_MAX_STATE_UNITS || st->n_next_costs > FLOW_MAX_STATE_LINKS)
-    { bad_message(f, p, "state_too_long"); return; }
+  if (st->n_units > FLOW_MAX_STATE_UNITS || st->n_next_costs > FLOW_MAX_STATE_LINKS) {
+    bad_message(f, p, "state_too_long");
+    return;
+  }
   punit *units = calloc(st->n_units + 1, sizeof(*units));
   plink *links = calloc(st->n_next_costs + 1, sizeof(*links));
   bool ok = units && links;
@@ -385,8 +399,10 @@ static void reply_change(flow *f, int p, const Gwtf__FlowProposeChange *pc, bool
 static void on_propose_change(flow *f, int a, const Gwtf__FlowProposeChange *pc) {
   gw_id target;
   if (!flow_id_from_bytes(&pc->target, &target) || !flow_cost_ok(pc->my_link) || !flow_cost_ok(pc->my_new_link) ||
-      !flow_cost_ok(pc->my_rest))
-    { bad_message(f, a, "propose_change"); return; }
+      !flow_cost_ok(pc->my_rest)) {
+    bad_message(f, a, "propose_change");
+    return;
+  }
   const cached_reply *again = cached(f, a, pc->txn);
   if (again) {
     reply_change(f, a, pc, again->accept, again->rest);
@@ -442,7 +458,10 @@ static void adopt_out(flow *f, int u, int e, uint64_t seg, const gw_id *target, 
 /* We are a: c answered our proposal (or a proposal that already timed out). */
 static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   gw_id target;
-  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->rest)) { bad_message(f, c, "change_reply"); return; }
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->rest)) {
+    bad_message(f, c, "change_reply");
+    return;
+  }
   bool ours = f->pend.kind == REQ_CHANGE && f->pend.peer == c && f->pend.txn == r->txn;
   if (ours) flow_clear_pending(f);
   if (!r->accept) {
@@ -483,8 +502,10 @@ static void reply_redirect(flow *f, int p, const Gwtf__FlowProposeRedirect *pr, 
 /* We are x: y offers to carry our unit prev -> x -> next instead of us. */
 static void on_propose_redirect(flow *f, int y, const Gwtf__FlowProposeRedirect *pr) {
   gw_id target;
-  if (!flow_id_from_bytes(&pr->target, &target) || !flow_cost_ok(pr->new_in_link) || !flow_cost_ok(pr->new_out_link))
-    { bad_message(f, y, "propose_redirect"); return; }
+  if (!flow_id_from_bytes(&pr->target, &target) || !flow_cost_ok(pr->new_in_link) || !flow_cost_ok(pr->new_out_link)) {
+    bad_message(f, y, "propose_redirect");
+    return;
+  }
   const cached_reply *again = cached(f, y, pr->txn);
   if (again) {
     reply_redirect(f, y, pr, again->accept, again->rest);
@@ -522,7 +543,10 @@ static void on_propose_redirect(flow *f, int y, const Gwtf__FlowProposeRedirect 
  * we cannot, we cancel both ends that x pointed at us. */
 static void on_redirect_reply(flow *f, int x, const Gwtf__FlowRedirectReply *r) {
   gw_id target;
-  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->rest)) { bad_message(f, x, "redirect_reply"); return; }
+  if (!flow_id_from_bytes(&r->target, &target) || !flow_cost_ok(r->rest)) {
+    bad_message(f, x, "redirect_reply");
+    return;
+  }
   bool ours = f->pend.kind == REQ_REDIRECT && f->pend.peer == x && f->pend.txn == r->txn;
   if (ours) flow_clear_pending(f);
   if (!r->accept) {
@@ -560,8 +584,10 @@ static bool seg_in(const uint64_t *segs, size_t n, uint64_t seg) {
 }
 
 static void on_audit(flow *f, int p, const Gwtf__FlowAudit *a) {
-  if (a->n_up_segs > FLOW_MAX_AUDIT_SEGS || a->n_down_segs > FLOW_MAX_AUDIT_SEGS)
-    { bad_message(f, p, "audit_too_long"); return; }
+  if (a->n_up_segs > FLOW_MAX_AUDIT_SEGS || a->n_down_segs > FLOW_MAX_AUDIT_SEGS) {
+    bad_message(f, p, "audit_too_long");
+    return;
+  }
   /* Segments younger than a tick may still have their news in flight. */
   uint64_t grace = f->tun.tick_ms;
   for (int u = 0; u < f->n_units; u++) {
@@ -578,8 +604,7 @@ static void on_audit(flow *f, int p, const Gwtf__FlowAudit *a) {
   /* They list segments we do not have: our own list lets them drop those. */
   bool theirs_extra = false;
   for (size_t i = 0; i < a->n_up_segs && !theirs_extra; i++) theirs_extra = flow_find_in(f, p, a->up_segs[i]) < 0;
-  for (size_t i = 0; i < a->n_down_segs && !theirs_extra; i++)
-    theirs_extra = flow_find_out(f, p, a->down_segs[i]) < 0;
+  for (size_t i = 0; i < a->n_down_segs && !theirs_extra; i++) theirs_extra = flow_find_out(f, p, a->down_segs[i]) < 0;
   if (theirs_extra) flow_send_audit(f, p, true);
 }
 
@@ -588,10 +613,15 @@ static void on_audit(flow *f, int p, const Gwtf__FlowAudit *a) {
 static void on_probe(flow *f, int p, const Gwtf__FlowProbe *pr) {
   gw_id origin, path[FLOW_MAX_PATH];
   if (pr->n_path == 0 || pr->n_path >= FLOW_MAX_PATH || !flow_id_from_bytes(&pr->origin, &origin) ||
-      !flow_cost_ok(pr->cost))
-    { bad_message(f, p, "probe"); return; }
+      !flow_cost_ok(pr->cost)) {
+    bad_message(f, p, "probe");
+    return;
+  }
   for (size_t i = 0; i < pr->n_path; i++)
-    if (!flow_id_from_bytes(&pr->path[i], &path[i])) { bad_message(f, p, "probe_path"); return; }
+    if (!flow_id_from_bytes(&pr->path[i], &path[i])) {
+      bad_message(f, p, "probe_path");
+      return;
+    }
   int u = flow_find_in(f, p, pr->seg);
   if (u < 0) return;
   funit *un = &f->units[u];

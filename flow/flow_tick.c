@@ -10,13 +10,25 @@
 /* ---- objective and annealing ---- */
 
 double flow_score(const flow *f, const double *cost, const double *weight, int n) {
-  double sum = 0, max = 0;
-  for (int i = 0; i < n; i++) {
-    double c = weight[i] * cost[i];
-    sum += c;
-    if (c > max) max = c;
+  (void)f;
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += weight[i] * cost[i];
+  return sum;
+}
+
+/* A difference of scores in cost units, for the annealing draw (under max
+ * scores are sums of d^p, so their p-th roots are compared). A difference
+ * below min_gain of what is at stake counts as none: such a move buys
+ * nothing, yet costs messages and disturbs microbatches in flight — and
+ * under max most moves away from the bottleneck are like that. */
+static double score_delta(const flow *f, double before, double after) {
+  double level = before, delta = before - after;
+  if (f->tun.objective == FLOW_OBJ_MAX) {
+    double p = 1 / f->tun.max_norm;
+    level = pow(before, p);
+    delta = level - pow(after, p);
   }
-  return f->tun.objective == FLOW_OBJ_SUM ? sum : max + FLOW_MAX_TIE_WEIGHT * sum;
+  return fabs(delta) <= f->tun.min_gain * level ? 0 : delta;
 }
 
 double flow_change_delta(const flow *f, double link_a_b, double link_a_e, double rest_b, double link_c_e,
@@ -24,14 +36,14 @@ double flow_change_delta(const flow *f, double link_a_b, double link_a_e, double
   double w[2] = {w_a, w_c};
   double before[2] = {flow_combine(f, link_a_b, rest_b), flow_combine(f, link_c_e, rest_e)};
   double after[2] = {flow_combine(f, link_a_e, rest_e), flow_combine(f, link_c_b, rest_b)};
-  return flow_score(f, before, w, 2) - flow_score(f, after, w, 2);
+  return score_delta(f, flow_score(f, before, w, 2), flow_score(f, after, w, 2));
 }
 
 double flow_redirect_delta(const flow *f, double link_p_x, double link_x_n, double link_p_y, double link_y_n,
                            double rest, double w) {
   double before = flow_combine(f, link_p_x, flow_combine(f, link_x_n, rest));
   double after = flow_combine(f, link_p_y, flow_combine(f, link_y_n, rest));
-  return flow_score(f, &before, &w, 1) - flow_score(f, &after, &w, 1);
+  return score_delta(f, flow_score(f, &before, &w, 1), flow_score(f, &after, &w, 1));
 }
 
 /* Better: always. Equal: never — a move that gains nothing still costs
@@ -156,11 +168,11 @@ bool flow_try_request(flow *f) {
 
 typedef struct move {
   bool redirect;
-  int peer;      /* the same-stage peer we propose to */
-  int mine;      /* change: our unit */
-  int theirs;    /* index into the peer's units */
-  int other;     /* change: our id of their next hop (e); redirect: prev */
-  int next;      /* redirect: next */
+  int peer;   /* the same-stage peer we propose to */
+  int mine;   /* change: our unit */
+  int theirs; /* index into the peer's units */
+  int other;  /* change: our id of their next hop (e); redirect: prev */
+  int next;   /* redirect: next */
   double delta;
   /* change: d(a,e); redirect: d(p,y), d(y,n) */
   double link1, link2;
@@ -212,7 +224,12 @@ static void redirects_from(flow *f, search *s, int x) {
     if (!ux->has_in || !ux->has_out) continue;
     int p = flow_peer_find(f, &ux->prev), n = flow_peer_find(f, &ux->next);
     if (!flow_peer_usable_prev(f, p) || !flow_peer_usable_next(f, n)) continue;
-    move m = {.redirect = true, .peer = x, .theirs = k, .other = p, .next = n, .link1 = f->peers[p].cost_prev,
+    move m = {.redirect = true,
+              .peer = x,
+              .theirs = k,
+              .other = p,
+              .next = n,
+              .link1 = f->peers[p].cost_prev,
               .link2 = f->peers[n].cost_next};
     m.delta = flow_redirect_delta(f, ux->in_link, ux->out_link, m.link1, m.link2, ux->rest,
                                   ux->live ? 1 : f->tun.dangling_weight);
@@ -247,8 +264,6 @@ static void propose(flow *f, const move *m) {
   flow_send_proposal(f);
 }
 
-static ProtobufCBinaryData peer_bytes(flow *f, int p) { return (ProtobufCBinaryData){GW_ID_BYTES, f->peers[p].id.b}; }
-
 /* Built from the pending record (and our locked unit), so a re-send carries
  * the same transaction with today's costs. */
 void flow_send_proposal(flow *f) {
@@ -259,10 +274,10 @@ void flow_send_proposal(flow *f) {
     Gwtf__FlowProposeChange pc = GWTF__FLOW_PROPOSE_CHANGE__INIT;
     pc.txn = pd->txn;
     pc.my_seg = pd->my_seg;
-    pc.my_next = peer_bytes(f, pd->my_next);
+    pc.my_next = flow_id_bytes(&f->peers[pd->my_next].id);
     pc.your_seg = pd->your_seg;
-    pc.your_next = peer_bytes(f, pd->your_next);
-    pc.target = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)pd->target.b};
+    pc.your_next = flow_id_bytes(&f->peers[pd->your_next].id);
+    pc.target = flow_id_bytes(&pd->target);
     pc.my_link = f->peers[pd->my_next].cost_next;
     pc.my_new_link = f->peers[pd->your_next].cost_next;
     pc.my_rest = ua->rest;
@@ -274,10 +289,10 @@ void flow_send_proposal(flow *f) {
     Gwtf__FlowProposeRedirect pr = GWTF__FLOW_PROPOSE_REDIRECT__INIT;
     pr.txn = pd->txn;
     pr.in_seg = pd->in_seg;
-    pr.prev = peer_bytes(f, pd->prev);
+    pr.prev = flow_id_bytes(&f->peers[pd->prev].id);
     pr.out_seg = pd->out_seg;
-    pr.next = peer_bytes(f, pd->next);
-    pr.target = (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)pd->target.b};
+    pr.next = flow_id_bytes(&f->peers[pd->next].id);
+    pr.target = flow_id_bytes(&pd->target);
     pr.new_in_link = f->peers[pd->prev].cost_prev;
     pr.new_out_link = f->peers[pd->next].cost_next;
     msg.msg_case = GWTF__FLOW_MESSAGE__MSG_PROPOSE_REDIRECT;

@@ -10,11 +10,7 @@
 double flow_cost_combine(const flow_tunables *t, double link, double rest) {
   if (!isfinite(link) || !isfinite(rest)) return INFINITY; /* no path */
   if (t->objective == FLOW_OBJ_SUM) return link + rest;
-  double m = link > rest ? link : rest;
-  if (t->max_norm <= 0 || m <= 0) return m;
-  /* (link^p + rest^p)^(1/p), scaled by the larger so nothing overflows */
-  double p = t->max_norm;
-  return m * pow(pow(link / m, p) + pow(rest / m, p), 1 / p);
+  return pow(link, t->max_norm) + rest; /* the path's sum of d^p: additive, like sum */
 }
 
 double flow_combine(const flow *f, double link, double rest) { return flow_cost_combine(&f->tun, link, rest); }

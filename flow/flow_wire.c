@@ -13,23 +13,25 @@ bool flow_id_from_bytes(const ProtobufCBinaryData *b, gw_id *out) {
   return true;
 }
 
-static ProtobufCBinaryData id_bytes(const gw_id *id) {
-  return (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)id->b};
-}
+ProtobufCBinaryData flow_id_bytes(const gw_id *id) { return (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)id->b}; }
 
-int flow_send(flow *f, int peer, Gwtf__FlowMessage *m) {
+int flow_message_send(const gw_io *io, const gw_id *to, Gwtf__FlowMessage *m, size_t max_len) {
   size_t len = gwtf__flow_message__get_packed_size(m);
-  if (len > FLOW_MAX_MESSAGE) return GW_ERANGE;
+  if (len > max_len) return GW_ERANGE;
   uint8_t small[512];
   uint8_t *buf = len <= sizeof(small) ? small : malloc(len);
   if (!buf) return GW_ENOMEM;
   gwtf__flow_message__pack(m, buf);
-  gw_peer to;
-  memset(&to, 0, sizeof(to));
-  to.id = f->peers[peer].id;
-  int rc = f->cfg.io.send(f->cfg.io.ud, &to, buf, len);
+  gw_peer peer;
+  memset(&peer, 0, sizeof(peer));
+  peer.id = *to;
+  int rc = io->send(io->ud, &peer, buf, len);
   if (buf != small) free(buf);
   return rc;
+}
+
+int flow_send(flow *f, int peer, Gwtf__FlowMessage *m) {
+  return flow_message_send(&f->cfg.io, &f->peers[peer].id, m, FLOW_MAX_MESSAGE);
 }
 
 int flow_send_cancel(flow *f, int peer, uint64_t seg) {
@@ -66,7 +68,7 @@ int flow_send_cost(flow *f, int peer, uint64_t seg, double cost) {
 int flow_send_request(flow *f, int peer, uint64_t seg, const gw_id *target, double cost) {
   Gwtf__FlowRequest r = GWTF__FLOW_REQUEST__INIT;
   r.seg = seg;
-  r.target = id_bytes(target);
+  r.target = flow_id_bytes(target);
   r.cost = cost;
   Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
   m.msg_case = GWTF__FLOW_MESSAGE__MSG_REQUEST;
@@ -109,7 +111,7 @@ int flow_send_reply(flow *f, int peer, uint64_t seg, const gw_id *target, bool a
   double best;
   flow_offer_for(f, target, &count, &best);
   r.seg = seg;
-  r.target = id_bytes(target);
+  r.target = flow_id_bytes(target);
   r.accept = accept;
   /* +inf does not travel (costs on the wire are finite): a reject with no
    * unit for the target says count = 0, and the cost is then ignored. */
@@ -146,7 +148,7 @@ int flow_send_offer(flow *f, int peer) {
     if (count == 0) continue;
     targets[n] = *t;
     gwtf__flow_offer_entry__init(&entries[n]);
-    entries[n].target = id_bytes(&targets[n]);
+    entries[n].target = flow_id_bytes(&targets[n]);
     entries[n].count = count;
     entries[n].cost = cost;
     ptrs[n] = &entries[n];
@@ -177,15 +179,15 @@ int flow_send_state(flow *f, int peer) {
     if (!un->used || un->kind != UNIT_RELAY) continue;
     Gwtf__FlowUnitInfo *i = &infos[nu];
     gwtf__flow_unit_info__init(i);
-    i->target = id_bytes(&un->target);
+    i->target = flow_id_bytes(&un->target);
     i->live = flow_unit_live(f, un);
     if (un->has_in) {
-      i->prev = id_bytes(&f->peers[un->in_peer].id);
+      i->prev = flow_id_bytes(&f->peers[un->in_peer].id);
       i->in_seg = un->in_seg;
       i->in_link = f->peers[un->in_peer].cost_prev;
     }
     if (un->has_out && flow_cost_ok(un->rest)) { /* a broken path is nothing to trade */
-      i->next = id_bytes(&f->peers[un->out_peer].id);
+      i->next = flow_id_bytes(&f->peers[un->out_peer].id);
       i->out_seg = un->out_seg;
       i->out_link = f->peers[un->out_peer].cost_next;
       i->rest = un->rest;
@@ -195,7 +197,7 @@ int flow_send_state(flow *f, int peer) {
   for (int p = 0; p < f->n_peers; p++) {
     if (!flow_peer_usable_next(f, p)) continue;
     gwtf__flow_link_cost__init(&links[nl]);
-    links[nl].peer = id_bytes(&f->peers[p].id);
+    links[nl].peer = flow_id_bytes(&f->peers[p].id);
     links[nl].cost = f->peers[p].cost_next;
     lptrs[nl] = &links[nl];
     nl++;
@@ -228,8 +230,8 @@ int flow_send_audit(flow *f, int peer, bool reply) {
     for (int u = 0; u < f->n_units; u++) {
       const funit *un = &f->units[u];
       if (!un->used) continue;
-      if (un->has_out && un->out_peer == peer) up[nu++] = un->out_seg;   /* we are upstream */
-      if (un->has_in && un->in_peer == peer) down[nd++] = un->in_seg;    /* we are downstream */
+      if (un->has_out && un->out_peer == peer) up[nu++] = un->out_seg; /* we are upstream */
+      if (un->has_in && un->in_peer == peer) down[nd++] = un->in_seg;  /* we are downstream */
     }
     Gwtf__FlowAudit a = GWTF__FLOW_AUDIT__INIT;
     a.n_up_segs = nu;
@@ -251,10 +253,10 @@ int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64
                     int path_len, double cost) {
   ProtobufCBinaryData hops[FLOW_MAX_PATH];
   if (path_len > FLOW_MAX_PATH) return GW_ERANGE;
-  for (int i = 0; i < path_len; i++) hops[i] = id_bytes(&path[i]);
+  for (int i = 0; i < path_len; i++) hops[i] = flow_id_bytes(&path[i]);
   Gwtf__FlowProbe pr = GWTF__FLOW_PROBE__INIT;
   pr.seg = seg;
-  pr.origin = id_bytes(origin);
+  pr.origin = flow_id_bytes(origin);
   pr.origin_seg = origin_seg;
   pr.n_path = (size_t)path_len;
   pr.path = hops;
@@ -273,15 +275,15 @@ static int send_switch(flow *f, const pswitch *ps) {
   Gwtf__FlowSwitchDown down = GWTF__FLOW_SWITCH_DOWN__INIT;
   if (ps->up) {
     up.seg = ps->seg;
-    up.old_up = id_bytes(&ps->old_end);
-    up.new_up = id_bytes(&ps->new_end);
+    up.old_up = flow_id_bytes(&ps->old_end);
+    up.new_up = flow_id_bytes(&ps->new_end);
     up.forwarded = ps->forwarded;
     m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_UP;
     m.switch_up = &up;
   } else {
     down.seg = ps->seg;
-    down.old_down = id_bytes(&ps->old_end);
-    down.new_down = id_bytes(&ps->new_end);
+    down.old_down = flow_id_bytes(&ps->old_end);
+    down.new_down = flow_id_bytes(&ps->new_end);
     down.cost = ps->cost;
     down.forwarded = ps->forwarded;
     m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_DOWN;
@@ -302,7 +304,11 @@ static int reliable(flow *f, pswitch ps) {
 }
 
 static int reliable_switch(flow *f, bool up, int to, uint64_t seg, int old_end, int new_end, double cost) {
-  pswitch ps = {.used = true, .up = up, .to = f->peers[to].id, .seg = seg, .cost = cost,
+  pswitch ps = {.used = true,
+                .up = up,
+                .to = f->peers[to].id,
+                .seg = seg,
+                .cost = cost,
                 .ticks_left = f->tun.request_retry_ticks};
   ps.old_end = old_end < 0 ? f->cfg.self : f->peers[old_end].id;
   ps.new_end = new_end < 0 ? f->cfg.self : f->peers[new_end].id;
@@ -317,10 +323,17 @@ int flow_send_switch_down(flow *f, int to, uint64_t seg, int old_down, int new_d
   return reliable_switch(f, false, to, seg, old_down, new_down, cost);
 }
 
-int flow_forward_switch(flow *f, int to, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
-                        double cost, uint32_t forwarded) {
-  pswitch ps = {.used = true, .up = up, .to = f->peers[to].id, .old_end = *old_end, .new_end = *new_end,
-                .seg = seg, .cost = cost, .forwarded = forwarded, .ticks_left = f->tun.request_retry_ticks};
+int flow_forward_switch(flow *f, int to, bool up, uint64_t seg, const gw_id *old_end, const gw_id *new_end, double cost,
+                        uint32_t forwarded) {
+  pswitch ps = {.used = true,
+                .up = up,
+                .to = f->peers[to].id,
+                .old_end = *old_end,
+                .new_end = *new_end,
+                .seg = seg,
+                .cost = cost,
+                .forwarded = forwarded,
+                .ticks_left = f->tun.request_retry_ticks};
   return reliable(f, ps);
 }
 

@@ -19,8 +19,7 @@ static int cheapest_next(const flow_instance *in, const flow_adjacency *adj, con
       if (load[v] >= in->nodes[v].capacity) continue;
       if (last_relay_stage && flow_adjacency_link(in, adj, v, d) < 0) continue;
     }
-    if (best < 0 || l->cost < in->links[best].cost ||
-        (l->cost == in->links[best].cost && v < in->links[best].to))
+    if (best < 0 || l->cost < in->links[best].cost || (l->cost == in->links[best].cost && v < in->links[best].to))
       best = adj->idx[k];
   }
   return best;

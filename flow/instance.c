@@ -15,9 +15,7 @@
 /* Instance files are small; anything bigger than this is not one. */
 #define INSTANCE_FILE_MAX ((size_t)256 << 20)
 
-static int fail(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
+int flow_error(char *err, size_t err_len, int code, const char *fmt, ...) {
   if (err && err_len) {
     va_list ap;
     va_start(ap, fmt);
@@ -53,14 +51,14 @@ static int cmp_int(const void *a, const void *b) {
 
 static int check_ids_unique(const flow_instance *in, char *err, size_t err_len) {
   int *ids = malloc((size_t)in->n_nodes * sizeof(int) + 1);
-  if (!ids) return fail(err, err_len, GW_ENOMEM, "out of memory");
+  if (!ids) return flow_error(err, err_len, GW_ENOMEM, "out of memory");
   for (int i = 0; i < in->n_nodes; i++) ids[i] = in->nodes[i].id;
   qsort(ids, (size_t)in->n_nodes, sizeof(int), cmp_int);
   int dup = -1;
   for (int i = 1; i < in->n_nodes && dup < 0; i++)
     if (ids[i] == ids[i - 1]) dup = ids[i];
   free(ids);
-  if (dup >= 0) return fail(err, err_len, GW_EINVAL, "nodes: id %d appears more than once", dup);
+  if (dup >= 0) return flow_error(err, err_len, GW_EINVAL, "nodes: id %d appears more than once", dup);
   return 0;
 }
 
@@ -74,13 +72,13 @@ static int cmp_link(const void *a, const void *b) {
 static int check_links_unique(const flow_instance *in, char *err, size_t err_len) {
   if (in->n_links < 2) return 0;
   flow_inst_link *copy = malloc((size_t)in->n_links * sizeof(*copy));
-  if (!copy) return fail(err, err_len, GW_ENOMEM, "out of memory");
+  if (!copy) return flow_error(err, err_len, GW_ENOMEM, "out of memory");
   memcpy(copy, in->links, (size_t)in->n_links * sizeof(*copy));
   qsort(copy, (size_t)in->n_links, sizeof(*copy), cmp_link);
   int rc = 0;
   for (int i = 1; i < in->n_links && rc == 0; i++)
     if (copy[i].from == copy[i - 1].from && copy[i].to == copy[i - 1].to)
-      rc = fail(err, err_len, GW_EINVAL, "links: more than one link from node %d to node %d",
+      rc = flow_error(err, err_len, GW_EINVAL, "links: more than one link from node %d to node %d",
                 in->nodes[copy[i].from].id, in->nodes[copy[i].to].id);
   free(copy);
   return rc;
@@ -88,34 +86,34 @@ static int check_links_unique(const flow_instance *in, char *err, size_t err_len
 
 int flow_instance_validate(const flow_instance *in, char *err, size_t err_len) {
   if (in->stages < 1 || in->stages > FLOW_INST_MAX_STAGES)
-    return fail(err, err_len, GW_EINVAL, "stages: %d is out of range [1, %d]", in->stages, FLOW_INST_MAX_STAGES);
+    return flow_error(err, err_len, GW_EINVAL, "stages: %d is out of range [1, %d]", in->stages, FLOW_INST_MAX_STAGES);
   if (in->n_nodes < 1 || in->n_nodes > FLOW_INST_MAX_NODES)
-    return fail(err, err_len, GW_EINVAL, "nodes: %d nodes is out of range [1, %d]", in->n_nodes, FLOW_INST_MAX_NODES);
+    return flow_error(err, err_len, GW_EINVAL, "nodes: %d nodes is out of range [1, %d]", in->n_nodes, FLOW_INST_MAX_NODES);
   if (in->n_links < 0 || in->n_links > FLOW_INST_MAX_LINKS)
-    return fail(err, err_len, GW_EINVAL, "links: %d links is out of range [0, %d]", in->n_links, FLOW_INST_MAX_LINKS);
+    return flow_error(err, err_len, GW_EINVAL, "links: %d links is out of range [0, %d]", in->n_links, FLOW_INST_MAX_LINKS);
   for (int i = 0; i < in->n_nodes; i++) {
     const flow_inst_node *n = &in->nodes[i];
-    if (n->id < 0) return fail(err, err_len, GW_EINVAL, "nodes[%d]: id %d is negative", i, n->id);
+    if (n->id < 0) return flow_error(err, err_len, GW_EINVAL, "nodes[%d]: id %d is negative", i, n->id);
     if (n->stage < 0 || n->stage > in->stages)
-      return fail(err, err_len, GW_EINVAL, "nodes[%d]: stage %d is out of range [0, %d]", i, n->stage, in->stages);
+      return flow_error(err, err_len, GW_EINVAL, "nodes[%d]: stage %d is out of range [0, %d]", i, n->stage, in->stages);
     if (n->capacity < 0 || n->capacity > FLOW_INST_MAX_CAPACITY)
-      return fail(err, err_len, GW_EINVAL, "nodes[%d]: capacity %d is out of range [0, %d]", i, n->capacity,
+      return flow_error(err, err_len, GW_EINVAL, "nodes[%d]: capacity %d is out of range [0, %d]", i, n->capacity,
                   FLOW_INST_MAX_CAPACITY);
     if (!isfinite(n->cost) || n->cost < 0 || n->cost > FLOW_INST_MAX_COST)
-      return fail(err, err_len, GW_EINVAL, "nodes[%d]: cost must be a finite number in [0, 1e12]", i);
+      return flow_error(err, err_len, GW_EINVAL, "nodes[%d]: cost must be a finite number in [0, 1e12]", i);
   }
-  if (flow_instance_sources(in) == 0) return fail(err, err_len, GW_EINVAL, "nodes: no data node (stage 0)");
+  if (flow_instance_sources(in) == 0) return flow_error(err, err_len, GW_EINVAL, "nodes: no data node (stage 0)");
   int rc = check_ids_unique(in, err, err_len);
   if (rc != 0) return rc;
   for (int k = 0; k < in->n_links; k++) {
     const flow_inst_link *l = &in->links[k];
     if (l->from < 0 || l->from >= in->n_nodes || l->to < 0 || l->to >= in->n_nodes)
-      return fail(err, err_len, GW_EINVAL, "links[%d]: endpoint out of range", k);
+      return flow_error(err, err_len, GW_EINVAL, "links[%d]: endpoint out of range", k);
     if (!isfinite(l->cost) || l->cost < 0 || l->cost > FLOW_INST_MAX_COST)
-      return fail(err, err_len, GW_EINVAL, "links[%d]: cost must be a finite number in [0, 1e12]", k);
+      return flow_error(err, err_len, GW_EINVAL, "links[%d]: cost must be a finite number in [0, 1e12]", k);
     int sf = in->nodes[l->from].stage, st = in->nodes[l->to].stage;
     if (st != (sf + 1) % (in->stages + 1))
-      return fail(err, err_len, GW_EINVAL,
+      return flow_error(err, err_len, GW_EINVAL,
                   "links[%d]: node %d is in stage %d but node %d is in stage %d; links go from stage s to s+1 "
                   "(and from stage %d back to stage 0)",
                   k, in->nodes[l->from].id, sf, in->nodes[l->to].id, st, in->stages);
@@ -129,7 +127,7 @@ static int get_int(json_t *obj, const char *key, const char *where, int idx, boo
                    char *err, size_t err_len) {
   json_t *v = json_object_get(obj, key);
   if (!v) {
-    if (required) return fail(err, err_len, GW_EINVAL, "%s[%d]: missing \"%s\"", where, idx, key);
+    if (required) return flow_error(err, err_len, GW_EINVAL, "%s[%d]: missing \"%s\"", where, idx, key);
     *out = dflt;
     return 0;
   }
@@ -140,9 +138,9 @@ static int get_int(json_t *obj, const char *key, const char *where, int idx, boo
   else if (json_is_real(v))
     d = json_real_value(v);
   else
-    return fail(err, err_len, GW_EINVAL, "%s[%d]: \"%s\" must be an integer", where, idx, key);
+    return flow_error(err, err_len, GW_EINVAL, "%s[%d]: \"%s\" must be an integer", where, idx, key);
   if (d != floor(d) || d < -2147483648.0 || d > 2147483647.0)
-    return fail(err, err_len, GW_EINVAL, "%s[%d]: \"%s\" must be an integer in 32-bit range", where, idx, key);
+    return flow_error(err, err_len, GW_EINVAL, "%s[%d]: \"%s\" must be an integer in 32-bit range", where, idx, key);
   *out = (int)d;
   return 0;
 }
@@ -151,11 +149,11 @@ static int get_num(json_t *obj, const char *key, const char *where, int idx, boo
                    size_t err_len) {
   json_t *v = json_object_get(obj, key);
   if (!v) {
-    if (required) return fail(err, err_len, GW_EINVAL, "%s[%d]: missing \"%s\"", where, idx, key);
+    if (required) return flow_error(err, err_len, GW_EINVAL, "%s[%d]: missing \"%s\"", where, idx, key);
     *out = 0;
     return 0;
   }
-  if (!json_is_number(v)) return fail(err, err_len, GW_EINVAL, "%s[%d]: \"%s\" must be a number", where, idx, key);
+  if (!json_is_number(v)) return flow_error(err, err_len, GW_EINVAL, "%s[%d]: \"%s\" must be a number", where, idx, key);
   *out = json_number_value(v);
   return 0;
 }
@@ -163,14 +161,14 @@ static int get_num(json_t *obj, const char *key, const char *where, int idx, boo
 static int parse_nodes(json_t *arr, flow_instance *out, char *err, size_t err_len) {
   size_t n = json_array_size(arr);
   if (n == 0 || n > FLOW_INST_MAX_NODES)
-    return fail(err, err_len, GW_EINVAL, "nodes: %zu nodes is out of range [1, %d]", n, FLOW_INST_MAX_NODES);
+    return flow_error(err, err_len, GW_EINVAL, "nodes: %zu nodes is out of range [1, %d]", n, FLOW_INST_MAX_NODES);
   out->nodes = calloc(n, sizeof(*out->nodes));
-  if (!out->nodes) return fail(err, err_len, GW_ENOMEM, "out of memory");
+  if (!out->nodes) return flow_error(err, err_len, GW_ENOMEM, "out of memory");
   out->n_nodes = (int)n;
   for (size_t i = 0; i < n; i++) {
     json_t *o = json_array_get(arr, i);
     flow_inst_node *nd = &out->nodes[i];
-    if (!json_is_object(o)) return fail(err, err_len, GW_EINVAL, "nodes[%zu]: must be an object", i);
+    if (!json_is_object(o)) return flow_error(err, err_len, GW_EINVAL, "nodes[%zu]: must be an object", i);
     int rc;
     if ((rc = get_int(o, "id", "nodes", (int)i, true, 0, &nd->id, err, err_len)) ||
         (rc = get_int(o, "stage", "nodes", (int)i, true, 0, &nd->stage, err, err_len)) ||
@@ -207,12 +205,12 @@ static int lookup(const id_index *map, int n, int id) {
 static int parse_links(json_t *arr, flow_instance *out, char *err, size_t err_len) {
   size_t n = json_array_size(arr);
   if (n > FLOW_INST_MAX_LINKS)
-    return fail(err, err_len, GW_EINVAL, "links: %zu links is more than %d", n, FLOW_INST_MAX_LINKS);
+    return flow_error(err, err_len, GW_EINVAL, "links: %zu links is more than %d", n, FLOW_INST_MAX_LINKS);
   id_index *map = malloc((size_t)out->n_nodes * sizeof(*map));
   out->links = calloc(n ? n : 1, sizeof(*out->links));
   if (!map || !out->links) {
     free(map);
-    return fail(err, err_len, GW_ENOMEM, "out of memory");
+    return flow_error(err, err_len, GW_ENOMEM, "out of memory");
   }
   for (int i = 0; i < out->n_nodes; i++) map[i] = (id_index){out->nodes[i].id, i};
   qsort(map, (size_t)out->n_nodes, sizeof(*map), cmp_id_index);
@@ -222,7 +220,7 @@ static int parse_links(json_t *arr, flow_instance *out, char *err, size_t err_le
     flow_inst_link *l = &out->links[k];
     int from, to;
     if (!json_is_object(o)) {
-      rc = fail(err, err_len, GW_EINVAL, "links[%zu]: must be an object", k);
+      rc = flow_error(err, err_len, GW_EINVAL, "links[%zu]: must be an object", k);
       break;
     }
     if ((rc = get_int(o, "from", "links", (int)k, true, 0, &from, err, err_len)) ||
@@ -231,8 +229,10 @@ static int parse_links(json_t *arr, flow_instance *out, char *err, size_t err_le
       break;
     l->from = lookup(map, out->n_nodes, from);
     l->to = lookup(map, out->n_nodes, to);
-    if (l->from < 0) rc = fail(err, err_len, GW_EINVAL, "links[%zu]: \"from\" names node %d, which is not in nodes", k, from);
-    else if (l->to < 0) rc = fail(err, err_len, GW_EINVAL, "links[%zu]: \"to\" names node %d, which is not in nodes", k, to);
+    if (l->from < 0)
+      rc = flow_error(err, err_len, GW_EINVAL, "links[%zu]: \"from\" names node %d, which is not in nodes", k, from);
+    else if (l->to < 0)
+      rc = flow_error(err, err_len, GW_EINVAL, "links[%zu]: \"to\" names node %d, which is not in nodes", k, to);
     out->n_links = (int)k + 1;
   }
   free(map);
@@ -243,24 +243,25 @@ int flow_instance_parse(const char *json, size_t len, flow_instance *out, char *
   memset(out, 0, sizeof(*out));
   json_error_t jerr;
   json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-  if (!root) return fail(err, err_len, GW_EINVAL, "not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+  if (!root)
+    return flow_error(err, err_len, GW_EINVAL, "not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
   int rc = 0;
   json_t *stages = json_object_get(root, "stages");
   json_t *nodes = json_object_get(root, "nodes");
   json_t *links = json_object_get(root, "links");
   if (!json_is_object(root))
-    rc = fail(err, err_len, GW_EINVAL, "the top level must be an object with stages, nodes and links");
+    rc = flow_error(err, err_len, GW_EINVAL, "the top level must be an object with stages, nodes and links");
   else if (!json_is_integer(stages))
-    rc = fail(err, err_len, GW_EINVAL, "\"stages\" must be an integer (the number of relay stages)");
+    rc = flow_error(err, err_len, GW_EINVAL, "\"stages\" must be an integer (the number of relay stages)");
   else if (!json_is_array(nodes))
-    rc = fail(err, err_len, GW_EINVAL, "\"nodes\" must be an array");
+    rc = flow_error(err, err_len, GW_EINVAL, "\"nodes\" must be an array");
   else if (!json_is_array(links))
-    rc = fail(err, err_len, GW_EINVAL, "\"links\" must be an array");
+    rc = flow_error(err, err_len, GW_EINVAL, "\"links\" must be an array");
   if (rc == 0) {
     json_int_t s = json_integer_value(stages);
     out->stages = s < 1 || s > FLOW_INST_MAX_STAGES ? -1 : (int)s;
     if (out->stages < 0)
-      rc = fail(err, err_len, GW_EINVAL, "stages: %lld is out of range [1, %d]", (long long)s, FLOW_INST_MAX_STAGES);
+      rc = flow_error(err, err_len, GW_EINVAL, "stages: %lld is out of range [1, %d]", (long long)s, FLOW_INST_MAX_STAGES);
   }
   if (rc == 0) rc = parse_nodes(nodes, out, err, err_len);
   if (rc == 0) rc = parse_links(links, out, err, err_len);
@@ -275,11 +276,11 @@ int flow_instance_load(const char *path, flow_instance *out, char *err, size_t e
   size_t len = 0;
   memset(out, 0, sizeof(*out));
   int rc = gw_file_read_all(path, INSTANCE_FILE_MAX, &buf, &len);
-  if (rc != 0) return fail(err, err_len, rc, "%s: cannot read (%s)", path, gw_strerror(rc));
+  if (rc != 0) return flow_error(err, err_len, rc, "%s: cannot read (%s)", path, gw_strerror(rc));
   char inner[FLOW_ERR_LEN];
   rc = flow_instance_parse((const char *)buf, len, out, inner, sizeof(inner));
   free(buf);
-  if (rc != 0) fail(err, err_len, rc, "%s: %s", path, inner);
+  if (rc != 0) flow_error(err, err_len, rc, "%s: %s", path, inner);
   return rc;
 }
 
@@ -326,9 +327,10 @@ char *flow_instance_to_json(const flow_instance *in) {
   if (rc == 0) rc = append(&buf, &len, &cap, " ],\n \"links\": [\n");
   for (int k = 0; k < in->n_links && rc == 0; k++) {
     const flow_inst_link *l = &in->links[k];
-    rc = append_obj(&buf, &len, &cap,
-                    json_pack("{s:i,s:i,s:f}", "from", in->nodes[l->from].id, "to", in->nodes[l->to].id, "cost", l->cost),
-                    k + 1 == in->n_links);
+    rc = append_obj(
+        &buf, &len, &cap,
+        json_pack("{s:i,s:i,s:f}", "from", in->nodes[l->from].id, "to", in->nodes[l->to].id, "cost", l->cost),
+        k + 1 == in->n_links);
   }
   if (rc == 0) rc = append(&buf, &len, &cap, " ]\n}");
   if (rc != 0) {

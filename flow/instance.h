@@ -55,6 +55,10 @@ typedef struct flow_instance {
 /* An error message buffer that loaders fill; FLOW_ERR_LEN is plenty. */
 #define FLOW_ERR_LEN (256)
 
+/* Writes a message into err (when err_len > 0) and returns code: the one
+ * way the flow layer's checkers and loaders report what they found. */
+int flow_error(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 void flow_instance_free(flow_instance *in);
 
 /* Parses and validates a JSON instance. Returns 0, or GW_EINVAL / GW_EIO /

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flow/wire.h"
 #include "proto/flow.pb-c.h"
 #include "util/err.h"
 
@@ -29,8 +30,8 @@ typedef struct pl_query {
   gw_id leader;
   pl_record *records;
   int n_records;
-  bool active;   /* records are being collected */
-  bool forward;  /* forward at the next tick (relays) */
+  bool active;  /* records are being collected */
+  bool forward; /* forward at the next tick (relays) */
   uint64_t started;
 } pl_query;
 
@@ -50,8 +51,8 @@ struct place {
 };
 
 void place_tunables_default(place_tunables *t) {
-  *t = (place_tunables){.tick_ms = 2000, .query_period_ticks = 16, .join_retry_ticks = 6, .max_candidates = 1024,
-                        .max_records = 4096};
+  *t = (place_tunables){
+      .tick_ms = 2000, .query_period_ticks = 16, .join_retry_ticks = 6, .max_candidates = 1024, .max_records = 4096};
 }
 
 int place_new(const place_config *cfg, place **out) {
@@ -147,13 +148,12 @@ typedef struct rank_item {
 
 static int cmp_rank(const void *a, const void *b) {
   const rank_item *x = a, *y = b;
-  if (x->key != y->key) return x->key > y->key ? -1 : 1;      /* descending */
-  if (x->key2 != y->key2) return x->key2 < y->key2 ? -1 : 1;  /* ascending */
+  if (x->key != y->key) return x->key > y->key ? -1 : 1;     /* descending */
+  if (x->key2 != y->key2) return x->key2 < y->key2 ? -1 : 1; /* ascending */
   return x->index - y->index;
 }
 
-void place_rank(const place_stage_util *util, int n_stages, const uint32_t *cand_capacity, int n_cand,
-                int *stage_out) {
+void place_rank(const place_stage_util *util, int n_stages, const uint32_t *cand_capacity, int n_cand, int *stage_out) {
   rank_item *stages = malloc((size_t)n_stages * sizeof(*stages));
   rank_item *cands = malloc(((size_t)n_cand + 1) * sizeof(*cands));
   if (!stages || !cands) {
@@ -172,25 +172,11 @@ void place_rank(const place_stage_util *util, int n_stages, const uint32_t *cand
 
 /* ---- wire ---- */
 
-static ProtobufCBinaryData id_bytes(const gw_id *id) { return (ProtobufCBinaryData){GW_ID_BYTES, (uint8_t *)id->b}; }
-
-static bool id_from(const ProtobufCBinaryData *b, gw_id *out) {
-  if (b->len != GW_ID_BYTES) return false;
-  memcpy(out->b, b->data, GW_ID_BYTES);
-  return true;
-}
+/* Placement messages are small; anything near this is not one. */
+#define PLACE_MAX_MESSAGE ((size_t)1 << 20)
 
 static int send_msg(place *p, const gw_id *to, Gwtf__FlowMessage *m) {
-  size_t len = gwtf__flow_message__get_packed_size(m);
-  uint8_t *buf = malloc(len ? len : 1);
-  if (!buf) return GW_ENOMEM;
-  gwtf__flow_message__pack(m, buf);
-  gw_peer peer;
-  memset(&peer, 0, sizeof(peer));
-  peer.id = *to;
-  int rc = p->cfg.io.send(p->cfg.io.ud, &peer, buf, len);
-  free(buf);
-  return rc;
+  return flow_message_send(&p->cfg.io, to, m, PLACE_MAX_MESSAGE);
 }
 
 static int send_query(place *p, const gw_id *to) {
@@ -201,7 +187,7 @@ static int send_query(place *p, const gw_id *to) {
   if (recs && ptrs) {
     for (int i = 0; i < n; i++) {
       gwtf__place_record__init(&recs[i]);
-      recs[i].node = id_bytes(&p->q.records[i].node);
+      recs[i].node = flow_id_bytes(&p->q.records[i].node);
       recs[i].stage = p->q.records[i].stage;
       recs[i].capacity = p->q.records[i].capacity;
       recs[i].flows = p->q.records[i].flows;
@@ -209,7 +195,7 @@ static int send_query(place *p, const gw_id *to) {
     }
     Gwtf__PlaceQuery q = GWTF__PLACE_QUERY__INIT;
     q.query = p->q.id;
-    q.leader = id_bytes(&p->q.leader);
+    q.leader = flow_id_bytes(&p->q.leader);
     q.n_records = (size_t)n;
     q.records = ptrs;
     Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
@@ -305,12 +291,12 @@ static void finish_query(place *p) {
 
 static void on_query(place *p, const gw_peer *from, const Gwtf__PlaceQuery *q) {
   gw_id leader;
-  if (!id_from(&q->leader, &leader) || q->n_records > (size_t)p->cfg.tun.max_records) return;
+  if (!flow_id_from_bytes(&q->leader, &leader) || q->n_records > (size_t)p->cfg.tun.max_records) return;
   int fp = find_peer(p, &from->id);
   int prev_stage = (p->cfg.stage + p->cfg.n_stages) % (p->cfg.n_stages + 1);
   if (p->cfg.stage == PLACE_CANDIDATE || fp < 0 || p->peers[fp].stage != prev_stage) return;
   bool mine = p->cfg.stage == 0 && gw_id_eq(&leader, &p->cfg.self);
-  if (p->cfg.stage == 0 && !mine) return; /* not our query: another data node leads */
+  if (p->cfg.stage == 0 && !mine) return;                    /* not our query: another data node leads */
   if (mine && (!p->q.active || q->query != p->q.id)) return; /* a stale one */
   if (!mine && q->query != p->q.id) {
     /* A new query reaches this relay: start collecting its copies. */
@@ -324,7 +310,7 @@ static void on_query(place *p, const gw_peer *from, const Gwtf__PlaceQuery *q) {
   }
   for (size_t i = 0; i < q->n_records; i++) {
     pl_record r;
-    if (!id_from(&q->records[i]->node, &r.node)) return;
+    if (!flow_id_from_bytes(&q->records[i]->node, &r.node)) return;
     r.stage = q->records[i]->stage;
     r.capacity = q->records[i]->capacity;
     r.flows = q->records[i]->flows;
@@ -373,7 +359,7 @@ static void on_assign(place *p, const gw_peer *from, const Gwtf__PlaceAssign *a)
 
 int place_on_message(place *p, const gw_peer *from, const uint8_t *buf, size_t len, uint64_t now_ms) {
   if (now_ms > p->now) p->now = now_ms;
-  if (!from || len > ((size_t)1 << 20)) return GW_EPROTO;
+  if (!from || len > PLACE_MAX_MESSAGE) return GW_EPROTO;
   Gwtf__FlowMessage *m = gwtf__flow_message__unpack(NULL, len, buf);
   if (!m) return GW_EPROTO;
   switch (m->msg_case) {

@@ -55,7 +55,7 @@ typedef void (*place_assigned_fn)(void *ud, int stage);
 
 typedef struct place_config {
   gw_id self;
-  int stage;         /* 0: data node; 1..n_stages: relay; PLACE_CANDIDATE */
+  int stage; /* 0: data node; 1..n_stages: relay; PLACE_CANDIDATE */
   int n_stages;
   uint32_t capacity; /* a candidate's capacity (what the leader ranks by) */
   place_tunables tun;
@@ -102,7 +102,6 @@ bool place_utilization(const place *p, place_stage_util *util);
  * (highest first, ties by lower capacity, then lower stage), the k-th
  * candidate to the (k mod S)-th stage. util has n_stages + 1 entries
  * (index 0 unused); stage_out gets a stage 1..S per candidate. */
-void place_rank(const place_stage_util *util, int n_stages, const uint32_t *cand_capacity, int n_cand,
-                int *stage_out);
+void place_rank(const place_stage_util *util, int n_stages, const uint32_t *cand_capacity, int n_cand, int *stage_out);
 
 #endif

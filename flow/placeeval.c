@@ -20,7 +20,7 @@ typedef struct table4_row {
 } table4_row;
 
 static const table4_row table4[5] = {
-    {8, 1, 20, 1, 100, false}, {8, 1, 20, 20, 100, false}, {8, 1, 5, 1, 100, false},
+    {8, 1, 20, 1, 100, false},  {8, 1, 20, 20, 100, false}, {8, 1, 5, 1, 100, false},
     {12, 1, 20, 1, 100, false}, {8, 1, 20, 1, 100, true},
 };
 
@@ -88,9 +88,7 @@ static int sys_copy(const pe_system *from, pe_system *to) {
   return 0;
 }
 
-static bool adjacent(int stages, int a, int b) {
-  return b == (a + 1) % (stages + 1) || a == (b + 1) % (stages + 1);
-}
+static bool adjacent(int stages, int a, int b) { return b == (a + 1) % (stages + 1) || a == (b + 1) % (stages + 1); }
 
 /* φ: the largest interlayer cost between a node (id, at stage) and the
  * nodes of its neighbouring stages. */
@@ -133,8 +131,7 @@ static int to_instance(const pe_ctx *c, const pe_system *s, flow_instance *in) {
   in->nodes = calloc((size_t)s->n, sizeof(*in->nodes));
   size_t max_links = 0;
   for (int a = 0; a < s->n; a++)
-    for (int b = 0; b < s->n; b++)
-      max_links += s->nodes[b].stage == (s->nodes[a].stage + 1) % (s->stages + 1);
+    for (int b = 0; b < s->n; b++) max_links += s->nodes[b].stage == (s->nodes[a].stage + 1) % (s->stages + 1);
   in->links = calloc(max_links + 1, sizeof(*in->links));
   if (!in->nodes || !in->links) {
     flow_instance_free(in);
@@ -182,7 +179,8 @@ static int place_batch(const pe_ctx *c, pe_system *s, const pe_cand *cands, cons
   if (!costs) return GW_ENOMEM;
   for (int k = 0; k < n; k++) costs[k] = intralayer(c, s, cands[k].id, stages[k]);
   int rc = 0;
-  for (int k = 0; k < n && rc == 0; k++) rc = sys_push(s, (pe_node){cands[k].id, stages[k], cands[k].capacity, costs[k]});
+  for (int k = 0; k < n && rc == 0; k++)
+    rc = sys_push(s, (pe_node){cands[k].id, stages[k], cands[k].capacity, costs[k]});
   free(costs);
   return rc;
 }
@@ -260,8 +258,7 @@ static void pe_id(int id, gw_id *out) {
   gw_id_hash_str(name, out);
 }
 
-static int gwtf_members(const pe_system *s, const pe_cand *cands, int n, const int *flows, sim *engine,
-                        pe_member *m) {
+static int gwtf_members(const pe_system *s, const pe_cand *cands, int n, const int *flows, sim *engine, pe_member *m) {
   static const sim_node_ops ops = {sim_msg, sim_tick};
   int total = s->n + n;
   place_tunables tun;
@@ -280,9 +277,14 @@ static int gwtf_members(const pe_system *s, const pe_cand *cands, int n, const i
     if (idx < 0) return idx;
     m[i].capacity = cand ? 0 : (uint32_t)s->nodes[i].capacity;
     m[i].flows = cand ? 0 : (uint32_t)flows[i];
-    place_config cfg = {.self = peer.id, .stage = cand ? PLACE_CANDIDATE : s->nodes[i].stage, .n_stages = s->stages,
-                        .capacity = cand ? (uint32_t)cands[i - s->n].capacity : 0, .tun = tun,
-                        .io = sim_io(engine, idx), .stats = member_stats, .stats_ud = &m[i]};
+    place_config cfg = {.self = peer.id,
+                        .stage = cand ? PLACE_CANDIDATE : s->nodes[i].stage,
+                        .n_stages = s->stages,
+                        .capacity = cand ? (uint32_t)cands[i - s->n].capacity : 0,
+                        .tun = tun,
+                        .io = sim_io(engine, idx),
+                        .stats = member_stats,
+                        .stats_ud = &m[i]};
     int rc = place_new(&cfg, &m[i].p);
     if (rc != 0) return rc;
   }

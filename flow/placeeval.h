@@ -44,7 +44,7 @@ typedef enum place_method {
 const char *place_method_name(place_method m);
 
 typedef struct place_eval_opts {
-  int setting;    /* 1..5 (Table IV top) */
+  int setting; /* 1..5 (Table IV top) */
   uint64_t seed;
   int candidates; /* 20 */
   int batch;      /* 2: candidates placed together (the optimum tries S^batch placements) */

@@ -49,7 +49,9 @@ static void node_id(const flow_instance *in, int node, gw_id *out) {
   gw_id_hash_str(name, out);
 }
 
-static int cmp_slot(const void *a, const void *b) { return gw_id_cmp(&((const id_slot *)a)->id, &((const id_slot *)b)->id); }
+static int cmp_slot(const void *a, const void *b) {
+  return gw_id_cmp(&((const id_slot *)a)->id, &((const id_slot *)b)->id);
+}
 
 static int node_of(const flow_simulation *s, const gw_id *id) {
   int lo = 0, hi = s->in->n_nodes - 1;
@@ -101,7 +103,8 @@ static int introduce(flow_simulation *s, int a, int b, const flow_inst_link *l) 
   gw_id bid;
   node_id(s->in, b, &bid);
   int rc = flow_add_peer(s->m[a].f, &bid, s->in->nodes[b].stage);
-  if (rc == 0 && l) rc = flow_set_cost(s->m[a].f, &bid, l->from == a ? FLOW_DIR_NEXT : FLOW_DIR_PREV, hop_cost(s->in, l));
+  if (rc == 0 && l)
+    rc = flow_set_cost(s->m[a].f, &bid, l->from == a ? FLOW_DIR_NEXT : FLOW_DIR_PREV, hop_cost(s->in, l));
   return rc;
 }
 
@@ -205,8 +208,8 @@ int flow_sim_new(const flow_instance *in, const flow_sim_opts *o, flow_simulatio
   if (!s) return GW_ENOMEM;
   s->in = in;
   s->opts = *o;
-  sim_config cfg = {.seed = o->seed, .delay_min_ms = 1, .delay_max_ms = 1 + (o->delay_ms ? o->delay_ms - 1 : 0),
-                    .loss = o->loss};
+  sim_config cfg = {
+      .seed = o->seed, .delay_min_ms = 1, .delay_max_ms = 1 + (o->delay_ms ? o->delay_ms - 1 : 0), .loss = o->loss};
   s->engine = sim_new(&cfg);
   s->m = calloc((size_t)in->n_nodes, sizeof(*s->m));
   s->by_id = malloc((size_t)in->n_nodes * sizeof(*s->by_id));
@@ -344,8 +347,10 @@ int flow_sim_flows(const flow_simulation *s, flow_solution *out, double **report
         if (n_rep == cap_rep) {
           cap_rep = cap_rep ? 2 * cap_rep : 64;
           double *r = realloc(rep, (size_t)cap_rep * sizeof(double));
-          if (!r) rc = GW_ENOMEM;
-          else rep = r;
+          if (!r)
+            rc = GW_ENOMEM;
+          else
+            rep = r;
         }
         if (rc == 0) rep[n_rep++] = v[k].cost;
       }
@@ -358,8 +363,10 @@ int flow_sim_flows(const flow_simulation *s, flow_solution *out, double **report
     flow_solution_free(out);
     return rc;
   }
-  if (reported) *reported = rep;
-  else free(rep);
+  if (reported)
+    *reported = rep;
+  else
+    free(rep);
   /* Sorting would break the pairing with reported costs. */
   if (!reported) flow_solution_sort(out);
   return 0;
@@ -367,24 +374,13 @@ int flow_sim_flows(const flow_simulation *s, flow_solution *out, double **report
 
 /* ---- invariants ---- */
 
-static int fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t err_len, const char *fmt, ...) {
-  if (err && err_len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-  }
-  return GW_EINVAL;
-}
 
 int flow_sim_check_local(const flow_simulation *s, char *err, size_t err_len) {
   char inner[200];
   for (int i = 0; i < s->in->n_nodes; i++) {
     if (!s->m[i].active) continue;
     if (flow_check_local(s->m[i].f, inner, sizeof(inner)) != 0)
-      return fail(err, err_len, "node %d: %s", s->in->nodes[i].id, inner);
+      return flow_error(err, err_len, GW_EINVAL, "node %d: %s", s->in->nodes[i].id, inner);
   }
   return 0;
 }
@@ -408,13 +404,14 @@ static int check_unit_ends(const flow_simulation *s, const views *all, int i, co
   int id = in->nodes[i].id;
   if (u->has_out) {
     int j = node_of(s, &u->next);
-    if (j < 0) return fail(err, err_len, "node %d sends to an unknown node", id);
+    if (j < 0) return flow_error(err, err_len, GW_EINVAL, "node %d sends to an unknown node", id);
     if (s->m[j].active) {
       const flow_unit_view *w = find_view(all[j].v, all[j].n, true, flow_sim_id(s, i), u->out_seg);
-      if (!w) return fail(err, err_len, "node %d -> %d: segment %016llx unknown downstream (half-connected)", id,
-                          in->nodes[j].id, (unsigned long long)u->out_seg);
+      if (!w)
+        return flow_error(err, err_len, GW_EINVAL, "node %d -> %d: segment %016llx unknown downstream (half-connected)", id,
+                    in->nodes[j].id, (unsigned long long)u->out_seg);
       if (!gw_id_eq(&w->target, &u->target))
-        return fail(err, err_len, "node %d -> %d: ends disagree on the target", id, in->nodes[j].id);
+        return flow_error(err, err_len, GW_EINVAL, "node %d -> %d: ends disagree on the target", id, in->nodes[j].id);
       int k = flow_adjacency_link(in, &s->adj, i, j);
       double expect = k < 0 ? -1 : w->cost;
       if (k >= 0) {
@@ -423,16 +420,16 @@ static int check_unit_ends(const flow_simulation *s, const views *all, int i, co
       }
       bool same = isinf(expect) ? isinf(u->cost) : fabs(expect - u->cost) <= 1e-6 * (1 + fabs(expect));
       if (k < 0 || !same)
-        return fail(err, err_len, "node %d -> %d: cost to sink %.9g, but link and next hop give %.9g", id,
+        return flow_error(err, err_len, GW_EINVAL, "node %d -> %d: cost to sink %.9g, but link and next hop give %.9g", id,
                     in->nodes[j].id, u->cost, expect);
     }
   }
   if (u->has_in) {
     int j = node_of(s, &u->prev);
-    if (j < 0) return fail(err, err_len, "node %d receives from an unknown node", id);
+    if (j < 0) return flow_error(err, err_len, GW_EINVAL, "node %d receives from an unknown node", id);
     if (s->m[j].active && !find_view(all[j].v, all[j].n, false, flow_sim_id(s, i), u->in_seg))
-      return fail(err, err_len, "node %d <- %d: segment %016llx unknown upstream (half-connected)", id,
-                  in->nodes[j].id, (unsigned long long)u->in_seg);
+      return flow_error(err, err_len, GW_EINVAL, "node %d <- %d: segment %016llx unknown upstream (half-connected)", id, in->nodes[j].id,
+                  (unsigned long long)u->in_seg);
   }
   return 0;
 }
@@ -445,8 +442,10 @@ int flow_sim_check_consistent(const flow_simulation *s, char *err, size_t err_le
     if (!s->m[i].active) continue;
     all[i].n = flow_units(s->m[i].f, NULL, 0);
     all[i].v = malloc((all[i].n + 1) * sizeof(flow_unit_view));
-    if (!all[i].v) rc = GW_ENOMEM;
-    else flow_units(s->m[i].f, all[i].v, all[i].n);
+    if (!all[i].v)
+      rc = GW_ENOMEM;
+    else
+      flow_units(s->m[i].f, all[i].v, all[i].n);
   }
   for (int i = 0; i < n && rc == 0; i++)
     for (size_t k = 0; k < all[i].n && rc == 0; k++) rc = check_unit_ends(s, all, i, &all[i].v[k], err, err_len);
@@ -514,8 +513,8 @@ int flow_sim_run(const flow_instance *in, const flow_sim_opts *o, int rounds, fl
     flow_solution cur;
     rc = flow_sim_flows(s, &cur, NULL);
     if (rc != 0) break;
-    out->trace[r] = (flow_round_stat){cur.n_flows, flow_solution_total(&cur), flow_solution_max(&cur),
-                                      flow_sim_messages(s)};
+    out->trace[r] =
+        (flow_round_stat){cur.n_flows, flow_solution_total(&cur), flow_solution_max(&cur), flow_sim_messages(s)};
     if (r == 0 || !same_flows(&cur, &prev)) {
       out->converged_round = r + 1;
       out->messages_to_converge = flow_sim_messages(s);

@@ -30,13 +30,14 @@ typedef struct flow_sim_event {
 } flow_sim_event;
 
 typedef struct flow_sim_opts {
-  flow_tunables tun;    /* objective included */
+  flow_tunables tun; /* objective included */
   uint64_t seed;
-  double loss;          /* message loss probability */
-  uint64_t delay_ms;    /* extra delay bound; keep below tick_ms */
+  double loss;                   /* message loss probability */
+  uint64_t delay_ms;             /* extra delay bound; keep below tick_ms */
+  /* The event arrays are not copied: they must outlive the simulation. */
   const flow_sim_event *crashes; /* nodes that stop at the start of a round */
   int n_crashes;
-  const flow_sim_event *joins;   /* nodes that take part only from a round on */
+  const flow_sim_event *joins; /* nodes that take part only from a round on */
   int n_joins;
   const gw_log_sink *log; /* NULL: silent */
   /* Every node's protocol events (may be NULL); node is the instance index. */
@@ -95,17 +96,17 @@ typedef struct flow_round_stat {
 } flow_round_stat;
 
 typedef struct flow_run_result {
-  flow_solution sol;       /* the flows after the last round */
+  flow_solution sol; /* the flows after the last round */
   int rounds;
   uint64_t messages;
-  flow_round_stat *trace;  /* one per round */
-  int converged_round;     /* rounds after which the flows never changed again */
+  flow_round_stat *trace; /* one per round */
+  int converged_round;    /* rounds after which the flows never changed again */
   uint64_t messages_to_converge;
-  int settled_round;       /* rounds after which num_flows was final and the cost within 1% of final */
+  int settled_round; /* rounds after which num_flows was final and the cost within 1% of final */
   uint64_t messages_to_settle;
-  int last_crash_round;    /* -1: none */
-  int recovered_round;     /* first round after the last crash with the flows back (-1: never) */
-  int recovery_target;     /* the number of flows that counts as recovered */
+  int last_crash_round; /* -1: none */
+  int recovered_round;  /* first round after the last crash with the flows back (-1: never) */
+  int recovery_target;  /* the number of flows that counts as recovered */
 } flow_run_result;
 
 /* How close to its final cost a run must stay to count as settled. */

@@ -131,39 +131,28 @@ double flow_path_cost(const flow_instance *in, const flow_adjacency *adj, const 
   return c;
 }
 
-static int fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t err_len, const char *fmt, ...) {
-  if (err && err_len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-  }
-  return GW_EINVAL;
-}
 
 static int check_path(const flow_instance *in, const flow_adjacency *adj, const flow_solution *s, int k, int *load,
                       char *err, size_t err_len) {
   const int *p = flow_solution_path(s, k);
   int len = s->path_len;
   if (p[0] < 0 || p[0] >= in->n_nodes || in->nodes[p[0]].stage != 0 || p[len - 1] != p[0])
-    return fail(err, err_len, "flow %d does not start and end at the same data node", k);
+    return flow_error(err, err_len, GW_EINVAL, "flow %d does not start and end at the same data node", k);
   for (int i = 1; i + 1 < len; i++) {
     if (p[i] < 0 || p[i] >= in->n_nodes || in->nodes[p[i]].stage != i)
-      return fail(err, err_len, "flow %d: hop %d is not a stage-%d relay", k, i, i);
+      return flow_error(err, err_len, GW_EINVAL, "flow %d: hop %d is not a stage-%d relay", k, i, i);
     load[p[i]]++;
   }
   load[p[0]]++;
   double c = flow_path_cost(in, adj, p);
-  if (c < 0) return fail(err, err_len, "flow %d uses a link that does not exist", k);
+  if (c < 0) return flow_error(err, err_len, GW_EINVAL, "flow %d uses a link that does not exist", k);
   if (fabs(c - s->cost[k]) > 1e-6 * (1 + fabs(c)))
-    return fail(err, err_len, "flow %d: reported cost %.6g but its links sum to %.6g", k, s->cost[k], c);
+    return flow_error(err, err_len, GW_EINVAL, "flow %d: reported cost %.6g but its links sum to %.6g", k, s->cost[k], c);
   return 0;
 }
 
 int flow_solution_check(const flow_instance *in, const flow_solution *s, char *err, size_t err_len) {
-  if (s->path_len != in->stages + 2) return fail(err, err_len, "paths have the wrong length");
+  if (s->path_len != in->stages + 2) return flow_error(err, err_len, GW_EINVAL, "paths have the wrong length");
   flow_adjacency adj;
   int *load = calloc((size_t)in->n_nodes, sizeof(int));
   if (!load || flow_adjacency_build(in, &adj) != 0) {
@@ -174,7 +163,7 @@ int flow_solution_check(const flow_instance *in, const flow_solution *s, char *e
   for (int k = 0; k < s->n_flows && rc == 0; k++) rc = check_path(in, &adj, s, k, load, err, err_len);
   for (int i = 0; i < in->n_nodes && rc == 0; i++)
     if (load[i] > in->nodes[i].capacity)
-      rc = fail(err, err_len, "node %d carries %d flows but its capacity is %d", in->nodes[i].id, load[i],
+      rc = flow_error(err, err_len, GW_EINVAL, "node %d carries %d flows but its capacity is %d", in->nodes[i].id, load[i],
                 in->nodes[i].capacity);
   flow_adjacency_free(&adj);
   free(load);
@@ -195,8 +184,8 @@ json_t *flow_solution_json(const flow_instance *in, const flow_solution *s) {
     const int *p = flow_solution_path(s, k);
     json_t *path = json_array();
     for (int i = 0; i < s->path_len; i++) json_array_append_new(path, json_integer(in->nodes[p[i]].id));
-    json_array_append_new(flows, json_pack("{s:i,s:o,s:f}", "source", in->nodes[p[0]].id, "path", path, "cost",
-                                           s->cost[k]));
+    json_array_append_new(flows,
+                          json_pack("{s:i,s:o,s:f}", "source", in->nodes[p[0]].id, "path", path, "cost", s->cost[k]));
   }
   json_object_set_new(o, "flows", flows);
   return o;

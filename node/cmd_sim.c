@@ -57,28 +57,31 @@ static int parse_prob(const char *s, double *out) {
 /* ---- gwtf sim gen ---- */
 
 void cmd_sim_gen_help(void) {
-  printf("usage: gwtf sim gen --setting K --seed S [--out FILE]\n\n"
-         "Writes the flow instance of the GWTF paper's Table V setting K (1-6) as JSON,\n"
-         "to FILE (written atomically) or to standard output:\n\n"
-         "  K  sources relays stages capacities link costs\n"
-         "  1     1      40     8     U(1,3)     U(1,20)\n"
-         "  2     1      40    10     U(1,3)     U(1,20)\n"
-         "  3     1      40     8     U(5,15)    U(1,20)\n"
-         "  4     1      40     8     U(1,3)     U(5,100)\n"
-         "  5     2      40     8     U(1,3)     U(1,20)\n"
-         "  6     4      80     8     U(1,3)     U(1,20)\n\n"
-         "floor(U(a,b)) is an integer drawn uniformly from [a, b-1]; relays are spread\n"
-         "evenly over the stages, consecutive stages are fully linked, and each data\n"
-         "node wants as many flows as the largest stage can carry.\n");
+  printf(
+      "usage: gwtf sim gen --setting K --seed S [--out FILE]\n\n"
+      "Writes the flow instance of the GWTF paper's Table V setting K (1-6) as JSON,\n"
+      "to FILE (written atomically) or to standard output:\n\n"
+      "  K  sources relays stages capacities link costs\n"
+      "  1     1      40     8     U(1,3)     U(1,20)\n"
+      "  2     1      40    10     U(1,3)     U(1,20)\n"
+      "  3     1      40     8     U(5,15)    U(1,20)\n"
+      "  4     1      40     8     U(1,3)     U(5,100)\n"
+      "  5     2      40     8     U(1,3)     U(1,20)\n"
+      "  6     4      80     8     U(1,3)     U(1,20)\n\n"
+      "floor(U(a,b)) is an integer drawn uniformly from [a, b-1]; relays are spread\n"
+      "evenly over the stages, consecutive stages are fully linked, and each data\n"
+      "node wants as many flows as the largest stage can carry.\n");
 }
 
 int cmd_sim_gen(int argc, char **argv) {
   long setting = 0;
   uint64_t seed = 1;
   const char *out = NULL;
-  static const struct option opts[] = {
-      {"setting", required_argument, 0, 'k'}, {"seed", required_argument, 0, 's'},
-      {"out", required_argument, 0, 'o'},     {"help", no_argument, 0, 'h'}, {0}};
+  static const struct option opts[] = {{"setting", required_argument, 0, 'k'},
+                                       {"seed", required_argument, 0, 's'},
+                                       {"out", required_argument, 0, 'o'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0}};
   int c;
   while ((c = getopt_long(argc, argv, "k:s:o:h", opts, NULL)) != -1) {
     switch (c) {
@@ -130,28 +133,29 @@ int cmd_sim_gen(int argc, char **argv) {
 /* ---- gwtf sim flow ---- */
 
 void cmd_sim_flow_help(void) {
-  printf("usage: gwtf sim flow --instance FILE --algo gwtf|optimal|greedy [options]\n\n"
-         "Routes the instance's flows and prints them. gwtf runs the decentralized\n"
-         "protocol (flow/flow.h) on the deterministic simulator, one tick per node per\n"
-         "round; optimal is the exact min-cost max-flow (one data node only); greedy\n"
-         "is the SWARM-style baseline (cheapest next node with spare capacity).\n\n"
-         "options:\n"
-         "  --objective max|sum   the protocol's objective (default max; the paper\n"
-         "                        compares with the optimum under sum). The output's\n"
-         "                        objective is what the algorithm minimises: sum for\n"
-         "                        optimal, none for greedy\n"
-         "  --rounds N            rounds to run (default 120)\n"
-         "  --seed S              seed for the protocol's and the network's randomness\n"
-         "  --loss P              message loss probability in [0, 1)\n"
-         "  --delay MS            extra per-message delay, uniform in [0, MS)\n"
-         "  --crash ROUND:NODE    node NODE (instance id) stops at the start of ROUND\n"
-         "  --join ROUND:NODE     node NODE takes part only from ROUND on\n"
-         "  --trace               add per-round figures, convergence and recovery\n"
-         "  --log LEVEL           protocol events on stderr (debug|info|warn|error)\n"
-         "  --set NAME=VALUE      change a protocol tunable (list below)\n"
-         "  --json                one JSON object: algo, objective, rounds, messages,\n"
-         "                        num_flows, total_cost, max_flow_cost, flows\n\n"
-         "tunables and their defaults (flow/flow.h says where each comes from):\n");
+  printf(
+      "usage: gwtf sim flow --instance FILE --algo gwtf|optimal|greedy [options]\n\n"
+      "Routes the instance's flows and prints them. gwtf runs the decentralized\n"
+      "protocol (flow/flow.h) on the deterministic simulator, one tick per node per\n"
+      "round; optimal is the exact min-cost max-flow (one data node only); greedy\n"
+      "is the SWARM-style baseline (cheapest next node with spare capacity).\n\n"
+      "options:\n"
+      "  --objective max|sum   the protocol's objective (default max; the paper\n"
+      "                        compares with the optimum under sum). The output's\n"
+      "                        objective is what the algorithm minimises: sum for\n"
+      "                        optimal, none for greedy\n"
+      "  --rounds N            rounds to run (default 120)\n"
+      "  --seed S              seed for the protocol's and the network's randomness\n"
+      "  --loss P              message loss probability in [0, 1)\n"
+      "  --delay MS            extra per-message delay, uniform in [0, MS)\n"
+      "  --crash ROUND:NODE    node NODE (instance id) stops at the start of ROUND\n"
+      "  --join ROUND:NODE     node NODE takes part only from ROUND on\n"
+      "  --trace               add per-round figures, convergence and recovery\n"
+      "  --log LEVEL           protocol events on stderr (debug|info|warn|error)\n"
+      "  --set NAME=VALUE      change a protocol tunable (list below)\n"
+      "  --json                one JSON object: algo, objective, rounds, messages,\n"
+      "                        num_flows, total_cost, max_flow_cost, flows\n\n"
+      "tunables and their defaults (flow/flow.h says where each comes from):\n");
   flow_tunables t;
   char buf[2048];
   flow_tunables_default(&t);
@@ -194,14 +198,21 @@ static int parse_flow_args(int argc, char **argv, flow_args *a) {
   a->objective = FLOW_OBJ_MAX;
   flow_tunables_default(&a->tun);
   bool objective_given = false;
-  static const struct option opts[] = {
-      {"instance", required_argument, 0, 'i'}, {"algo", required_argument, 0, 'a'},
-      {"objective", required_argument, 0, 'O'}, {"rounds", required_argument, 0, 'r'},
-      {"seed", required_argument, 0, 's'},     {"loss", required_argument, 0, 'l'},
-      {"delay", required_argument, 0, 'd'},    {"crash", required_argument, 0, 'c'},
-      {"join", required_argument, 0, 'J'},     {"trace", no_argument, 0, 't'},
-      {"log", required_argument, 0, 'L'},      {"json", no_argument, 0, 'j'},
-      {"set", required_argument, 0, 'S'},      {"help", no_argument, 0, 'h'}, {0}};
+  static const struct option opts[] = {{"instance", required_argument, 0, 'i'},
+                                       {"algo", required_argument, 0, 'a'},
+                                       {"objective", required_argument, 0, 'O'},
+                                       {"rounds", required_argument, 0, 'r'},
+                                       {"seed", required_argument, 0, 's'},
+                                       {"loss", required_argument, 0, 'l'},
+                                       {"delay", required_argument, 0, 'd'},
+                                       {"crash", required_argument, 0, 'c'},
+                                       {"join", required_argument, 0, 'J'},
+                                       {"trace", no_argument, 0, 't'},
+                                       {"log", required_argument, 0, 'L'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"set", required_argument, 0, 'S'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0}};
   int c;
   while ((c = getopt_long(argc, argv, "i:a:O:r:s:l:d:c:J:tL:jS:h", opts, NULL)) != -1) {
     const char *bad = NULL;
@@ -209,9 +220,12 @@ static int parse_flow_args(int argc, char **argv, flow_args *a) {
     case 'i': a->instance = optarg; break;
     case 'a': a->algo = optarg; break;
     case 'O':
-      if (strcmp(optarg, "max") == 0) a->objective = FLOW_OBJ_MAX;
-      else if (strcmp(optarg, "sum") == 0) a->objective = FLOW_OBJ_SUM;
-      else bad = "--objective must be max or sum";
+      if (strcmp(optarg, "max") == 0)
+        a->objective = FLOW_OBJ_MAX;
+      else if (strcmp(optarg, "sum") == 0)
+        a->objective = FLOW_OBJ_SUM;
+      else
+        bad = "--objective must be max or sum";
       objective_given = true;
       break;
     case 'S': {
@@ -224,8 +238,10 @@ static int parse_flow_args(int argc, char **argv, flow_args *a) {
       memcpy(name, optarg, (size_t)(eq - optarg));
       name[eq - optarg] = '\0';
       int rc = flow_tunables_set(&a->tun, name, eq + 1);
-      if (rc == GW_ENOENT) bad = "--set: no such tunable (see gwtf help sim flow)";
-      else if (rc != 0) bad = "--set: bad value";
+      if (rc == GW_ENOENT)
+        bad = "--set: no such tunable (see gwtf help sim flow)";
+      else if (rc != 0)
+        bad = "--set: bad value";
       break;
     }
     case 'r':
@@ -298,8 +314,8 @@ static json_t *trace_json(const flow_run_result *r) {
   json_t *arr = json_array();
   for (int k = 0; arr && k < r->rounds; k++)
     json_array_append_new(arr, json_pack("{s:i,s:i,s:f,s:f,s:I}", "round", k + 1, "num_flows", r->trace[k].num_flows,
-                                         "total_cost", r->trace[k].total_cost, "max_flow_cost",
-                                         r->trace[k].max_cost, "messages", (json_int_t)r->trace[k].messages));
+                                         "total_cost", r->trace[k].total_cost, "max_flow_cost", r->trace[k].max_cost,
+                                         "messages", (json_int_t)r->trace[k].messages));
   return arr;
 }
 
@@ -312,8 +328,7 @@ static const char *objective_name(const flow_args *a) {
 
 static void print_text(const flow_args *a, const flow_solution *sol, int rounds, uint64_t messages) {
   printf("algo %s, objective %s: %d flows, total cost %.6g, max flow cost %.6g", a->algo, objective_name(a),
-         sol->n_flows, flow_solution_total(sol),
-         flow_solution_max(sol));
+         sol->n_flows, flow_solution_total(sol), flow_solution_max(sol));
   if (rounds) printf(", %d rounds, %llu messages", rounds, (unsigned long long)messages);
   printf("\n");
 }
@@ -362,17 +377,17 @@ int cmd_sim_flow(int argc, char **argv) {
   memset(&r, 0, sizeof(r));
   rc = run_algo(&a, &in, &r);
   if (rc == GW_EUNSUPPORTED) {
-    fprintf(stderr, "gwtf sim flow: --algo optimal solves instances with one data node; this one has %d "
-                    "(flows must return to their own data node, a multi-commodity problem)\n",
+    fprintf(stderr,
+            "gwtf sim flow: --algo optimal solves instances with one data node; this one has %d "
+            "(flows must return to their own data node, a multi-commodity problem)\n",
             flow_instance_sources(&in));
   } else if (rc != 0) {
     fprintf(stderr, "gwtf sim flow: %s\n", gw_strerror(rc));
   } else if (!a.json) {
     print_text(&a, &r.sol, gwtf ? r.rounds : 0, r.messages);
     if (gwtf && a.trace)
-      printf("settled after round %d (%llu messages); last change in round %d (%llu messages)\n",
-             r.settled_round, (unsigned long long)r.messages_to_settle, r.converged_round,
-             (unsigned long long)r.messages_to_converge);
+      printf("settled after round %d (%llu messages); last change in round %d (%llu messages)\n", r.settled_round,
+             (unsigned long long)r.messages_to_settle, r.converged_round, (unsigned long long)r.messages_to_converge);
   } else {
     json_t *o = json_object();
     json_object_set_new(o, "algo", json_string(a.algo));
@@ -390,7 +405,8 @@ int cmd_sim_flow(int argc, char **argv) {
       if (r.last_crash_round >= 0) {
         json_object_set_new(o, "last_crash_round", json_integer(r.last_crash_round));
         json_object_set_new(o, "recovery_target", json_integer(r.recovery_target));
-        json_object_set_new(o, "recovered_round", r.recovered_round >= 0 ? json_integer(r.recovered_round) : json_null());
+        json_object_set_new(o, "recovered_round",
+                            r.recovered_round >= 0 ? json_integer(r.recovered_round) : json_null());
       }
       json_object_set_new(o, "trace", trace_json(&r));
     }
@@ -408,17 +424,18 @@ int cmd_sim_flow(int argc, char **argv) {
 /* ---- gwtf sim join ---- */
 
 void cmd_sim_join_help(void) {
-  printf("usage: gwtf sim join --setting K --seed S [--candidates N] [--batch B] [--no-optimal] [--json]\n\n"
-         "The node-addition experiment of the GWTF paper (Table IV top, Fig. 5): a data\n"
-         "node and 96 relays of Table IV setting K (1-5) receive N joining nodes\n"
-         "(default 20) in batches of B (default 2). Each method places them on its own\n"
-         "copy of the system; the improvement is (cost_before - cost_after) / cost_before,\n"
-         "with cost = the min-cost max-flow's mean flow cost / number of flows (the time\n"
-         "to train a fixed number of microbatches).\n\n"
-         "  gwtf            the placement protocol (flow/place.h) on the simulator\n"
-         "  capacity_first  highest capacity first, to the stage with the fewest nodes\n"
-         "  random          a uniformly random stage each\n"
-         "  optimal         all S^B placements of each batch, the best kept\n");
+  printf(
+      "usage: gwtf sim join --setting K --seed S [--candidates N] [--batch B] [--no-optimal] [--json]\n\n"
+      "The node-addition experiment of the GWTF paper (Table IV top, Fig. 5): a data\n"
+      "node and 96 relays of Table IV setting K (1-5) receive N joining nodes\n"
+      "(default 20) in batches of B (default 2). Each method places them on its own\n"
+      "copy of the system; the improvement is (cost_before - cost_after) / cost_before,\n"
+      "with cost = the min-cost max-flow's mean flow cost / number of flows (the time\n"
+      "to train a fixed number of microbatches).\n\n"
+      "  gwtf            the placement protocol (flow/place.h) on the simulator\n"
+      "  capacity_first  highest capacity first, to the stage with the fewest nodes\n"
+      "  random          a uniformly random stage each\n"
+      "  optimal         all S^B placements of each batch, the best kept\n");
 }
 
 int cmd_sim_join(int argc, char **argv) {
@@ -426,11 +443,14 @@ int cmd_sim_join(int argc, char **argv) {
   place_eval_opts_default(&o);
   bool json = false;
   long v;
-  static const struct option opts[] = {
-      {"setting", required_argument, 0, 'k'}, {"seed", required_argument, 0, 's'},
-      {"candidates", required_argument, 0, 'n'}, {"batch", required_argument, 0, 'b'},
-      {"no-optimal", no_argument, 0, 'x'},    {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},          {0}};
+  static const struct option opts[] = {{"setting", required_argument, 0, 'k'},
+                                       {"seed", required_argument, 0, 's'},
+                                       {"candidates", required_argument, 0, 'n'},
+                                       {"batch", required_argument, 0, 'b'},
+                                       {"no-optimal", no_argument, 0, 'x'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0}};
   int c;
   bool have_setting = false;
   while ((c = getopt_long(argc, argv, "k:s:n:b:xjh", opts, NULL)) != -1) {
@@ -478,8 +498,7 @@ int cmd_sim_join(int argc, char **argv) {
     for (int m = 0; m < PLACE_M_COUNT; m++) {
       if (m == PLACE_M_OPTIMAL && !o.optimal) continue;
       printf("  %-15s improvement %6.2f%%  flows %d -> %d  cost %.4g -> %.4g\n", place_method_name(m),
-             100 * r.m[m].improvement, r.m[m].flows_before, r.m[m].flows_after, r.m[m].cost_before,
-             r.m[m].cost_after);
+             100 * r.m[m].improvement, r.m[m].flows_before, r.m[m].flows_after, r.m[m].cost_before, r.m[m].cost_after);
     }
     return 0;
   }
@@ -490,10 +509,10 @@ int cmd_sim_join(int argc, char **argv) {
     if (m == PLACE_M_OPTIMAL && !o.optimal) continue;
     json_t *per = json_array();
     for (int s = 1; s <= r.stages; s++) json_array_append_new(per, json_integer(r.m[m].per_stage[s]));
-    json_array_append_new(methods, json_pack("{s:s,s:f,s:f,s:f,s:i,s:i,s:o}", "method", place_method_name(m),
-                                             "improvement", r.m[m].improvement, "cost_before", r.m[m].cost_before,
-                                             "cost_after", r.m[m].cost_after, "flows_before", r.m[m].flows_before,
-                                             "flows_after", r.m[m].flows_after, "per_stage", per));
+    json_array_append_new(
+        methods, json_pack("{s:s,s:f,s:f,s:f,s:i,s:i,s:o}", "method", place_method_name(m), "improvement",
+                           r.m[m].improvement, "cost_before", r.m[m].cost_before, "cost_after", r.m[m].cost_after,
+                           "flows_before", r.m[m].flows_before, "flows_after", r.m[m].flows_after, "per_stage", per));
   }
   json_object_set_new(root, "methods", methods);
   json_object_set_new(root, "gwtf_messages", json_integer((json_int_t)r.gwtf_messages));

@@ -30,6 +30,12 @@ def run(cmd):
     return json.loads(out)
 
 
+def bottleneck(flows, link):
+    """The costliest link any flow uses (what the max objective minimises)."""
+    return max((max(link[(f["path"][i], f["path"][i + 1])] for i in range(len(f["path"]) - 1)) for f in flows),
+               default=0)
+
+
 def busiest(flows, n):
     load = {}
     for f in flows:
@@ -73,6 +79,7 @@ def crash_table(a):
 
 
 def show(hdr, lines, markdown):
+    """Prints a table as aligned text or as Markdown."""
     if markdown:
         print("| " + " | ".join(hdr) + " |")
         print("|" + "---|" * len(hdr))
@@ -105,7 +112,7 @@ def main():
         for k in [int(x) for x in a.settings.split(",")]:
             acc = {"n": 0, "opt_flows": 0, "gw_flows": 0, "gr_flows": 0, "opt_cost": 0.0, "gw_cost": 0.0,
                    "gr_cost": 0.0, "gw_cpf": 0.0, "gr_cpf": 0.0, "opt_cpf": 0.0, "flows_match": 0, "rounds": 0,
-                   "msgs": 0, "settle": 0, "smsgs": 0, "gap": [], "adv": []}
+                   "msgs": 0, "settle": 0, "smsgs": 0, "gap": [], "adv": [], "gw_bn": 0, "gr_bn": 0}
             has_opt = k <= 4
             for seed in range(1, a.seeds + 1):
                 inst = os.path.join(tmp, f"s{k}-{seed}.json")
@@ -115,6 +122,9 @@ def main():
                 gw = run(base + ["--algo", "gwtf", "--objective", a.objective, "--rounds", str(a.rounds), "--seed",
                                  str(seed), "--trace"] + a.extra.split())
                 gr = run(base + ["--algo", "greedy"])
+                link = {(l["from"], l["to"]): l["cost"] for l in json.load(open(inst))["links"]}
+                acc["gw_bn"] += bottleneck(gw["flows"], link)
+                acc["gr_bn"] += bottleneck(gr["flows"], link)
                 acc["n"] += 1
                 acc["gw_flows"] += gw["num_flows"]
                 acc["gr_flows"] += gr["num_flows"]
@@ -139,8 +149,8 @@ def main():
             rows.append((k, has_opt, acc))
     n = a.seeds
     hdr = ("setting", "flows opt/gwtf/greedy", "flows=opt", "cost opt", "cost gwtf", "cost greedy",
-           "gwtf vs opt", "worst gap", "per flow gwtf/greedy", "gwtf better", "settled (rounds/msgs)",
-           "last change (rounds/msgs)")
+           "gwtf vs opt", "worst gap", "per flow gwtf/greedy", "gwtf better", "bottleneck gwtf/greedy",
+           "settled (rounds/msgs)", "last change (rounds/msgs)")
     lines = []
     for k, has_opt, acc in rows:
         opt_f = f"{acc['opt_flows']/n:.1f}" if has_opt else "-"
@@ -151,6 +161,7 @@ def main():
                       f"+{100*sum(acc['gap'])/n:.2f}%" if has_opt else "-",
                       f"+{100*max(acc['gap']):.2f}%" if has_opt else "-",
                       f"{acc['gw_cpf']/n:.2f}/{acc['gr_cpf']/n:.2f}", f"{100*sum(acc['adv'])/n:.1f}%",
+                      f"{acc['gw_bn']/n:.1f}/{acc['gr_bn']/n:.1f}",
                       f"{acc['settle']/n:.1f} / {acc['smsgs']/n:.0f}", f"{acc['rounds']/n:.1f} / {acc['msgs']/n:.0f}"))
     show(hdr, lines, a.markdown)
 

@@ -15,6 +15,8 @@ import statistics
 import subprocess
 import sys
 
+from flow_eval import show
+
 METHODS = ["gwtf", "capacity_first", "random", "optimal"]
 
 
@@ -49,16 +51,7 @@ def main():
         row += [f"{100*statistics.mean(ratio):.1f}%", f"{100*min(ratio):.1f}%", f"{beats}/{a.seeds}",
                 f"{statistics.mean(msgs):.0f}"]
         lines.append(row)
-    if a.markdown:
-        print("| " + " | ".join(hdr) + " |")
-        print("|" + "---|" * len(hdr))
-        for l in lines:
-            print("| " + " | ".join(l) + " |")
-    else:
-        w = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(hdr)]
-        print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
-        for l in lines:
-            print("  ".join(x.ljust(w[i]) for i, x in enumerate(l)))
+    show(hdr, lines, a.markdown)
 
 
 if __name__ == "__main__":

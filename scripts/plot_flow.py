@@ -33,13 +33,13 @@ FONT = {  # 5x7 glyphs, one 5-bit row per entry, top to bottom
     ")": [8, 4, 2, 2, 2, 4, 8], "/": [0, 1, 2, 4, 8, 16, 0], " ": [0] * 7, ",": [0, 0, 0, 0, 12, 4, 8],
     "a": [0, 0, 14, 1, 15, 17, 15], "b": [16, 16, 22, 25, 17, 17, 30], "c": [0, 0, 14, 16, 16, 17, 14],
     "d": [1, 1, 13, 19, 17, 17, 15], "e": [0, 0, 14, 17, 31, 16, 14], "f": [6, 9, 8, 28, 8, 8, 8],
-    "g": [0, 15, 17, 17, 15, 1, 14], "h": [16, 16, 22, 25, 17, 17, 17], "i": [4, 0, 12, 4, 4, 4, 14],
+    "g": [0, 0, 15, 17, 15, 1, 14], "h": [16, 16, 22, 25, 17, 17, 17], "i": [4, 0, 12, 4, 4, 4, 14],
     "j": [2, 0, 6, 2, 2, 18, 12], "k": [16, 16, 18, 20, 24, 20, 18], "l": [12, 4, 4, 4, 4, 4, 14],
     "m": [0, 0, 26, 21, 21, 17, 17], "n": [0, 0, 22, 25, 17, 17, 17], "o": [0, 0, 14, 17, 17, 17, 14],
-    "p": [0, 0, 30, 17, 30, 16, 16], "q": [0, 0, 13, 19, 15, 1, 1], "r": [0, 0, 22, 25, 16, 16, 16],
+    "p": [0, 0, 30, 17, 30, 16, 16], "q": [0, 0, 15, 17, 15, 1, 1], "r": [0, 0, 22, 25, 16, 16, 16],
     "s": [0, 0, 14, 16, 14, 1, 30], "t": [8, 8, 28, 8, 8, 9, 6], "u": [0, 0, 17, 17, 17, 19, 13],
     "v": [0, 0, 17, 17, 17, 10, 4], "w": [0, 0, 17, 17, 21, 21, 10], "x": [0, 0, 17, 10, 4, 10, 17],
-    "y": [0, 0, 17, 17, 15, 1, 14], "z": [0, 0, 31, 2, 4, 8, 31],
+    "y": [0, 0, 17, 17, 15, 1, 30], "z": [0, 0, 31, 2, 4, 8, 31],
 }
 
 
@@ -118,7 +118,7 @@ def nice_ticks(lo, hi, n=5):
     return ticks
 
 
-def panel(cv, box, rounds, series, title):
+def panel(cv, box, rounds, series, title, legend_low=False):
     x0, y0, x1, y1 = box
     ys = [v for _, pts, _ in series for v in pts if v is not None]
     lo, hi = min(ys), max(ys)
@@ -147,7 +147,7 @@ def panel(cv, box, rounds, series, title):
             if prev:
                 cv.line(sx(prev[0]), sy(prev[1]), sx(r), sy(v), rgb, 2, dash)
             prev = (r, v)
-    lx, ly = x1 - 230, y0 + 8
+    lx, ly = x1 - 230, (y1 - 24 * len(series) - 8) if legend_low else y0 + 8
     for name, _, (rgb, dash) in series:
         cv.line(lx, ly + 7, lx + 30, ly + 7, rgb, 3, dash)
         cv.text(lx + 40, ly, name, (0, 0, 0), 2)
@@ -198,7 +198,7 @@ def main():
     cv = Canvas(900, 760)
     name = f"setting {a.setting} seed {a.seed}" if a.setting else os.path.basename(inst)
     panel(cv, (110, 50, 870, 350), len(t), cost_series, f"total cost of the complete flows - {name}")
-    panel(cv, (110, 450, 870, 690), len(t), flow_series, "number of flows")
+    panel(cv, (110, 450, 870, 690), len(t), flow_series, "number of flows", legend_low=True)
     cv.png(a.out)
     print(f"wrote {a.out}: gwtf {g['num_flows']} flows at {g['total_cost']:g}"
           + (f", optimal {opt['num_flows']} at {opt['total_cost']:g}" if opt else "")

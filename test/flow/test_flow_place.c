@@ -89,8 +89,14 @@ static void build(world *w, const uint32_t *cand, int n_cand) {
     n->assigned_cb = PLACE_CANDIDATE;
     int idx = sim_add_node(w->s, &n->peer, &ops, n);
     assert_int_equal(idx, i);
-    place_config cfg = {.self = n->peer.id, .stage = n->stage, .n_stages = 3, .capacity = n->capacity,
-                        .io = sim_io(w->s, idx), .stats = stats, .stats_ud = n, .on_assigned = assigned,
+    place_config cfg = {.self = n->peer.id,
+                        .stage = n->stage,
+                        .n_stages = 3,
+                        .capacity = n->capacity,
+                        .io = sim_io(w->s, idx),
+                        .stats = stats,
+                        .stats_ud = n,
+                        .on_assigned = assigned,
                         .assigned_ud = n};
     place_tunables_default(&cfg.tun);
     assert_int_equal(place_new(&cfg, &n->p), 0);

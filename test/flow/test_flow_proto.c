@@ -6,6 +6,7 @@
 #include "flowtest.h"
 
 #include "flow/flow_internal.h"
+#include "flow/place.h"
 
 #define T0 (0)
 #define TICK (2000)
@@ -749,6 +750,132 @@ static void test_cost_eq1_and_tunables(void **state) {
   assert_non_null(strstr(buf, "objective=sum\n"));
 }
 
+/* ---- hostile input, at volume ---- */
+
+typedef struct corpus {
+  uint8_t *msg[32];
+  size_t len[32];
+  int n;
+} corpus;
+
+static void corpus_add(corpus *c, Gwtf__FlowMessage *m) {
+  size_t len = gwtf__flow_message__get_packed_size(m);
+  c->msg[c->n] = malloc(len + 1);
+  gwtf__flow_message__pack(m, c->msg[c->n]);
+  c->len[c->n++] = len;
+}
+
+/* One valid message of most kinds, naming the fixture's peers. */
+static void build_corpus(fx *x, corpus *c) {
+  memset(c, 0, sizeof(*c));
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  Gwtf__FlowOfferEntry e = GWTF__FLOW_OFFER_ENTRY__INIT, *ep = &e;
+  e.target = idb(&x->d), e.count = 2, e.cost = 4;
+  Gwtf__FlowOffer o = GWTF__FLOW_OFFER__INIT;
+  o.spare = 1, o.n_entries = 1, o.entries = &ep;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_OFFER, m.offer = &o;
+  corpus_add(c, &m);
+  Gwtf__FlowRequest rq = GWTF__FLOW_REQUEST__INIT;
+  rq.seg = 11, rq.target = idb(&x->d), rq.cost = 9;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_REQUEST, m.request = &rq;
+  corpus_add(c, &m);
+  Gwtf__FlowReply rp = GWTF__FLOW_REPLY__INIT;
+  rp.seg = 12, rp.target = idb(&x->d), rp.accept = true, rp.cost = 3, rp.version = 2;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_REPLY, m.reply = &rp;
+  corpus_add(c, &m);
+  Gwtf__FlowUnitInfo ui = GWTF__FLOW_UNIT_INFO__INIT, *uip = &ui;
+  ui.target = idb(&x->d), ui.prev = idb(&x->d), ui.in_seg = 13, ui.in_link = 2, ui.next = idb(&x->n);
+  ui.out_seg = 14, ui.out_link = 3, ui.rest = 4, ui.live = true;
+  Gwtf__FlowLinkCost lc = GWTF__FLOW_LINK_COST__INIT, *lcp = &lc;
+  lc.peer = idb(&x->n2), lc.cost = 1;
+  Gwtf__FlowState st = GWTF__FLOW_STATE__INIT;
+  st.stage = 1, st.capacity = 2, st.n_units = 1, st.units = &uip, st.n_next_costs = 1, st.next_costs = &lcp;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_STATE, m.state = &st;
+  corpus_add(c, &m);
+  Gwtf__FlowProposeChange pc = GWTF__FLOW_PROPOSE_CHANGE__INIT;
+  pc.txn = 15, pc.my_seg = 16, pc.my_next = idb(&x->n2), pc.your_seg = 12, pc.your_next = idb(&x->n);
+  pc.target = idb(&x->d), pc.my_link = 1, pc.my_new_link = 2, pc.my_rest = 3;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_PROPOSE_CHANGE, m.propose_change = &pc;
+  corpus_add(c, &m);
+  Gwtf__FlowProposeRedirect pr = GWTF__FLOW_PROPOSE_REDIRECT__INIT;
+  pr.txn = 17, pr.in_seg = 11, pr.prev = idb(&x->d), pr.out_seg = 12, pr.next = idb(&x->n);
+  pr.target = idb(&x->d), pr.new_in_link = 1, pr.new_out_link = 1;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_PROPOSE_REDIRECT, m.propose_redirect = &pr;
+  corpus_add(c, &m);
+  Gwtf__FlowSwitchUp su = GWTF__FLOW_SWITCH_UP__INIT;
+  su.seg = 11, su.old_up = idb(&x->d), su.new_up = idb(&x->c), su.forwarded = 1;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_UP, m.switch_up = &su;
+  corpus_add(c, &m);
+  Gwtf__FlowSwitchDown sd = GWTF__FLOW_SWITCH_DOWN__INIT;
+  sd.seg = 12, sd.old_down = idb(&x->n), sd.new_down = idb(&x->n2), sd.cost = 5;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_SWITCH_DOWN, m.switch_down = &sd;
+  corpus_add(c, &m);
+  uint64_t segs[2] = {11, 12};
+  Gwtf__FlowAudit au = GWTF__FLOW_AUDIT__INIT;
+  au.n_up_segs = 2, au.up_segs = segs, au.n_down_segs = 1, au.down_segs = segs;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_AUDIT, m.audit = &au;
+  corpus_add(c, &m);
+  ProtobufCBinaryData hops[2] = {idb(&x->d), idb(&x->c)};
+  Gwtf__FlowProbe pb = GWTF__FLOW_PROBE__INIT;
+  pb.seg = 11, pb.origin = idb(&x->d), pb.origin_seg = 11, pb.n_path = 2, pb.path = hops, pb.cost = 2;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_PROBE, m.probe = &pb;
+  corpus_add(c, &m);
+  Gwtf__FlowCost co = GWTF__FLOW_COST__INIT;
+  co.seg = 12, co.cost = 2, co.version = 9;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_COST, m.cost = &co;
+  corpus_add(c, &m);
+  Gwtf__PlaceRecord rec = GWTF__PLACE_RECORD__INIT, *recp = &rec;
+  rec.node = idb(&x->c), rec.stage = 1, rec.capacity = 4, rec.flows = 2;
+  Gwtf__PlaceQuery q = GWTF__PLACE_QUERY__INIT;
+  q.query = 3, q.leader = idb(&x->d), q.n_records = 1, q.records = &recp;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_PLACE_QUERY, m.place_query = &q;
+  corpus_add(c, &m);
+}
+
+static void test_mutated_messages(void **state) {
+  (void)state;
+  fx x;
+  fx_relay(&x, 3, 1.7);
+  make_standby(&x, &x.n, 4);
+  make_paired(&x, 11, 9);
+  corpus c;
+  build_corpus(&x, &c);
+  place *pl;
+  static cap_io pcap; /* placement's own capture (cap_gw_io resets the one it is given) */
+  place_config pc = {.self = x.self, .stage = 1, .n_stages = 2, .io = cap_gw_io(&pcap, 3)};
+  place_tunables_default(&pc.tun);
+  assert_int_equal(place_new(&pc, &pl), 0);
+  place_add_peer(pl, &x.d, 0);
+  place_add_peer(pl, &x.n, 2);
+  gw_rng r;
+  gw_rng_seed(&r, 77);
+  const gw_id *from[4] = {&x.d, &x.n, &x.n2, &x.c};
+  uint8_t buf[1024];
+  char err[256];
+  for (int i = 0; i < 4000; i++) {
+    int k = (int)gw_rng_below(&r, (uint64_t)c.n);
+    size_t len = c.len[k];
+    memcpy(buf, c.msg[k], len);
+    int flips = 1 + (int)gw_rng_below(&r, 4);
+    for (int j = 0; j < flips && len > 0; j++) buf[gw_rng_below(&r, len)] ^= (uint8_t)(1 + gw_rng_below(&r, 255));
+    if (gw_rng_below(&r, 4) == 0) len = (size_t)gw_rng_below(&r, len + 1); /* truncated */
+    gw_peer p;
+    memset(&p, 0, sizeof(p));
+    p.id = *from[gw_rng_below(&r, 4)];
+    uint64_t now = 100 + (uint64_t)i;
+    flow_on_message(x.f, &p, buf, len, now);
+    place_on_message(pl, &p, buf, len, now);
+    if (i % 200 == 0) flow_on_tick(x.f, now);
+    if (flow_check_local(x.f, err, sizeof(err)) != 0) fail_msg("after input %d: %s", i, err);
+    if (x.cap.n > CAP_MAX_MSGS / 2) cap_clear(&x.cap);
+    if (pcap.n > CAP_MAX_MSGS / 2) cap_clear(&pcap);
+  }
+  for (int k = 0; k < c.n; k++) free(c.msg[k]);
+  place_free(pl);
+  cap_clear(&pcap);
+  fx_free(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_request_flow),
@@ -766,6 +893,7 @@ int main(void) {
       cmocka_unit_test(test_hostile_input),
       cmocka_unit_test(test_data_node_flows_and_probe),
       cmocka_unit_test(test_cost_eq1_and_tunables),
+      cmocka_unit_test(test_mutated_messages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

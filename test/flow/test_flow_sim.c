@@ -18,6 +18,15 @@
 #define GAP_MEAN_MAX (0.07)
 #define GAP_RUN_MAX (0.12)
 
+/* Default options with the objective the optimum is compared under. */
+static flow_sim_opts sum_opts(uint64_t seed) {
+  flow_sim_opts o;
+  flow_sim_opts_default(&o);
+  o.seed = seed;
+  o.tun.objective = FLOW_OBJ_SUM;
+  return o;
+}
+
 typedef struct watch {
   flow_simulation *s;
   char err[256];
@@ -100,7 +109,8 @@ static void test_invariants_every_step(void **state) {
     o.delay_ms = k >= 2 ? 900 : 0; /* reordering: messages overtake each other */
     flow_solution sol;
     char what[64];
-    snprintf(what, sizeof(what), "case %d (%s, delay %llu ms)", k, k % 2 ? "max" : "sum", (unsigned long long)o.delay_ms);
+    snprintf(what, sizeof(what), "case %d (%s, delay %llu ms)", k, k % 2 ? "max" : "sum",
+             (unsigned long long)o.delay_ms);
     run_watched(what, &in, &o, 100, &sol);
     assert_true(sol.n_flows > 0);
     flow_solution_free(&sol);
@@ -117,15 +127,13 @@ static void test_table5_near_optimum(void **state) {
       assert_int_equal(flow_instance_table5(setting, seed, &in), 0);
       flow_solution opt;
       assert_int_equal(flow_optimal(&in, NULL, &opt), 0);
-      flow_sim_opts o;
-      flow_sim_opts_default(&o);
-      o.seed = seed;
-      o.tun.objective = FLOW_OBJ_SUM;
+      flow_sim_opts o = sum_opts(seed);
       flow_run_result r;
       assert_int_equal(flow_sim_run(&in, &o, 120, &r), 0);
       assert_int_equal(r.sol.n_flows, opt.n_flows);
       double gap = (flow_solution_total(&r.sol) - flow_solution_total(&opt)) / flow_solution_total(&opt);
-      if (gap > GAP_RUN_MAX) fail_msg("setting %d seed %llu: %.1f%% over the optimum", setting, (unsigned long long)seed, 100 * gap);
+      if (gap > GAP_RUN_MAX)
+        fail_msg("setting %d seed %llu: %.1f%% over the optimum", setting, (unsigned long long)seed, 100 * gap);
       assert_true(gap >= -1e-9); /* never better than the optimum */
       gap_sum += gap;
       flow_run_result_free(&r);
@@ -145,10 +153,7 @@ static void test_beats_greedy(void **state) {
       assert_int_equal(flow_instance_table5(setting, seed, &in), 0);
       flow_solution g;
       assert_int_equal(flow_greedy(&in, NULL, &g), 0);
-      flow_sim_opts o;
-      flow_sim_opts_default(&o);
-      o.seed = seed;
-      o.tun.objective = FLOW_OBJ_SUM;
+      flow_sim_opts o = sum_opts(seed);
       flow_run_result r;
       assert_int_equal(flow_sim_run(&in, &o, 120, &r), 0);
       assert_true(r.sol.n_flows >= g.n_flows - (setting >= 5)); /* several data nodes: may trade one flow */
@@ -189,7 +194,8 @@ static void test_converges_under_loss(void **state) {
       worst = gap > worst ? gap : worst;
     }
     if (full < 17) fail_msg("seed %llu: all flows in only %d of the last 20 rounds", (unsigned long long)seed, full);
-    if (worst > 0.15) fail_msg("seed %llu: %.1f%% over the optimum under 5%% loss", (unsigned long long)seed, 100 * worst);
+    if (worst > 0.15)
+      fail_msg("seed %llu: %.1f%% over the optimum under 5%% loss", (unsigned long long)seed, 100 * worst);
     char err[256];
     assert_int_equal(flow_solution_check(&in, &r.sol, err, sizeof(err)), 0);
     flow_run_result_free(&r);
@@ -220,10 +226,7 @@ static void test_crash_teardown_and_rebuild(void **state) {
   for (uint64_t seed = 1; seed <= 3; seed++) {
     flow_instance in;
     assert_int_equal(flow_instance_table5(1, seed, &in), 0);
-    flow_sim_opts o;
-    flow_sim_opts_default(&o);
-    o.seed = seed;
-    o.tun.objective = FLOW_OBJ_SUM;
+    flow_sim_opts o = sum_opts(seed);
     flow_run_result before;
     assert_int_equal(flow_sim_run(&in, &o, 60, &before), 0);
     /* Crash 10% of the relays (4 of 40), the busiest ones, at round 60. */
@@ -271,9 +274,7 @@ static void test_join_takes_flows(void **state) {
   in.n_nodes++;
   char err[FLOW_ERR_LEN];
   assert_int_equal(flow_instance_validate(&in, err, sizeof(err)), 0);
-  flow_sim_opts o;
-  flow_sim_opts_default(&o);
-  o.tun.objective = FLOW_OBJ_SUM;
+  flow_sim_opts o = sum_opts(1);
   flow_sim_event join = {40, joiner};
   o.joins = &join;
   o.n_joins = 1;
@@ -301,10 +302,11 @@ static void count_events(void *ud, int node, const flow_event *ev) {
 
 static void test_deny_pushes_back_to_data_node(void **state) {
   (void)state;
-  const char *json = "{\"stages\": 2, \"nodes\": [{\"id\": 0, \"stage\": 0, \"capacity\": 1},"
-                     "{\"id\": 1, \"stage\": 1, \"capacity\": 1}, {\"id\": 2, \"stage\": 2, \"capacity\": 1}],"
-                     "\"links\": [{\"from\": 0, \"to\": 1, \"cost\": 1}, {\"from\": 1, \"to\": 2, \"cost\": 1},"
-                     "{\"from\": 2, \"to\": 0, \"cost\": 1}]}";
+  const char *json =
+      "{\"stages\": 2, \"nodes\": [{\"id\": 0, \"stage\": 0, \"capacity\": 1},"
+      "{\"id\": 1, \"stage\": 1, \"capacity\": 1}, {\"id\": 2, \"stage\": 2, \"capacity\": 1}],"
+      "\"links\": [{\"from\": 0, \"to\": 1, \"cost\": 1}, {\"from\": 1, \"to\": 2, \"cost\": 1},"
+      "{\"from\": 2, \"to\": 0, \"cost\": 1}]}";
   flow_instance in;
   char err[FLOW_ERR_LEN];
   assert_int_equal(flow_instance_parse(json, strlen(json), &in, err, sizeof(err)), 0);
@@ -356,10 +358,7 @@ static void test_unique_optimum_found(void **state) {
   assert_int_equal(flow_optimal(&in, NULL, &opt), 0);
   assert_int_equal(opt.n_flows, 3);
   for (uint64_t seed = 1; seed <= 3; seed++) {
-    flow_sim_opts o;
-    flow_sim_opts_default(&o);
-    o.seed = seed;
-    o.tun.objective = FLOW_OBJ_SUM;
+    flow_sim_opts o = sum_opts(seed);
     flow_run_result r;
     assert_int_equal(flow_sim_run(&in, &o, 120, &r), 0);
     assert_int_equal(r.sol.n_flows, opt.n_flows);

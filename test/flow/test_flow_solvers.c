@@ -228,8 +228,8 @@ static void test_solution_check_catches_violations(void **state) {
 static void test_table5(void **state) {
   (void)state;
   static const int want[6][7] = {/* sources relays stages cap_lo cap_hi cost_lo cost_hi (inclusive) */
-                                 {1, 40, 8, 1, 2, 1, 19},  {1, 40, 10, 1, 2, 1, 19}, {1, 40, 8, 5, 14, 1, 19},
-                                 {1, 40, 8, 1, 2, 5, 99},  {2, 40, 8, 1, 2, 1, 19},  {4, 80, 8, 1, 2, 1, 19}};
+                                 {1, 40, 8, 1, 2, 1, 19}, {1, 40, 10, 1, 2, 1, 19}, {1, 40, 8, 5, 14, 1, 19},
+                                 {1, 40, 8, 1, 2, 5, 99}, {2, 40, 8, 1, 2, 1, 19},  {4, 80, 8, 1, 2, 1, 19}};
   for (int k = 1; k <= 6; k++) {
     flow_instance in, again, other;
     assert_int_equal(flow_instance_table5(k, 11, &in), 0);
