@@ -1,7 +1,6 @@
 /* flow/flow_tick.c — what time does: liveness, timeouts, the periodic
  * messages, Request Flow, and the search for a Request Change / Redirect
  * worth proposing (simulated annealing). */
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,33 +66,19 @@ void flow_clear_pending(flow *f) {
 
 /* ---- Request Flow ---- */
 
-/* How many of our units carry flow of `target`'s data node. */
-static int units_for(const flow *f, const gw_id *target) {
-  int n = 0;
-  for (int u = 0; u < f->n_units; u++)
-    if (f->units[u].used && gw_id_eq(&f->units[u].target, target)) n++;
-  return n;
-}
-
 /* The next-stage peer and offer that minimise d(self, j) (+/max) j's cost
- * for `target`. With target NULL (spare capacity looking for any flow) the
- * data node we carry the fewest units of comes first, then the cost: the
- * paper's cheapest-first lets the first data node whose offers arrive take
- * a bottleneck stage whole and starve the others (a data node without a
- * flow trains nothing), so spare capacity is spread over the data nodes. */
+ * for `target` (any target when NULL). */
 static bool best_offer(const flow *f, const gw_id *target, int *peer, int *entry, double *via) {
   *peer = *entry = -1;
   *via = INFINITY;
-  int best_held = INT_MAX;
   for (int p = 0; p < f->n_peers; p++) {
     const fpeer *pe = &f->peers[p];
     if (!pe->in_use || pe->denied || !flow_peer_usable_next(f, p)) continue;
     for (int i = 0; i < pe->n_offers; i++) {
       const foffer *o = &pe->offers[i];
       if (o->count == 0 || (target && !gw_id_eq(&o->target, target))) continue;
-      int held = target ? 0 : units_for(f, &o->target);
       double c = flow_combine(f, pe->cost_next, o->cost);
-      if (held < best_held || (held == best_held && c < *via)) *via = c, *peer = p, *entry = i, best_held = held;
+      if (c < *via) *via = c, *peer = p, *entry = i;
     }
   }
   return *peer >= 0;
