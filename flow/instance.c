@@ -16,12 +16,10 @@
 #define INSTANCE_FILE_MAX ((size_t)256 << 20)
 
 int flow_error(char *err, size_t err_len, int code, const char *fmt, ...) {
-  if (err && err_len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  gw_vfail(err, err_len, code, fmt, ap);
+  va_end(ap);
   return code;
 }
 

@@ -255,7 +255,9 @@ static void read_metrics(json_t *s, run_metrics *m) {
   m->agree = json_is_true(json_object_get(s, "stage_hashes_agree"));
   json_t *fc = json_object_get(s, "flows_cost");
   m->flows = (int)json_integer_value(json_object_get(fc, "flows"));
-  m->flows_sum = json_number_value(json_object_get(fc, "sum"));
+  /* a cost only when a probe measured every flow's path */
+  bool all_probed = m->flows > 0 && json_integer_value(json_object_get(fc, "probed")) == m->flows;
+  m->flows_sum = all_probed ? json_number_value(json_object_get(fc, "sum")) : NAN;
 }
 
 /* Our flows against the exact min-cost flow on the links the peers measured

@@ -590,6 +590,12 @@ static void on_peer_event(void *ud, const train_event *ev) {
     if (train_peer_is_leader(rt->peer)) {
       rt->run.leader = node_identity(rt->n)->id;
       publish_run(rt);
+    } else if (gw_id_eq(&rt->run.leader, &node_identity(rt->n)->id)) {
+      /* We published the record as its leader, and the DHT keeps
+       * republishing it: replace it with one naming the new leader, which
+       * readers skip (they take a record only from the leader it names). */
+      train_peer_leader(rt->peer, &rt->run.leader);
+      publish_run(rt);
     }
     break;
   case TRAIN_EV_ITERATION_DONE:

@@ -255,6 +255,26 @@ iteration.
 
 {optimum()}
 
+## Scenario files
+
+`gwtf experiment --scenario FILE` reads a JSON object; relative paths are
+from the file's folder, and every key but `name` has a default:
+
+| key | meaning | default |
+|---|---|---|
+| `name` | the scenario's name (run folders, reports) | required |
+| `about` | free text | — |
+| `data_nodes`, `stages`, `relays` | the swarm | 1, 3, 6 |
+| `capacities` | relay capacities, a number or a list cycled over the relays | 4 |
+| `slowdowns` | relay compute slowdown factors (≥ 1), cycled | 1 |
+| `churn` | per relay per iteration, in [0, 1) | 0 |
+| `iterations`, `microbatches`, `batch`, `seq`, `lr` | the run | 20, 4, 4, 64, 0.001 |
+| `model` | a preset name or a model JSON file | `tiny` |
+| `dataset` | a UTF-8 text or llm.c token file | synthetic corpus |
+| `links`, `links_bw_scale` | a links file (docs/LINKS.md) and its bandwidth factor | none, 1 |
+| `seed` | repeat r uses seed + r (weights, data, churn, placement over regions) | 1 |
+| `flow_tick_ms`, `hop_timeout_ms` | protocol timing | 100, 2000 |
+
 ## Reproduce
 
 ```

@@ -1,7 +1,6 @@
 #include "train/data.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,17 +14,6 @@
 #include "util/file.h"
 #include "util/rng.h"
 
-static int fail(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t err_len, int code, const char *fmt, ...) {
-  if (err && err_len) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
 
 /* Returns the offset of the first byte that breaks UTF-8, or len when valid.
  * Overlong forms and surrogates are rejected, as the standard requires. */
@@ -62,12 +50,12 @@ static size_t utf8_invalid_at(const uint8_t *s, size_t len) {
 static int open_tokens(train_dataset *ds, const char *path, char *err, size_t err_len) {
   const int32_t *hdr = ds->map;
   if (hdr[1] != 1)
-    return fail(err, err_len, GW_EINVAL,
+    return gw_fail(err, err_len, GW_EINVAL,
                 "%s: llm.c token file version %d is not supported (only version 1, uint16 tokens)", path,
                 (int)hdr[1]);
   size_t body = ds->map_len - TRAIN_LLMC_HEADER_INTS * sizeof(int32_t);
   if (hdr[2] < 0 || (size_t)hdr[2] * sizeof(uint16_t) != body)
-    return fail(err, err_len, GW_EINVAL, "%s: header says %d tokens but the file holds %zu", path, (int)hdr[2],
+    return gw_fail(err, err_len, GW_EINVAL, "%s: header says %d tokens but the file holds %zu", path, (int)hdr[2],
                 body / sizeof(uint16_t));
   ds->kind = TRAIN_DATA_TOKENS_U16;
   ds->toks = (const uint16_t *)(hdr + TRAIN_LLMC_HEADER_INTS);
@@ -82,7 +70,7 @@ static int open_tokens(train_dataset *ds, const char *path, char *err, size_t er
 static int open_text(train_dataset *ds, const char *path, char *err, size_t err_len) {
   size_t bad = utf8_invalid_at(ds->map, ds->map_len);
   if (bad != ds->map_len)
-    return fail(err, err_len, GW_EINVAL,
+    return gw_fail(err, err_len, GW_EINVAL,
                 "%s: not UTF-8 text (invalid byte at offset %zu) and not an llm.c token file", path, bad);
   ds->kind = TRAIN_DATA_TEXT;
   ds->bytes = ds->map;
@@ -96,19 +84,19 @@ int train_dataset_open(const char *path, train_dataset *ds, char *err, size_t er
   int fd = open(path, O_RDONLY);
   if (fd < 0) {
     int code = -errno;
-    return fail(err, err_len, code, "%s: cannot open dataset (%s)", path, strerror(-code));
+    return gw_fail(err, err_len, code, "%s: cannot open dataset (%s)", path, strerror(-code));
   }
   struct stat st;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size < 2) {
     close(fd);
-    return fail(err, err_len, GW_ERANGE, "%s: not a regular file with at least 2 bytes", path);
+    return gw_fail(err, err_len, GW_ERANGE, "%s: not a regular file with at least 2 bytes", path);
   }
   ds->map_len = (size_t)st.st_size;
   ds->map = mmap(NULL, ds->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (ds->map == MAP_FAILED) {
     ds->map = NULL;
-    return fail(err, err_len, GW_EIO, "%s: cannot map the file (%s)", path, strerror(errno));
+    return gw_fail(err, err_len, GW_EIO, "%s: cannot map the file (%s)", path, strerror(errno));
   }
   const int32_t *hdr = ds->map;
   bool is_tokens = ds->map_len >= TRAIN_LLMC_HEADER_INTS * sizeof(int32_t) && hdr[0] == TRAIN_LLMC_MAGIC;

@@ -363,5 +363,10 @@ void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
 int train_peer_stage(const train_peer *p) { return p->stage; }
 uint64_t train_peer_iteration(const train_peer *p) { return p->iteration; }
 bool train_peer_is_leader(const train_peer *p) { return p->was_leader; }
+
+bool train_peer_leader(const train_peer *p, gw_id *out) {
+  if (p->have_leader) *out = p->leader;
+  return p->have_leader;
+}
 bool train_peer_finished(const train_peer *p) { return p->finished; }
 const train_counters *train_peer_counters(const train_peer *p) { return &p->counters; }

@@ -20,14 +20,17 @@
  *
  * The journey of one microbatch (origin D, path D → R1 → R2 → R3 → D):
  *   FORWARD(act)   D→R1, R1→R2, R2→R3, R3→D; each receiver answers its sender
- *                  with FORWARD_DONE once its forward is computed and passed
- *                  on (no answer in time, DENY or a lost session: the sender
- *                  re-routes to another peer of that stage).
+ *                  with FORWARD_RECEIVED on arrival and FORWARD_DONE once its
+ *                  own output is held by the next peer (no answer in time,
+ *                  DENY or a lost session: the sender re-routes to another
+ *                  peer of that stage).
  *   loss           D computes the loss and the gradient of R3's output.
  *   BACKWARD(grad) D→R3, R3→R2, R2→R1, R1→D; each receiver answers with
- *                  BACKWARD_DONE once its own backward is done. Until then the
+ *                  BACKWARD_RECEIVED on arrival and BACKWARD_DONE once its
+ *                  own gradient is held by the peer before it. Until then the
  *                  sender keeps the gradient it sent, and every peer keeps the
- *                  output it produced, so a gap can be rebuilt.
+ *                  output it produced, so a gap can be rebuilt even when a
+ *                  peer dies with its result still in its send queue.
  *   repair         a sender without BACKWARD_DONE reports RECOVER to D; D
  *                  probes the path, finds the last live peer L before the gap
  *                  and the first live peer F after it, and asks L (REPAIR) to
@@ -136,7 +139,7 @@ typedef struct train_router {
 
 typedef enum train_event_kind {
   TRAIN_EV_STAGE_ASSIGNED = 1, /* announce in the stage directory */
-  TRAIN_EV_LEADER_CHANGED,     /* republish the run record when we are the leader */
+  TRAIN_EV_LEADER_CHANGED,     /* (data nodes) the run record names the leader: republish it */
   TRAIN_EV_READY,              /* weights in place, taking microbatches */
   TRAIN_EV_AGGREGATED,         /* weights changed: checkpoint if due */
   TRAIN_EV_ITERATION_DONE,     /* a data node finished an iteration (summary fields set) */
@@ -244,6 +247,8 @@ void train_peer_set_leader(train_peer *p, const gw_id *leader, uint64_t now_ms);
 int train_peer_stage(const train_peer *p);
 uint64_t train_peer_iteration(const train_peer *p);
 bool train_peer_is_leader(const train_peer *p);
+/* The leader we know of; false when none yet. */
+bool train_peer_leader(const train_peer *p, gw_id *out);
 bool train_peer_finished(const train_peer *p); /* data node: ran cfg.iterations */
 
 typedef struct train_counters {

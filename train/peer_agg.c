@@ -628,6 +628,7 @@ void leader_check(train_peer *p) {
     leader_maybe_begin(p);
   } else {
     GW_INFO(&p->log, "leader.changed", "leader=%s", who);
+    peer_emit(p, TRAIN_EV_LEADER_CHANGED);
     if (p->iter_reported && !p->aggregating) send_iter_done(p);
   }
 }
@@ -636,7 +637,10 @@ void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader 
   gw_id leader;
   if (l->leader.len != GW_ID_BYTES) return;
   id_from_bytes(&leader, l->leader);
-  if (!gw_id_eq(&leader, from)) return; /* a leader speaks for itself */
+  /* A leader speaks for itself, or the peer we took for the leader names
+   * its successor (a JOIN sent to a former leader, see join_on_join). */
+  bool vouched = p->have_leader && gw_id_eq(from, &p->leader);
+  if (!gw_id_eq(&leader, from) && !vouched) return;
   if (p->cfg.role == TRAIN_DATA) {
     leader_check(p);
     return;

@@ -62,8 +62,22 @@ void join_resync(train_peer *p, uint64_t target, const char *why) {
 
 /* ---- the leader places candidates ---- */
 
+/* A JOIN reached a data node that is not (or no longer) the leader: the
+ * joiner read a stale run record. Point it to the leader we know. */
+static void redirect_joiner(train_peer *p, const gw_id *joiner) {
+  if (p->cfg.role != TRAIN_DATA || !p->have_leader || gw_id_eq(&p->leader, &p->cfg.self)) return;
+  Gwtf__TrainLeader l = GWTF__TRAIN_LEADER__INIT;
+  l.leader = id_bytes(&p->leader);
+  l.iteration = p->iteration;
+  peer_send(p, joiner, GWTF__TRAIN_MSG__TRAIN_LEADER, &l.base, NULL);
+}
+
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
-  if (!p->was_leader || j->capacity == 0) return;
+  if (j->capacity == 0) return;
+  if (!p->was_leader) {
+    redirect_joiner(p, from);
+    return;
+  }
   for (uint32_t i = 0; i < p->n_candidates; i++)
     if (gw_id_eq(&p->candidates[i].id, from)) return;
   if (p->n_candidates == PEER_MAX_CONTRIB) return;

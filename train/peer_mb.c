@@ -523,7 +523,9 @@ void mb_job_done(train_peer *p, train_job *job) {
     log_compute(p, mb, "loss", job->seconds);
     mb->loss = job->loss;
     mb->fwd = FWD_DONE;
-    mb->trip_deadline = p->now + 2 * trip_ms(p); /* computes on the way back */
+    /* A hop-timeout per hop is generous for the backward too; past it the
+     * microbatch is deferred rather than holding the iteration up longer. */
+    mb->trip_deadline = p->now + trip_ms(p);
     ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
     free(mb->in);
     mb->in = NULL;

@@ -115,7 +115,8 @@ static void send_repair(train_peer *p, peer_mb *mb, const gw_id *L, int first) {
   GW_INFO(&p->log, "backward.repair", "mb=%llx resend_from=%s gap=%d..%d", (unsigned long long)mb->id, who, first,
           mb->gap_last);
   mb->recovering = false;
-  mb->trip_deadline = p->now + p->cfg.tun.hop_timeout_ms * 2 * (uint64_t)(p->cfg.n_stages + 2);
+  /* the rebuilt segment and the rest of the backward: as long as a trip */
+  mb->trip_deadline = p->now + p->cfg.tun.hop_timeout_ms * (uint64_t)(p->cfg.n_stages + 2);
   if (gw_id_eq(L, &p->cfg.self)) {
     repair_on_repair(p, &p->cfg.self, &r);
   } else {

@@ -1,7 +1,21 @@
 #include "util/err.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <uv.h>
+
+int gw_vfail(char *err, size_t err_len, int code, const char *fmt, va_list ap) {
+  if (err && err_len) vsnprintf(err, err_len, fmt, ap);
+  return code;
+}
+
+int gw_fail(char *err, size_t err_len, int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  gw_vfail(err, err_len, code, fmt, ap);
+  va_end(ap);
+  return code;
+}
 
 const char *gw_strerror(int code) {
   switch (code) {

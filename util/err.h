@@ -7,6 +7,9 @@
 #ifndef GWTF_UTIL_ERR_H
 #define GWTF_UTIL_ERR_H
 
+#include <stdarg.h>
+#include <stddef.h>
+
 enum {
   GW_OK = 0,
   GW_EINVAL = -10001,    /* bad argument or malformed input */
@@ -27,5 +30,10 @@ enum {
 
 /* Human-readable text for a gwtf, libuv or negated errno code. Never NULL. */
 const char *gw_strerror(int code);
+
+/* Writes a printf-style sentence into err (when err and err_len are set) and
+ * returns code: `return gw_fail(err, len, GW_EINVAL, "line %d: ...", n);`. */
+int gw_fail(char *err, size_t err_len, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int gw_vfail(char *err, size_t err_len, int code, const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
 
 #endif
