@@ -9,13 +9,14 @@
  *
  * The children log JSON; this process reads their events to follow the run:
  * iteration.done from the data nodes (loss, microbatches, time), the weight
- * hash every peer logs after each aggregation (every stage must agree),
+ * hash every peer logs after each aggregation (every stage must agree,
+ * except for the last hash of a peer that was killed before using it),
  * forward re-routes, backward recoveries, lost microbatches and the compute
  * spent on work that never reached an aggregation. At the end it prints a
  * summary and writes it as JSON (--summary-json).
  *
- * Exit status: 0 when every iteration completed and no peer other than the
- * ones it killed exited abnormally; 1 otherwise. */
+ * Exit status: 0 when every iteration completed, the stages' weights agree
+ * and no peer other than the ones it killed exited abnormally; 1 otherwise. */
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -88,6 +89,7 @@ struct peer_proc {
   bool ready; /* it logged peer.ready: it holds its stage's weights */
   bool late;  /* starts only once the leader finished late_after iterations */
   bool crashed_itself; /* logged debug.crash: its SIGKILL is the test's */
+  int killed_generation; /* the latest generation that was killed (-1: none) */
 };
 
 typedef struct iter_rec {
@@ -119,10 +121,11 @@ typedef struct link_node {
   double cost[LINKS_PER_NODE];
 } link_node;
 
-/* hashes reported after each aggregation, per (iteration, stage) */
+/* hashes reported after each aggregation, per (iteration, stage), and by whom */
 typedef struct hash_rec {
   uint64_t iteration;
   int stage;
+  int peer, generation;
   char hash[20];
 } hash_rec;
 
@@ -215,17 +218,6 @@ static double num(json_t *ev, const char *key) {
 }
 
 static void note_hash(swarm *sw, uint64_t iteration, int stage, const char *hash, peer_proc *p) {
-  for (size_t i = 0; i < sw->n_hashes; i++) {
-    hash_rec *h = &sw->hashes[i];
-    if (h->iteration != iteration || h->stage != stage) continue;
-    if (strcmp(h->hash, hash) != 0) {
-      if (sw->hashes_agree)
-        say(sw, "WEIGHTS DISAGREE: stage %d after iteration %llu: %s has %s, another peer %s", stage,
-            (unsigned long long)iteration, p->name, hash, h->hash);
-      sw->hashes_agree = false;
-    }
-    return;
-  }
   if (sw->n_hashes == sw->cap_hashes) {
     size_t cap = sw->cap_hashes ? 2 * sw->cap_hashes : 256;
     hash_rec *nh = realloc(sw->hashes, cap * sizeof(*nh));
@@ -236,7 +228,44 @@ static void note_hash(swarm *sw, uint64_t iteration, int stage, const char *hash
   hash_rec *h = &sw->hashes[sw->n_hashes++];
   h->iteration = iteration;
   h->stage = stage;
+  h->peer = p->index;
+  h->generation = p->generation;
   snprintf(h->hash, sizeof(h->hash), "%s", hash);
+}
+
+/* The weights a peer computed in its last aggregation before it was killed
+ * died with it: an aggregator killed while sending the average leaves the
+ * others to average without it (aggregation.aggregator_lost), and only its
+ * own, never used, hash differs. Restarts follow kills, so every generation
+ * before the current one was killed. */
+static bool hash_died_unused(const swarm *sw, const hash_rec *h) {
+  const peer_proc *p = &sw->peers[h->peer];
+  if (h->generation == p->generation && p->killed_generation != h->generation) return false;
+  for (size_t i = 0; i < sw->n_hashes; i++) {
+    const hash_rec *o = &sw->hashes[i];
+    if (o->peer == h->peer && o->generation == h->generation && o->iteration > h->iteration) return false;
+  }
+  return true;
+}
+
+/* Every stage's peers hold the same weights after every iteration (log
+ * lines arrive in any order, so this is judged once the swarm has stopped). */
+static bool check_hashes(swarm *sw) {
+  for (size_t i = 0; i < sw->n_hashes; i++) {
+    const hash_rec *h = &sw->hashes[i];
+    if (hash_died_unused(sw, h)) continue;
+    for (size_t j = 0; j < i; j++) {
+      const hash_rec *o = &sw->hashes[j];
+      if (o->iteration != h->iteration || o->stage != h->stage || hash_died_unused(sw, o)) continue;
+      if (strcmp(o->hash, h->hash) != 0) {
+        say(sw, "WEIGHTS DISAGREE: stage %d after iteration %llu: %s has %s, %s has %s", h->stage,
+            (unsigned long long)h->iteration, sw->peers[h->peer].name, h->hash, sw->peers[o->peer].name, o->hash);
+        return false;
+      }
+      break; /* the first live record of the group stands for it */
+    }
+  }
+  return true;
 }
 
 static void schedule_churn(swarm *sw);
@@ -469,6 +498,7 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
                   ((p->killed_by_us || p->crashed_itself) && term_signal == SIGKILL) ||
                   (sw->stopping && (term_signal == SIGTERM || term_signal == SIGKILL));
   if (p->crashed_itself && !sw->stopping) p->killed_by_us = true; /* restarted like a churned peer */
+  if (p->killed_by_us && !sw->stopping) p->killed_generation = p->generation;
   if (!expected) {
     sw->unexpected_exits++;
     say(sw, "%s exited unexpectedly (status %lld, signal %d)", p->name, (long long)status, term_signal);
@@ -1014,6 +1044,7 @@ int cmd_swarm(int argc, char **argv) {
     p->index = i;
     p->data = i < sw.o.data_nodes;
     p->stage = -1;
+    p->killed_generation = -1;
     p->port = sw.o.base_port + i;
     p->late = i >= sw.o.data_nodes + sw.o.relays;
     snprintf(p->name, sizeof(p->name), "%s%d", p->data ? "d" : "r", p->data ? i : i - sw.o.data_nodes);
@@ -1039,6 +1070,7 @@ int cmd_swarm(int argc, char **argv) {
   close_timers(&sw);
   uv_run(sw.loop, UV_RUN_DEFAULT);
   uv_loop_close(sw.loop);
+  sw.hashes_agree = check_hashes(&sw);
   bool complete = sw.leader_iterations >= (uint64_t)sw.o.iterations;
   if (!complete) say(&sw, "only %llu of %d iterations completed", (unsigned long long)sw.leader_iterations, sw.o.iterations);
   int wrc = write_summary(&sw);

@@ -15,7 +15,8 @@ void train_tunables_default(train_tunables *t) {
   t->agg_timeout_ms = 10000;
   t->stall_timeout_ms = 60000;
   t->hello_period_ms = 2000;
-  t->settle_ms = 30000;
+  t->settle_ms = 15000;
+  t->flow_grace_ms = 1000;
   t->max_repairs = 4;
   t->max_reroutes = 4;
   t->chunk_bytes = 4u << 20;

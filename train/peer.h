@@ -184,7 +184,8 @@ typedef struct train_tunables {
   uint64_t agg_timeout_ms;       /* waiting for a stage member's gradient or the average (10000) */
   uint64_t stall_timeout_ms;     /* an iteration with no progress defers what is left (60000) */
   uint64_t hello_period_ms;      /* HELLO to neighbours (2000) */
-  uint64_t settle_ms;            /* the first iteration waits this long at most for routes to settle (30000) */
+  uint64_t settle_ms;            /* the first iteration waits this long at most for flows (15000) */
+  uint64_t flow_grace_ms;        /* later, a data node with no flow waits this long, then routes by fallback (1000) */
   uint32_t max_repairs;          /* per microbatch before it is declared lost (4) */
   uint32_t max_reroutes;         /* per hop before DENY goes upstream (4) */
   size_t chunk_bytes;            /* gradient / weight transfer chunk (4 MiB) */

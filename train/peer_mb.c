@@ -729,33 +729,49 @@ static bool every_stage_served(train_peer *p) {
   return true;
 }
 
-void data_start_iteration(train_peer *p) {
-  uint32_t want = p->cfg.capacity;
-  /* No pipeline without a peer in every stage; no microbatch without a route. */
-  bool served = every_stage_served(p);
-  uint32_t slots = !served ? 0 : p->router.slots ? p->router.slots(p->router.ctx) : want;
-  if (slots == 0) {
-    if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
-    if (p->now - p->waiting_flows_since < p->cfg.tun.settle_ms) {
-      if ((p->now - p->waiting_flows_since) % 5000 < p->cfg.tun.tick_ms)
-        GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu every_stage_served=%d",
-                (unsigned long long)p->iteration, (unsigned long long)((p->now - p->waiting_flows_since) / 1000),
-                served);
-      return;
-    }
-    /* Still no route: report an empty iteration rather than hold up the
-     * other data nodes, whose aggregation waits for every report. */
-    GW_WARN(&p->log, "iteration.no_route", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
-            (unsigned long long)((p->now - p->waiting_flows_since) / 1000));
-    slots = 0;
-  }
+/* How many microbatches the iteration can start with, once the routes allow
+ * it; false: wait (data_tick asks again next tick). */
+static bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots) {
+  if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
+  uint64_t waited = p->now - p->waiting_flows_since;
   /* GWTF §V-C: training proceeds once the flows reached a steady state.
    * The first iteration waits for it (bounded); later ones use what is
    * there, since churn keeps flows changing. */
-  if (p->iteration == 0 && p->router.settled && !p->router.settled(p->router.ctx, p->now)) {
-    if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
-    if (p->now - p->waiting_flows_since < p->cfg.tun.settle_ms) return;
+  if (p->iteration == 0 && p->router.settled && !p->router.settled(p->router.ctx, p->now) &&
+      waited < p->cfg.tun.settle_ms)
+    return false;
+  /* No pipeline without a peer in every stage; no microbatch without a route. */
+  bool served = every_stage_served(p);
+  *slots = !served ? 0 : p->router.slots ? p->router.slots(p->router.ctx) : want;
+  /* No flow of ours: the first iteration waits for one (up to settle_ms).
+   * Later, churn tore them down and rebuilding takes the flow protocol
+   * seconds, so after a short grace the next hops go to the cheapest live
+   * peer of the next stage (the router's fallback; a full peer DENYs)
+   * rather than idle the pipeline. The same holds when the first wait ends
+   * with the other data nodes' flows holding all the capacity. */
+  uint64_t grace = p->iteration == 0 ? p->cfg.tun.settle_ms : p->cfg.tun.flow_grace_ms;
+  if (*slots == 0 && served && waited >= grace) {
+    GW_INFO(&p->log, "flows.none", "iter=%llu waited_ms=%llu routing=fallback", (unsigned long long)p->iteration,
+            (unsigned long long)waited);
+    *slots = want;
   }
+  if (*slots == 0 && waited < p->cfg.tun.settle_ms) {
+    if (waited % 5000 < p->cfg.tun.tick_ms)
+      GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu every_stage_served=%d",
+              (unsigned long long)p->iteration, (unsigned long long)(waited / 1000), served);
+    return false;
+  }
+  /* Still no route: report an empty iteration rather than hold up the other
+   * data nodes, whose aggregation waits for every report. */
+  if (*slots == 0)
+    GW_WARN(&p->log, "iteration.no_route", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
+            (unsigned long long)(waited / 1000));
+  return true;
+}
+
+void data_start_iteration(train_peer *p) {
+  uint32_t want = p->cfg.capacity, slots;
+  if (!data_routes_ready(p, want, &slots)) return;
   p->waiting_flows_since = 0;
   uint32_t n = slots < want ? slots : want; /* 0 after a fruitless wait: an empty iteration */
   if (p->iteration == 0) p->last_update_ms = p->now; /* the first iteration's clock starts now */

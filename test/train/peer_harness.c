@@ -66,6 +66,7 @@ static int route(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slo
 
 static uint32_t slots(void *ctx) {
   h_node *me = ctx;
+  if (me->no_routes_from && train_peer_iteration(me->tp) >= me->no_routes_from) return 0;
   return me->capacity;
 }
 

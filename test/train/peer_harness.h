@@ -48,6 +48,7 @@ typedef struct h_node {
   train_role role;
   int stage;          /* as known to the harness (after STAGE_ASSIGNED) */
   uint32_t capacity;
+  uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   bool ready;
   /* fake model */
   float w[H_NP], g[H_NP];

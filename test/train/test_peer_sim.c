@@ -109,6 +109,28 @@ static void test_fault_free_matches_reference(void **state) {
   h_free(&h);
 }
 
+/* Churn can tear down every flow of a data node. From iteration 2 on, its
+ * router reports no route: after flow_grace_ms each iteration still trains
+ * every microbatch, hop by hop on next_hop's fallback, instead of waiting for
+ * routes (settle_ms) and reporting empty iterations. */
+static void test_no_flow_routes_by_fallback(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 5, 2, M);
+  h.nodes[d].no_routes_from = 2;
+  assert_true(h_run_until_finished(&h, 120000));
+  ref_model rm = {{{0}}};
+  for (uint64_t it = 0; it < ITERS; it++) {
+    double ref;
+    ref_iteration(&rm, it, &ref);
+    assert_float_equal(h.nodes[d].loss_of[it], ref, 1e-5 * fmax(1.0, fabs(ref)));
+  }
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* Crash a stage-2 relay the moment it starts a forward in iteration 2. */
 static bool crash_on_forward(h_harness *h, h_node *n, const train_job *job, int *crash) {
   (void)h;
@@ -346,6 +368,7 @@ static void test_churn_soak(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fault_free_matches_reference),
+      cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_forward_crash_reroutes),
       cmocka_unit_test(test_backward_crash_repairs_along_path),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
