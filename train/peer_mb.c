@@ -362,7 +362,12 @@ void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   char who[GW_ID_SHORT_LEN + 1];
   if (!mb || !deniable(p, mb) || !gw_id_eq(&mb->next, from)) return;
   p->counters.denies_received++;
-  if (p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
+  /* "full" only says the peer holds all it can right now: the microbatch
+   * goes elsewhere and the peer's flows stay, since its slots free up as
+   * microbatches finish. Any other refusal (no route onwards, not ready)
+   * means its flows do not hold: the router drops them (§V-C). */
+  bool full = a->reason && !strcmp(a->reason, "full");
+  if (!full && p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
   peer_short(from, who);
   GW_INFO(&p->log, "deny.received", "mb=%llx from=%s reason=%s", (unsigned long long)mb->id, who, a->reason);
   reroute(p, mb, "deny");
@@ -729,6 +734,23 @@ static bool every_stage_served(train_peer *p) {
   return true;
 }
 
+/* This data node's share of the pipeline: the narrowest stage's capacity
+ * (its live members' announced microbatch slots) over the live data nodes. */
+static uint32_t data_share(train_peer *p) {
+  uint64_t narrowest = UINT64_MAX;
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    uint64_t cap = 0;
+    for (size_t i = 0; i < p->members[s].n; i++)
+      if (peer_alive(p, &p->members[s].v[i].id)) cap += p->members[s].v[i].capacity;
+    if (cap < narrowest) narrowest = cap;
+  }
+  uint64_t data = 1; /* ourselves, whether or not the directory lists us yet */
+  for (size_t i = 0; i < p->members[0].n; i++)
+    if (!gw_id_eq(&p->members[0].v[i].id, &p->cfg.self) && peer_alive(p, &p->members[0].v[i].id)) data++;
+  uint64_t share = narrowest == UINT64_MAX ? 0 : narrowest / data;
+  return share > UINT32_MAX ? UINT32_MAX : (uint32_t)share;
+}
+
 /* How many microbatches the iteration can start with, once the routes allow
  * it; false: wait (data_tick asks again next tick). */
 static bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots) {
@@ -773,7 +795,14 @@ void data_start_iteration(train_peer *p) {
   uint32_t want = p->cfg.capacity, slots;
   if (!data_routes_ready(p, want, &slots)) return;
   p->waiting_flows_since = 0;
-  uint32_t n = slots < want ? slots : want; /* 0 after a fruitless wait: an empty iteration */
+  /* One microbatch per flow; more, spread over the flows in turn, up to our
+   * share of the narrowest stage, since flows come and go as the protocol
+   * re-optimizes them (Request Change tears one down before its replacement
+   * is up) and a relay that is full answers DENY anyway. The rest follow as
+   * microbatches come home. 0 after a fruitless wait: an empty iteration. */
+  uint32_t share = data_share(p);
+  uint32_t n = slots == 0 ? 0 : slots > share ? slots : share;
+  if (n > want) n = want;
   if (p->iteration == 0) p->last_update_ms = p->now; /* the first iteration's clock starts now */
   p->iter_running = true;
   p->iter_reported = false;

@@ -31,12 +31,15 @@ static bool avoided(const gw_id *avoid, size_t n, const gw_id *id) {
   return false;
 }
 
-/* A data node: one of its complete flows, the slot's first, else any other. */
+/* A data node: one of its complete flows, the slot's first, else any other.
+ * A slot past the flows (the data node starts more microbatches than it has
+ * flows) has none: one microbatch per flow, the rest off the flows. */
 static int data_hop(route_flow *r, uint32_t slot, const gw_id *avoid, size_t n_avoid, gw_id *out,
                     uint64_t *out_flow) {
   flow_path_info paths[64];
   size_t n = flow_data_flows(r->f, paths, 64);
   if (n > 64) n = 64;
+  if (slot >= n) return GW_ENOENT;
   for (size_t k = 0; k < n; k++) {
     const flow_path_info *p = &paths[(slot + k) % n];
     if (avoided(avoid, n_avoid, &p->first_hop)) continue;

@@ -1,8 +1,10 @@
 /* train/route_flow.h — the GWTF router: microbatches follow the flows that
  * the decentralized flow protocol (flow/flow.h) builds.
  *
- * A data node sends each microbatch along one of its complete flows (in
- * turn); a relay sends it to the next hop of the flow segment it arrived on.
+ * A data node sends one microbatch along each of its complete flows, and
+ * any more it starts (up to its share of the narrowest stage) to the
+ * fallback below; a relay sends it to the next hop of the flow segment it
+ * arrived on.
  * When that hop failed, denied or is being avoided, another of the flow
  * state's units for the same data node is used; when the flow state has no
  * route at all (in the seconds after a crash, before flows are rebuilt) the

@@ -67,7 +67,7 @@ static int route(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slo
 static uint32_t slots(void *ctx) {
   h_node *me = ctx;
   if (me->no_routes_from && train_peer_iteration(me->tp) >= me->no_routes_from) return 0;
-  return me->capacity;
+  return me->routes ? me->routes : me->capacity;
 }
 
 /* ---- io ---- */
@@ -216,6 +216,7 @@ static void run_job(h_node *n, train_job *job) {
   case TRAIN_JOB_EMBED: {
     const int32_t *tok = job->in;
     st = state_get(n, job->key, true);
+    if (++n->in_flight > n->max_in_flight) n->max_in_flight = n->in_flight;
     for (int i = 0; i < H_B * H_T; i++)
       for (int c = 0; c < H_C; c++) {
         float x = (float)tok[i] / 256.0f;
@@ -254,6 +255,7 @@ static void run_job(h_node *n, train_job *job) {
     state_drop(st);
     break;
   case TRAIN_JOB_EMBED_BACKWARD:
+    n->in_flight--;
     st = state_get(n, job->key, false);
     if (!st) {
       job->rc = GW_ENOENT;

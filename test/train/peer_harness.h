@@ -49,6 +49,8 @@ typedef struct h_node {
   int stage;          /* as known to the harness (after STAGE_ASSIGNED) */
   uint32_t capacity;
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
+  uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
+  uint32_t in_flight, max_in_flight; /* data node: microbatches between embed and embed backward */
   bool ready;
   /* fake model */
   float w[H_NP], g[H_NP];

@@ -131,6 +131,29 @@ static void test_no_flow_routes_by_fallback(void **state) {
   h_free(&h);
 }
 
+/* With fewer flows than microbatches, a data node starts as many as its
+ * share of the narrowest stage allows (spread over its flows), the rest as
+ * microbatches come home. */
+static uint32_t max_in_flight_with_one_route(int relays_per_stage, uint32_t relay_cap) {
+  h_harness h;
+  int d = build(&h, 6, relays_per_stage, relay_cap);
+  h.nodes[d].routes = 1;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
+  assert_agree(&h, ITERS);
+  uint32_t max = h.nodes[d].max_in_flight;
+  h_free(&h);
+  return max;
+}
+
+static void test_starts_up_to_its_share(void **state) {
+  (void)state;
+  assert_int_equal(max_in_flight_with_one_route(2, M), M); /* share 2M, capped at M */
+  assert_int_equal(max_in_flight_with_one_route(1, 2), 2); /* share 2 */
+  assert_int_equal(max_in_flight_with_one_route(1, 1), 1); /* share 1: one at a time */
+}
+
 /* Crash a stage-2 relay the moment it starts a forward in iteration 2. */
 static bool crash_on_forward(h_harness *h, h_node *n, const train_job *job, int *crash) {
   (void)h;
@@ -369,6 +392,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fault_free_matches_reference),
       cmocka_unit_test(test_no_flow_routes_by_fallback),
+      cmocka_unit_test(test_starts_up_to_its_share),
       cmocka_unit_test(test_forward_crash_reroutes),
       cmocka_unit_test(test_backward_crash_repairs_along_path),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
