@@ -398,9 +398,15 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   } else if (!strcmp(e, "flow.link_costs")) {
     on_link_costs(sw, ev);
   } else if (!strcmp(e, "flows.cost") && p->index == 0) {
-    sw->flows_n = (int)num(ev, "flows");
-    sw->flows_probed = (int)num(ev, "probed");
-    sw->flows_sum = num(ev, "sum");
+    /* The latest iteration's flows, fully probed if any were: an iteration
+     * may end between a Request Change's teardown and its replacement. */
+    int n = (int)num(ev, "flows"), probed = (int)num(ev, "probed");
+    bool stored_whole = sw->flows_n > 0 && sw->flows_probed == sw->flows_n;
+    if (n > 0 && (probed == n || !stored_whole)) {
+      sw->flows_n = n;
+      sw->flows_probed = probed;
+      sw->flows_sum = num(ev, "sum");
+    }
   } else if (!strcmp(e, "forward.rerouted")) {
     sw->reroutes++;
   } else if (!strcmp(e, "backward.recovered")) {
