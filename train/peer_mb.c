@@ -795,11 +795,11 @@ void data_start_iteration(train_peer *p) {
   uint32_t want = p->cfg.capacity, slots;
   if (!data_routes_ready(p, want, &slots)) return;
   p->waiting_flows_since = 0;
-  /* One microbatch per flow; more, spread over the flows in turn, up to our
-   * share of the narrowest stage, since flows come and go as the protocol
+  /* One microbatch per flow, and more, on the router's fallback, up to our
+   * share of the narrowest stage: flows come and go as the protocol
    * re-optimizes them (Request Change tears one down before its replacement
-   * is up) and a relay that is full answers DENY anyway. The rest follow as
-   * microbatches come home. 0 after a fruitless wait: an empty iteration. */
+   * is up), and a relay that is full answers DENY anyway. The rest follow
+   * as microbatches come home. 0 after a fruitless wait: an empty iteration. */
   uint32_t share = data_share(p);
   uint32_t n = slots == 0 ? 0 : slots > share ? slots : share;
   if (n > want) n = want;
