@@ -135,8 +135,9 @@ def targets():
                      f"(target: at most a tenth) — {verdict(ok)}.")
     r = ratio("homo-churn0", "time_per_microbatch_s")
     if r is not None:
-        lines.append(f"- Homogeneous, no churn: GWTF's time per microbatch is {100 * (r - 1):+.0f} % of SWARM's "
-                     f"(target: within 10 %) — {verdict(abs(r - 1) <= 0.10)}.")
+        side = f"{100 * (1 - r):.0f} % lower than" if r <= 1 else f"{100 * (r - 1):.0f} % higher than"
+        lines.append(f"- Homogeneous, no churn: GWTF's time per microbatch is {side} SWARM's "
+                     f"(target: within 10 %, i.e. no more than 10 % higher) — {verdict(r <= 1.10)}.")
     return "\n".join(lines) if lines else "(no results yet)"
 
 
@@ -244,14 +245,42 @@ Bold: the better mean of the pair.
 
 {targets()}
 
+## Reading the results
+
+What the logs of these runs (`swarm.log` in each run's folder) show:
+
+- Without churn GWTF's iterations are as fast as SWARM's or faster, and
+  with heterogeneous relays it trains more of the microbatches (SWARM's
+  round-robin sends work to slow, small relays that then DENY).
+- Under churn GWTF trains more microbatches per iteration and wastes less,
+  but its time per microbatch is not consistently lower. Its slow
+  iterations are the ones where a crash or a Request Change left a data
+  node with one flow or none: the remaining microbatches go on the
+  fallback (cheapest next hop), the flow protocol takes seconds to rebuild,
+  and a backward repair on these links takes 0.3–8.5 s (median 1.5 s).
+  SWARM's restart of a broken microbatch costs it one more trip, which on
+  this small model and these links is often no slower than a repair.
+  The paper's stages compute for seconds, so recomputation dominates;
+  here a stage computes in milliseconds and the links dominate.
+- Wasted compute is mostly the gradient work a killed relay had not yet
+  aggregated, which both routings lose alike; GWTF saves only SWARM's
+  recomputation, hence a third less, not a tenth.
+- "Runs complete, stage weights agree" below 3/3: a relay that had just
+  joined was not yet in every member's view of its stage, so the stage's
+  aggregation split for one iteration; the hash exchange caught it the next
+  iteration and the members resynced from the aggregator (a known limit,
+  docs/TRAINING.md).
+
 ## Our flows against the exact optimum
 
 Scenario `data/scenarios/flow-optimum.json`: one data node, 6 stages, 12
 heterogeneous relays, no churn. After the run, the link costs every peer
 last measured (Eq. 1, ms) become a flow instance, and `gwtf sim flow --algo
 optimal --objective sum` computes the exact min-cost max-flow for it; "our
-cost" is the sum over the data node's flows at the end of the last
-iteration.
+cost" is the sum of the path costs our probes measured for the data node's
+flows, from the last iteration whose flows were all probed. The two are
+measured moments apart on links with queueing, so a ratio below 1 means
+the optimum's snapshot of a link cost was higher than what our probe saw.
 
 {optimum()}
 
