@@ -57,6 +57,12 @@ void peer_tensor_f32(train_tensor *t, const float *data, int B, int T, int C) {
   t->nbytes = (size_t)B * (size_t)T * (size_t)C * sizeof(float);
 }
 
+bool peer_in_view(const peer_stage_view *v, const gw_id *id) {
+  for (size_t i = 0; i < v->n; i++)
+    if (gw_id_eq(&v->v[i].id, id)) return true;
+  return false;
+}
+
 bool peer_alive(train_peer *p, const gw_id *id) {
   if (gw_id_eq(id, &p->cfg.self)) return true;
   return p->io.connected ? p->io.connected(p->io.ud, id) : true;
@@ -175,24 +181,54 @@ void train_peer_start(train_peer *p, uint64_t now_ms) {
 
 /* ---- membership ---- */
 
+/* Appends a member to our view of a stage unless it is there. */
+static void member_add(train_peer *p, int stage, const gw_id *id, uint32_t capacity, uint32_t load) {
+  peer_stage_view *v = peer_stage(p, stage);
+  if (!v || peer_in_view(v, id)) return;
+  if (v->n == v->cap) {
+    size_t cap = v->cap ? 2 * v->cap : 8;
+    peer_member *nv = realloc(v->v, cap * sizeof(*nv));
+    if (!nv) return;
+    v->v = nv;
+    v->cap = cap;
+  }
+  peer_member *m = &v->v[v->n++];
+  memset(m, 0, sizeof(*m));
+  m->id = *id;
+  m->capacity = capacity;
+  m->load = load;
+}
+
+/* A peer of our own stage said HELLO: it is ready and a member. Kept for
+ * three HELLO periods, across directory refreshes that do not list it yet. */
+static void heard_member(train_peer *p, const gw_id *id, uint32_t capacity) {
+  uint32_t k = 0;
+  while (k < p->n_heard && !gw_id_eq(&p->heard[k].id, id)) k++;
+  if (k == p->n_heard) {
+    if (p->n_heard == PEER_MAX_CONTRIB) {
+      k = 0; /* full: replace the stalest */
+      for (uint32_t i = 1; i < p->n_heard; i++)
+        if (p->heard[i].at_ms < p->heard[k].at_ms) k = i;
+    } else {
+      p->n_heard++;
+    }
+  }
+  p->heard[k].id = *id;
+  p->heard[k].stage = p->stage;
+  p->heard[k].capacity = capacity;
+  p->heard[k].at_ms = p->now;
+  member_add(p, p->stage, id, capacity, 0);
+}
+
 void train_peer_set_members(train_peer *p, int stage, const train_member *members, size_t n, uint64_t now_ms) {
   p->now = now_ms;
   peer_stage_view *v = peer_stage(p, stage);
   if (!v) return;
-  if (n > v->cap) {
-    peer_member *nv = realloc(v->v, n * sizeof(*nv));
-    if (!nv) return;
-    v->v = nv;
-    v->cap = n;
-  }
   v->n = 0;
-  for (size_t i = 0; i < n; i++) {
-    peer_member *m = &v->v[v->n++];
-    memset(m, 0, sizeof(*m));
-    m->id = members[i].id;
-    m->capacity = members[i].capacity;
-    m->load = members[i].load;
-  }
+  for (size_t i = 0; i < n; i++) member_add(p, stage, &members[i].id, members[i].capacity, members[i].load);
+  for (uint32_t k = 0; k < p->n_heard; k++)
+    if (p->heard[k].stage == stage && now_ms - p->heard[k].at_ms <= 3 * p->cfg.tun.hello_period_ms)
+      member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0);
   if (stage == 0 && p->cfg.role == TRAIN_DATA) leader_check(p);
 }
 
@@ -257,6 +293,7 @@ void peer_send_hellos(train_peer *p) {
 
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
+  if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
   if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it
    * got ready while the stage aggregated) and must fetch the state again. */

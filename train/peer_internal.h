@@ -196,6 +196,11 @@ struct train_peer {
   uint32_t bwd_count;       /* relays: backward passes done in `iteration` (aggregation weight) */
 
   peer_stage_view members[PEER_MAX_STAGES + 1];
+  /* peers of our stage heard from by HELLO lately: members, though the
+   * directory may not list them yet (a view without them would pick
+   * another aggregator and split the stage's aggregation) */
+  struct { gw_id id; int stage; uint32_t capacity; uint64_t at_ms; } heard[PEER_MAX_CONTRIB];
+  uint32_t n_heard;
   gw_id leader;
   bool have_leader;
   bool was_leader;
@@ -243,6 +248,7 @@ int peer_send(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMess
 void peer_tensor_f32(train_tensor *t, const float *data, int B, int T, int C);
 size_t peer_act_floats(const train_peer *p);
 bool peer_alive(train_peer *p, const gw_id *id);
+bool peer_in_view(const peer_stage_view *v, const gw_id *id);
 peer_stage_view *peer_stage(train_peer *p, int stage);
 void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const ProtobufCMessage *msg);
 void peer_emit(train_peer *p, train_event_kind kind);

@@ -109,12 +109,6 @@ static int cmp_candidate(const void *x, const void *y) {
   return gw_id_cmp(&a->id, &b->id);
 }
 
-static bool in_view(const peer_stage_view *v, const gw_id *id) {
-  for (size_t i = 0; i < v->n; i++)
-    if (gw_id_eq(&v->v[i].id, id)) return true;
-  return false;
-}
-
 static void rank_stages(train_peer *p, stage_rank *ranks) {
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     peer_stage_view *v = &p->members[s];
@@ -129,7 +123,7 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
     /* and those we placed that have not announced themselves yet */
     for (uint32_t k = 0; k < p->n_placed; k++)
       if (p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
-          !in_view(v, &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
+          !peer_in_view(v, &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
         cap += p->placed[k].capacity;
     ranks[s - 1].stage = s;
     ranks[s - 1].capacity = cap;
