@@ -268,8 +268,10 @@ What the logs of these runs (`swarm.log` in each run's folder) show:
 - "Runs complete, stage weights agree" below 3/3: a relay that had just
   joined was not yet in every member's view of its stage, so the stage's
   aggregation split for one iteration; the hash exchange caught it the next
-  iteration and the members resynced from the aggregator (a known limit,
-  docs/TRAINING.md).
+  iteration and the members resynced from the aggregator. Since this grid
+  ran, a same-stage HELLO puts its sender in the receiver's view at once
+  (commit db4642b), which closes the gap these runs hit
+  (docs/TRAINING.md, known limits).
 
 ## Our flows against the exact optimum
 

@@ -50,6 +50,7 @@ typedef struct h_node {
   uint32_t capacity;
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
+  int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
   uint32_t in_flight, max_in_flight; /* data node: microbatches between embed and embed backward */
   bool ready;
   /* fake model */

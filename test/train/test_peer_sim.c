@@ -307,6 +307,48 @@ static void test_join_mid_run(void **state) {
   h_free(&h);
 }
 
+/* A joiner that one member's directory does not list yet (directories lag
+ * behind joins): that member learns of it from its HELLO, so every member
+ * picks the same aggregator and the stage's weights stay one. Without it,
+ * the joiner (lowest ID) aggregates for the others while the member that
+ * does not know it waits to aggregate for itself. */
+static int lowest_of_stage(const h_harness *h, int stage, int except) {
+  int best = -1;
+  for (int i = 0; i < h->n_nodes; i++)
+    if (i != except && h->nodes[i].stage == stage &&
+        (best < 0 || gw_id_cmp(&h->nodes[i].peer.id, &h->nodes[best].peer.id) < 0))
+      best = i;
+  return best;
+}
+
+static void test_joiner_known_by_hello(void **state) {
+  (void)state;
+  h_harness h;
+  int d, j;
+  /* The split needs the joiner to be the one its view makes aggregator:
+   * the lowest ID of its stage. Seeds are tried until it is. */
+  for (uint64_t seed = 9;; seed++) {
+    h_init(&h, STAGES, seed, verbose());
+    d = h_add(&h, TRAIN_DATA, 0, M, 6, true);
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < 2; k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+    j = h_add(&h, TRAIN_RELAY, 2, M, 0, false);
+    if (lowest_of_stage(&h, 2, -1) == j) break;
+    h_free(&h);
+  }
+  for (int i = 0; i < j; i++) h_start(&h, i);
+  while (train_peer_iteration(h.nodes[d].tp) < 2) h_run_for(&h, 100);
+  h.nodes[j].hidden_from = 1 + lowest_of_stage(&h, 2, j);
+  h_start(&h, j);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.nodes[j].ready);
+  assert_true(h.nodes[j].have_hash[5]); /* it aggregated the last iteration with its stage */
+  assert_agree(&h, 6);
+  for (int i = 0; i < h.n_nodes; i++)
+    if (i != j && h.nodes[i].stage == 2) assert_memory_equal(h.nodes[i].w, h.nodes[j].w, sizeof(h.nodes[j].w));
+  h_free(&h);
+}
+
 /* The aggregator of stage 2 (its lowest ID) crashes as it starts exporting
  * its gradient in iteration 1: the others pick the next lowest and agree. */
 static bool crash_aggregator(h_harness *h, h_node *n, const train_job *job, int *crash) {
@@ -398,6 +440,7 @@ int main(void) {
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
       cmocka_unit_test(test_leader_crash_hands_over),
       cmocka_unit_test(test_join_mid_run),
+      cmocka_unit_test(test_joiner_known_by_hello),
       cmocka_unit_test(test_aggregator_crash),
       cmocka_unit_test(test_churn_soak),
   };
