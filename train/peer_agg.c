@@ -1,7 +1,10 @@
 /* train/peer_agg.c — the end of an iteration (GWTF §V-E) and the leader.
  *
  * Data nodes report ITER_DONE to the leader (the live data node with the
- * lowest node ID). When every live data node has reported, the leader floods
+ * lowest node ID) and tell the other data nodes, which then finish what they
+ * have in flight but start nothing new: the aggregation waits for the last
+ * data node, so a microbatch one starts after another finished would hold
+ * every stage up for a whole trip. When every live data node has reported, the leader floods
  * BEGIN_AGG front to back. Each stage's members send their gradient sums to
  * the stage's aggregator — its lowest live node ID — which averages them
  * weighted by microbatch counts, summing in node-ID order so that every
@@ -559,7 +562,13 @@ static void send_iter_done(train_peer *p) {
   d.deferred = p->iter_deferred;
   d.loss_sum = p->iter_loss_sum;
   d.seconds = (double)(p->now - p->iter_started_ms) / 1000.0;
-  peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_ITER_DONE, &d.base, NULL);
+  peer_stage_view *v = peer_stage(p, 0);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (!gw_id_eq(id, &p->cfg.self) && !(p->have_leader && gw_id_eq(id, &p->leader)))
+      peer_send(p, id, GWTF__TRAIN_MSG__TRAIN_ITER_DONE, &d.base, NULL);
+  }
+  if (p->have_leader && !p->was_leader) peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_ITER_DONE, &d.base, NULL);
 }
 
 static void leader_maybe_begin(train_peer *p) {
@@ -587,16 +596,27 @@ void data_report_iteration(train_peer *p) {
   p->iter_reported = true;
   GW_INFO(&p->log, "iteration.microbatches_done", "iter=%llu done=%u deferred=%u", (unsigned long long)p->iteration,
           p->iter_done, p->iter_deferred);
+  send_iter_done(p);
   if (p->was_leader) {
     note_report(p, &p->cfg.self, p->iteration);
     leader_maybe_begin(p);
-  } else if (p->have_leader) {
-    send_iter_done(p);
   }
 }
 
+/* Another data node is done with this iteration: we finish ours. */
+static void data_wrap_up(train_peer *p, const gw_id *from) {
+  char who[GW_ID_SHORT_LEN + 1];
+  if (!p->iter_running || p->iter_wrap_up) return;
+  p->iter_wrap_up = true;
+  peer_short(from, who);
+  GW_INFO(&p->log, "iteration.wrapping_up", "iter=%llu finished=%s in_flight=%u backlog=%zu",
+          (unsigned long long)p->iteration, who, p->iter_sent - p->iter_done, p->n_backlog);
+}
+
 void leader_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d) {
-  if (!p->was_leader || d->iteration != p->iteration) return;
+  if (p->cfg.role != TRAIN_DATA || d->iteration != p->iteration) return;
+  data_wrap_up(p, from);
+  if (!p->was_leader) return;
   note_report(p, from, d->iteration);
   leader_maybe_begin(p);
 }

@@ -19,6 +19,7 @@ typedef enum mb_fwd {
   FWD_COMPUTE,   /* relay: forward job running (or queued until aggregation ends) */
   FWD_QUEUED,    /* relay: arrived for the next iteration while we aggregate */
   FWD_SENT,      /* waiting for FORWARD_DONE from `next` */
+  FWD_WAIT,      /* every next-stage peer said "full": retry at wait_until */
   FWD_FLIGHT,    /* data: first hop confirmed, waiting for the microbatch to come back */
   FWD_LOSS,      /* data: loss job running */
   FWD_DONE,      /* our forward part is finished */
@@ -60,6 +61,8 @@ typedef struct peer_mb {
   uint64_t trip_deadline; /* data: the microbatch must come back (or finish backward) by then */
   gw_id avoid[PEER_MAX_AVOID];
   uint32_t n_avoid;
+  uint32_t avoid_full;       /* bit i: avoid[i] only said "full", worth asking again later */
+  uint64_t wait_since, wait_until; /* FWD_WAIT: since when, and the next try */
   uint32_t reroutes, repairs;
   bool repair;
   int repair_end_stage;
@@ -207,6 +210,7 @@ struct train_peer {
 
   /* data node: the iteration in progress */
   bool iter_running, iter_reported;
+  bool iter_wrap_up; /* another data node finished this iteration: start nothing new */
   uint64_t iter_started_ms, last_progress_ms, last_update_ms;
   uint32_t iter_sent, iter_done, iter_deferred;
   double iter_loss_sum;

@@ -84,9 +84,26 @@ void mb_free(train_peer *p, peer_mb *mb) {
   if (!mb->slot_freed) p->held--;
 }
 
-static void avoid_add(peer_mb *mb, const gw_id *id) {
-  if (id_in(mb->avoid, mb->n_avoid, id)) return;
-  if (mb->n_avoid < PEER_MAX_AVOID) mb->avoid[mb->n_avoid++] = *id;
+/* `full`: the peer only had no free slot, so it may be asked again after a
+ * wait; anything else (no answer, session lost, refused) rules it out. */
+static void avoid_add(peer_mb *mb, const gw_id *id, bool full) {
+  for (uint32_t i = 0; i < mb->n_avoid; i++)
+    if (gw_id_eq(&mb->avoid[i], id)) {
+      if (!full) mb->avoid_full &= ~(1u << i);
+      return;
+    }
+  if (mb->n_avoid == PEER_MAX_AVOID) return;
+  if (full) mb->avoid_full |= 1u << mb->n_avoid;
+  mb->avoid[mb->n_avoid++] = *id;
+}
+
+/* Forgets the peers that only said "full": they are asked again. */
+static void avoid_forget_full(peer_mb *mb) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < mb->n_avoid; i++)
+    if (!(mb->avoid_full & (1u << i))) mb->avoid[n++] = mb->avoid[i];
+  mb->n_avoid = n;
+  mb->avoid_full = 0;
 }
 
 static void ack(train_peer *p, const gw_id *to, uint32_t type, const peer_mb *mb, const char *reason) {
@@ -143,6 +160,47 @@ static float *copy_floats(const void *src, size_t n) {
  * timeout. */
 static uint64_t trip_ms(const train_peer *p) { return p->cfg.tun.hop_timeout_ms * (uint64_t)(p->cfg.n_stages + 2); }
 
+/* How long a microbatch may wait for a slot when the whole next stage is
+ * full. A relay answers for it upstream: its FORWARD_DONE must reach the
+ * peer before it within that peer's wait (3 hop timeouts from our
+ * FORWARD_RECEIVED), so it waits one hop timeout. A data node answers to
+ * nobody but its iteration: one trip. */
+static uint64_t full_wait_budget_ms(const train_peer *p) {
+  return p->cfg.role == TRAIN_DATA ? trip_ms(p) : p->cfg.tun.hop_timeout_ms;
+}
+
+/* Every peer of the next stage is out, but some only for want of a free
+ * slot: slots free up as microbatches finish their backward (every
+ * microbatch in the pipeline does within a round trip), so wait a little
+ * and ask them again rather than give the microbatch up. True: waiting. */
+static bool wait_for_slot(train_peer *p, peer_mb *mb) {
+  if (!mb->avoid_full) return false;
+  if (!mb->wait_since) mb->wait_since = p->now;
+  if (p->now - mb->wait_since >= full_wait_budget_ms(p)) return false;
+  avoid_forget_full(mb);
+  mb->reroutes = 0; /* the wait budget bounds it now */
+  mb->fwd = FWD_WAIT;
+  /* Each try re-sends the activations, so the tries thin out as the wait
+   * grows (two ticks, then half the time waited so far). */
+  uint64_t waited = p->now - mb->wait_since, step = 2 * p->cfg.tun.tick_ms;
+  mb->wait_until = p->now + (waited / 2 > step ? waited / 2 : step);
+  GW_DEBUG(&p->log, "forward.waiting", "mb=%llx reason=next_stage_full waited_ms=%llu", (unsigned long long)mb->id,
+           (unsigned long long)waited);
+  return true;
+}
+
+/* A relay that cannot carry a repair on keeps its stored output: the peer
+ * after the gap reports again, and the origin's next repair starts here,
+ * not further back. */
+static void repair_undeliverable(train_peer *p, peer_mb *mb) {
+  GW_WARN(&p->log, "backward.repair_stuck", "mb=%llx at_stage=%d", (unsigned long long)mb->id, p->stage);
+  mb->repair = false;
+  mb->fwd = FWD_DONE;
+  mb->n_avoid = 0;
+  mb->avoid_full = 0;
+  mb->wait_since = 0;
+}
+
 /* ---- forward ---- */
 
 /* Chooses the next hop for mb and sends it our output; DENY goes upstream
@@ -161,7 +219,11 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
                             &next, &mb->flow_out);
   }
   if (rc != 0 || mb->reroutes > p->cfg.tun.max_reroutes) {
-    if (p->cfg.role == TRAIN_DATA) {
+    if (wait_for_slot(p, mb)) return;
+    mb->wait_since = 0;
+    if (p->cfg.role == TRAIN_RELAY && mb->repair) {
+      repair_undeliverable(p, mb);
+    } else if (p->cfg.role == TRAIN_DATA) {
       GW_INFO(&p->log, "microbatch.no_route", "mb=%llx reroutes=%u", (unsigned long long)mb->id, mb->reroutes);
       data_mb_finished(p, mb, MB_DEFERRED);
     } else {
@@ -190,10 +252,10 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
   GW_DEBUG(&p->log, "forward.sent", "mb=%llx to=%s", (unsigned long long)mb->id, who);
 }
 
-static void reroute(train_peer *p, peer_mb *mb, const char *why) {
+static void reroute(train_peer *p, peer_mb *mb, const char *why, bool full) {
   char was[GW_ID_SHORT_LEN + 1];
   peer_short(&mb->next, was);
-  avoid_add(mb, &mb->next);
+  avoid_add(mb, &mb->next, full);
   mb->reroutes++;
   p->counters.forward_rerouted++;
   GW_INFO(&p->log, "forward.rerouted", "mb=%llx from_peer=%s reason=%s attempt=%u", (unsigned long long)mb->id,
@@ -328,6 +390,7 @@ static peer_mb *mb_from_ack(train_peer *p, const Gwtf__TrainAck *a) {
 void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   peer_mb *mb = mb_from_ack(p, a);
   if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
+  mb->wait_since = 0; /* it found a slot: a later wait has its own budget */
   /* Now its forward, and the hop after it: FORWARD_DONE. */
   mb->fwd_deadline = p->now + 3 * p->cfg.tun.hop_timeout_ms;
   if (p->cfg.role == TRAIN_RELAY && !mb->fwd_done_sent) {
@@ -370,7 +433,7 @@ void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   if (!full && p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
   peer_short(from, who);
   GW_INFO(&p->log, "deny.received", "mb=%llx from=%s reason=%s", (unsigned long long)mb->id, who, a->reason);
-  reroute(p, mb, "deny");
+  reroute(p, mb, full ? "full" : "deny", full);
 }
 
 /* ---- backward ---- */
@@ -558,13 +621,22 @@ void mb_tick(train_peer *p) {
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;
+    if (mb->fwd == FWD_WAIT && p->cfg.role == TRAIN_DATA && p->iter_wrap_up && !mb->repair) {
+      /* still outside the pipeline, and the iteration is closing */
+      data_mb_finished(p, mb, MB_DEFERRED);
+      continue;
+    }
+    if (mb->fwd == FWD_WAIT && p->now >= mb->wait_until) {
+      mb_send_forward(p, mb);
+      continue;
+    }
     if (mb->fwd == FWD_SENT && p->now >= mb->fwd_deadline) {
       char who[GW_ID_SHORT_LEN + 1];
       peer_short(&mb->next, who);
       GW_WARN(&p->log, "peer.presumed_dead", "peer=%s mb=%llx waited_for=forward_done", who,
               (unsigned long long)mb->id);
       if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, &mb->next);
-      reroute(p, mb, "timeout");
+      reroute(p, mb, "timeout", false);
       continue;
     }
     bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
@@ -588,7 +660,7 @@ void mb_peer_down(train_peer *p, const gw_id *peer) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;
     if (mb->fwd == FWD_SENT && gw_id_eq(&mb->next, peer)) {
-      reroute(p, mb, "peer_lost");
+      reroute(p, mb, "peer_lost", false);
       continue;
     }
     int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
@@ -713,7 +785,7 @@ static void backlog_pop(train_peer *p, uint64_t *iteration, uint32_t *index) {
  * all, in turns (the paper defers the rest to later iterations; its capacity
  * is memory, which a finished microbatch gives back). */
 static void data_refill(train_peer *p, uint32_t slot) {
-  if (!p->iter_running || p->iter_sent >= p->cfg.capacity || p->n_backlog == 0) return;
+  if (!p->iter_running || p->iter_wrap_up || p->iter_sent >= p->cfg.capacity || p->n_backlog == 0) return;
   uint64_t it;
   uint32_t index;
   backlog_pop(p, &it, &index);
@@ -806,6 +878,7 @@ void data_start_iteration(train_peer *p) {
   if (p->iteration == 0) p->last_update_ms = p->now; /* the first iteration's clock starts now */
   p->iter_running = true;
   p->iter_reported = false;
+  p->iter_wrap_up = false;
   p->iter_started_ms = p->now;
   p->last_progress_ms = p->now;
   p->iter_sent = p->iter_done = p->iter_deferred = 0;

@@ -60,6 +60,7 @@ static void restart(train_peer *p, peer_mb *mb, const gw_id *suspect) {
   mb->grad_acked = false;
   mb->path_len = 1;
   mb->n_avoid = 0;
+  mb->avoid_full = 0;
   if (suspect && mb->n_avoid < PEER_MAX_AVOID) mb->avoid[mb->n_avoid++] = *suspect;
   p->counters.forward_rerouted++;
   GW_INFO(&p->log, "backward.restarted", "mb=%llx attempt=%u", (unsigned long long)mb->id, mb->attempt);
@@ -164,7 +165,7 @@ void repair_on_probe(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) 
   Gwtf__TrainProbeReply r = GWTF__TRAIN_PROBE_REPLY__INIT;
   r.id = a->id;
   r.stage = p->stage;
-  r.has_output = mb && mb->out && (mb->fwd == FWD_DONE || mb->fwd == FWD_SENT) && mb->bwd == BWD_NONE;
+  r.has_output = mb && mb->out && (mb->fwd == FWD_DONE || mb->fwd == FWD_SENT || mb->fwd == FWD_WAIT) && mb->bwd == BWD_NONE;
   r.has_grad = mb && mb->bwd != BWD_NONE;
   peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_PROBE_REPLY, &r.base, NULL);
 }
@@ -209,6 +210,8 @@ void repair_on_repair(train_peer *p, const gw_id *from, const Gwtf__TrainRepair 
   mb->repair_end_stage = r->gap_last_stage;
   id_from_bytes(&mb->repair_target, r->target);
   mb->n_avoid = 0;
+  mb->avoid_full = 0;
+  mb->wait_since = 0;
   for (size_t i = 0; i < r->n_avoid && mb->n_avoid < PEER_MAX_AVOID; i++)
     id_from_bytes(&mb->avoid[mb->n_avoid++], r->avoid[i]);
   mb->path_len = (uint32_t)p->stage + 1; /* the path up to us is still valid */

@@ -154,6 +154,57 @@ static void test_starts_up_to_its_share(void **state) {
   assert_int_equal(max_in_flight_with_one_route(1, 1), 1); /* share 1: one at a time */
 }
 
+/* A data node that starts more microbatches than the next stage has slots
+ * (its router reports M routes; one relay of capacity 1 per stage) hears
+ * "full" for all but one. Slots free up as microbatches finish, so the
+ * others wait for one and every microbatch trains, in the reference's
+ * order of results, rather than being deferred at the first "full". */
+static void test_full_next_stage_waits_for_a_slot(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 7, 1, 1);
+  h.nodes[d].routes = M;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(C(&h, d)->denies_received > 0); /* the next stage was full, and said so */
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
+  ref_model rm = {{{0}}};
+  for (uint64_t it = 0; it < ITERS; it++) {
+    double ref;
+    ref_iteration(&rm, it, &ref);
+    assert_float_equal(h.nodes[d].loss_of[it], ref, 1e-5 * fmax(1.0, fabs(ref)));
+  }
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Two data nodes share one relay of capacity 2 per stage; a has two routes,
+ * b one, and there are three for two slots, so one is still going when the
+ * other is done. The aggregation waits for the last, so it starts nothing
+ * new once the other's ITER_DONE arrives: it defers the rest to its next
+ * iteration, and no microbatch is lost on the way. (Without the wrap-up,
+ * both train all their microbatches every iteration.) */
+static void test_slow_data_node_wraps_up(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 8, verbose());
+  int a = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  int b = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h.nodes[a].routes = 2;
+  h.nodes[b].routes = 1;
+  h_start(&h, a);
+  h_start(&h, b);
+  for (int i = 0; i < STAGES; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, 2, 0, false));
+  assert_true(h_run_until_finished(&h, 120000));
+  /* whichever is behind in an iteration (they share the relays' slots, so
+   * either can be) stops there; all is trained, late, but none is lost */
+  assert_true(C(&h, a)->deferred_microbatches + C(&h, b)->deferred_microbatches > 0);
+  assert_true(C(&h, a)->microbatches_done > 0 && C(&h, b)->microbatches_done > 0);
+  assert_int_equal(C(&h, a)->lost_microbatches + C(&h, b)->lost_microbatches, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* Crash a stage-2 relay the moment it starts a forward in iteration 2. */
 static bool crash_on_forward(h_harness *h, h_node *n, const train_job *job, int *crash) {
   (void)h;
@@ -435,6 +486,8 @@ int main(void) {
       cmocka_unit_test(test_fault_free_matches_reference),
       cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_starts_up_to_its_share),
+      cmocka_unit_test(test_full_next_stage_waits_for_a_slot),
+      cmocka_unit_test(test_slow_data_node_wraps_up),
       cmocka_unit_test(test_forward_crash_reroutes),
       cmocka_unit_test(test_backward_crash_repairs_along_path),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
