@@ -249,29 +249,36 @@ Bold: the better mean of the pair.
 
 What the logs of these runs (`swarm.log` in each run's folder) show:
 
-- Without churn GWTF's iterations are as fast as SWARM's or faster, and
-  with heterogeneous relays it trains more of the microbatches (SWARM's
-  round-robin sends work to slow, small relays that then DENY).
-- Under churn GWTF trains more microbatches per iteration and wastes less,
-  but its time per microbatch is not consistently lower. Its slow
-  iterations are the ones where a crash or a Request Change left a data
-  node with one flow or none: the remaining microbatches go on the
-  fallback (cheapest next hop), the flow protocol takes seconds to rebuild,
-  and a backward repair on these links takes 0.3–8.5 s (median 1.5 s).
-  SWARM's restart of a broken microbatch costs it one more trip, which on
-  this small model and these links is often no slower than a repair.
-  The paper's stages compute for seconds, so recomputation dominates;
-  here a stage computes in milliseconds and the links dominate.
+- Without churn GWTF's iterations are faster than SWARM's, with a
+  quarter to two fifths less communication per microbatch: the flows send
+  work down the cheapest paths, SWARM's round-robin also down slow ones.
+  With heterogeneous relays GWTF trains a little less per iteration (7.2
+  of 8): the data node with fewer flows stops when the other is done.
+- Both routings now wait for a slot when the whole next stage is full
+  (instead of deferring the microbatch at the first `full`), and a data
+  node that is behind starts nothing new once the other one is done
+  (commit c8094ca, docs/TRAINING.md). That lifted SWARM's throughput under
+  heterogeneous churn from 3.4–4.3 to about 7.5 microbatches per iteration
+  (the grid before it: git history of this file), and both routings' time
+  per microbatch fell (heterogeneous 10 %: SWARM 1.03 → 0.91 s, GWTF
+  0.98 → 0.83 s).
+- Under churn GWTF wastes a fifth to two fifths less compute and
+  communicates less per microbatch, but its time per microbatch is lower
+  in only two of the four cells. The slowest iterations are the ones where a relay
+  died after passing a gradient on and the peer it passed it to died too,
+  before the gradient reached a live peer: nobody alive holds the
+  microbatch, and its data node notices only at its trip deadline (8 hop
+  timeouts, 16 s). In repeat 1 of heterogeneous 10 % (GWTF), iteration 2
+  took 17.5 s, 11.6 s of it waiting so for one microbatch. A data node
+  could act as soon as it hears that any member of a microbatch's path is
+  gone, not only the last one; that is the next step. SWARM's restart of
+  a broken microbatch costs it one more trip, which on this small model
+  and these links is often no slower than a repair (0.8–1.6 s here). The
+  paper's stages compute for seconds, so recomputation dominates; here a
+  stage computes in milliseconds and the links dominate.
 - Wasted compute is mostly the gradient work a killed relay had not yet
-  aggregated, which both routings lose alike; GWTF saves only SWARM's
-  recomputation, hence a third less, not a tenth.
-- "Runs complete, stage weights agree" below 3/3: a relay that had just
-  joined was not yet in every member's view of its stage, so the stage's
-  aggregation split for one iteration; the hash exchange caught it the next
-  iteration and the members resynced from the aggregator. Since this grid
-  ran, a same-stage HELLO puts its sender in the receiver's view at once
-  (commit db4642b), which closes the gap these runs hit
-  (docs/TRAINING.md, known limits).
+  aggregated, which both routings lose alike; GWTF saves SWARM's
+  recomputation, hence a fifth to two fifths less, not a tenth.
 
 ## Our flows against the exact optimum
 
@@ -343,7 +350,7 @@ def main():
         if not os.path.exists(os.path.join(ROOT, "data", "moby-dick.txt")):
             subprocess.run([os.path.join(ROOT, "scripts", "fetch_data.sh")], check=True)
         if not os.access(a.gwtf, os.X_OK):
-            sys.exit(f"evaluate: no gwtf binary at {a.gwtf} (build first: scripts/build.sh)")
+            sys.exit(f"evaluate: no gwtf binary at {a.gwtf} (build first: ./scripts/setup.sh)")
         names = a.only or GRID + ["flow-optimum"]
         for n in names:
             for r in ([a.routing] if a.routing else ROUTINGS):

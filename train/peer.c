@@ -338,7 +338,7 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_PROBE_REPLY, Gwtf__TrainProbeReply, gwtf__train_probe_reply, repair_on_probe_reply(p, from, m))
     CASE(TRAIN_REPAIR, Gwtf__TrainRepair, gwtf__train_repair, repair_on_repair(p, from, m))
     CASE(TRAIN_REPAIR_READY, Gwtf__TrainMicrobatch, gwtf__train_microbatch, repair_on_ready(p, from, m))
-    CASE(TRAIN_ITER_DONE, Gwtf__TrainIterDone, gwtf__train_iter_done, leader_on_iter_done(p, from, m))
+    CASE(TRAIN_ITER_DONE, Gwtf__TrainIterDone, gwtf__train_iter_done, data_on_iter_done(p, from, m))
     CASE(TRAIN_BEGIN_AGG, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_begin(p, from, m->iteration))
     CASE(TRAIN_GRAD, Gwtf__TrainGrad, gwtf__train_grad, agg_on_grad(p, from, m, t))
     CASE(TRAIN_AVG, Gwtf__TrainGrad, gwtf__train_grad, agg_on_avg(p, from, m, t))

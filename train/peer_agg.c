@@ -4,8 +4,8 @@
  * lowest node ID) and tell the other data nodes, which then finish what they
  * have in flight but start nothing new: the aggregation waits for the last
  * data node, so a microbatch one starts after another finished would hold
- * every stage up for a whole trip. When every live data node has reported, the leader floods
- * BEGIN_AGG front to back. Each stage's members send their gradient sums to
+ * every stage up for a whole trip. When every live data node has reported,
+ * the leader floods BEGIN_AGG front to back. Each stage's members send their gradient sums to
  * the stage's aggregator — its lowest live node ID — which averages them
  * weighted by microbatch counts, summing in node-ID order so that every
  * member receives the same bits, and sends the average back. Every member
@@ -613,7 +613,8 @@ static void data_wrap_up(train_peer *p, const gw_id *from) {
           (unsigned long long)p->iteration, who, p->iter_sent - p->iter_done, p->n_backlog);
 }
 
-void leader_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d) {
+/* Another data node's ITER_DONE: on the leader it counts towards BEGIN_AGG. */
+void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d) {
   if (p->cfg.role != TRAIN_DATA || d->iteration != p->iteration) return;
   data_wrap_up(p, from);
   if (!p->was_leader) return;

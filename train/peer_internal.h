@@ -310,7 +310,7 @@ void agg_job_done(train_peer *p, train_job *job);
 void agg_tick(train_peer *p);
 void agg_peer_down(train_peer *p, const gw_id *peer);
 void agg_free(train_peer *p);
-void leader_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);
+void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);
 void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader *l);
 void leader_check(train_peer *p);
 void data_report_iteration(train_peer *p);

@@ -783,7 +783,8 @@ static void backlog_pop(train_peer *p, uint64_t *iteration, uint32_t *index) {
  * iteration goes down it. A flow is a pipeline slot, not one microbatch per
  * iteration, so an iteration with fewer flows than microbatches trains them
  * all, in turns (the paper defers the rest to later iterations; its capacity
- * is memory, which a finished microbatch gives back). */
+ * is memory, which a finished microbatch gives back) — until another data
+ * node is done: then the rest wait for the next iteration (peer_agg.c). */
 static void data_refill(train_peer *p, uint32_t slot) {
   if (!p->iter_running || p->iter_wrap_up || p->iter_sent >= p->cfg.capacity || p->n_backlog == 0) return;
   uint64_t it;

@@ -165,7 +165,8 @@ void repair_on_probe(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) 
   Gwtf__TrainProbeReply r = GWTF__TRAIN_PROBE_REPLY__INIT;
   r.id = a->id;
   r.stage = p->stage;
-  r.has_output = mb && mb->out && (mb->fwd == FWD_DONE || mb->fwd == FWD_SENT || mb->fwd == FWD_WAIT) && mb->bwd == BWD_NONE;
+  bool passed_on = mb && (mb->fwd == FWD_DONE || mb->fwd == FWD_SENT || mb->fwd == FWD_WAIT);
+  r.has_output = passed_on && mb->out && mb->bwd == BWD_NONE;
   r.has_grad = mb && mb->bwd != BWD_NONE;
   peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_PROBE_REPLY, &r.base, NULL);
 }
