@@ -264,8 +264,9 @@ What the logs of these runs (`swarm.log` in each run's folder) show:
   0.98 → 0.83 s).
 - Under churn GWTF wastes a fifth to two fifths less compute and
   communicates less per microbatch, but its time per microbatch is lower
-  in only two of the four cells. The slowest iterations are the ones where a relay
-  died after passing a gradient on and the peer it passed it to died too,
+  in only two of the four cells. The slowest iterations are the ones
+  where a relay died after passing a gradient on and the peer it passed it
+  to died too,
   before the gradient reached a live peer: nobody alive holds the
   microbatch, and its data node notices only at its trip deadline (8 hop
   timeouts, 16 s). In repeat 1 of heterogeneous 10 % (GWTF), iteration 2
@@ -273,9 +274,10 @@ What the logs of these runs (`swarm.log` in each run's folder) show:
   could act as soon as it hears that any member of a microbatch's path is
   gone, not only the last one; that is the next step. SWARM's restart of
   a broken microbatch costs it one more trip, which on this small model
-  and these links is often no slower than a repair (0.8–1.6 s here). The
-  paper's stages compute for seconds, so recomputation dominates; here a
-  stage computes in milliseconds and the links dominate.
+  and these links is often no slower than a repair (median 1.0 s,
+  0.01–7.5 s over this grid's 90 repairs). The paper's stages compute for
+  seconds, so recomputation dominates; here a stage computes in
+  milliseconds and the links dominate.
 - Wasted compute is mostly the gradient work a killed relay had not yet
   aggregated, which both routings lose alike; GWTF saves SWARM's
   recomputation, hence a fifth to two fifths less, not a tenth.
