@@ -32,6 +32,7 @@
 #include <uv.h>
 
 #include "node/cmd.h"
+#include "node/swarm_waste.h"
 #include "train/data.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -152,7 +153,8 @@ struct swarm {
   size_t n_costs, next_cost;
   int crashes, unexpected_exits;
   long long reroutes, recoveries, lost;
-  double wasted_s;
+  double unaggregated_s; /* compute whose gradient never reached an aggregation */
+  swarm_waste *waste;    /* the paper's wasted compute */
   uint64_t start_ms, end_ms;
   uv_timer_t stop_timer;
   uv_signal_t sigint;
@@ -367,6 +369,12 @@ static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
   }
 }
 
+/* A restarted microbatch's attempt (0 on lines that do not say). */
+static unsigned attempt_of(json_t *ev) {
+  double a = num(ev, "attempt");
+  return isfinite(a) && a >= 0 && a <= UINT_MAX ? (unsigned)a : 0;
+}
+
 static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   const char *e = json_string_value(json_object_get(ev, "event"));
   if (!e) return;
@@ -384,7 +392,7 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
     const char *hash = json_string_value(json_object_get(ev, "hash"));
     double it = num(ev, "iter"), st = num(ev, "stage"), wasted = num(ev, "wasted_s"); /* stage: the line's own */
     if (hash && isfinite(it) && isfinite(st)) note_hash(sw, (uint64_t)it, (int)st, hash, p);
-    if (isfinite(wasted)) sw->wasted_s += wasted;
+    if (isfinite(wasted)) sw->unaggregated_s += wasted;
     p->unaggregated_compute_s = 0;
   } else if (!strcmp(e, "compute.done")) {
     double s = num(ev, "secs");
@@ -393,8 +401,12 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
     if (isfinite(s)) p->unaggregated_compute_s += s;
     mb_cost *c = origin && mb && isfinite(s) ? cost_of(sw, origin, mb, true) : NULL;
     if (c) c->secs += s;
+    swarm_waste_compute(sw->waste, json_string_value(json_object_get(ev, "node")), origin, mb, attempt_of(ev),
+                        json_string_value(json_object_get(ev, "kind")), s);
   } else if (!strcmp(e, "microbatch.done")) {
     on_microbatch_done(sw, ev);
+    swarm_waste_done(sw->waste, json_string_value(json_object_get(ev, "node")),
+                     json_string_value(json_object_get(ev, "mb")), attempt_of(ev));
   } else if (!strcmp(e, "flow.link_costs")) {
     on_link_costs(sw, ev);
   } else if (!strcmp(e, "flows.cost") && p->index == 0) {
@@ -518,7 +530,7 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
   uv_close((uv_handle_t *)proc, proc_closed); /* its streams close at their EOF */
   if (p->killed_by_us && !sw->stopping && !p->data) { /* a data node does not come back (it would create the run) */
     /* Its work since its last aggregation never reaches one. */
-    sw->wasted_s += p->unaggregated_compute_s;
+    sw->unaggregated_s += p->unaggregated_compute_s;
     p->unaggregated_compute_s = 0;
     uint64_t delay = (uint64_t)(1000.0 * fmax(0.5, sw->last_iter_secs) * sw->o.restart_after);
     uv_timer_start(&p->restart_timer, restart_cb, delay, 0);
@@ -815,7 +827,9 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
   json_object_set_new(root, "forward_reroutes", json_integer(sw->reroutes));
   json_object_set_new(root, "backward_recoveries", json_integer(sw->recoveries));
   json_object_set_new(root, "lost_microbatches", json_integer(sw->lost));
-  json_object_set_new(root, "wasted_compute_s", json_real(sw->wasted_s));
+  json_object_set_new(root, "wasted_compute_s", json_real(swarm_waste_wasted_s(sw->waste)));
+  json_object_set_new(root, "unaggregated_compute_s", json_real(sw->unaggregated_s));
+  json_object_set_new(root, "compute_s", json_real(swarm_waste_total_s(sw->waste)));
   json_object_set_new(root, "throughput_tokens_per_s", json_real(*tokens_per_s));
   json_object_set_new(root, "stage_hashes_agree", json_boolean(sw->hashes_agree));
   json_object_set_new(root, "unexpected_exits", json_integer(sw->unexpected_exits));
@@ -846,8 +860,9 @@ static int write_summary(swarm *sw) {
   }
   printf("  crashes %d, forward re-routes %lld, backward recoveries %lld, lost microbatches %lld\n", sw->crashes,
          sw->reroutes, sw->recoveries, sw->lost);
-  printf("  wasted compute %.2f s, throughput %.1f tokens/s, stage weights agree: %s, unexpected exits: %d\n",
-         sw->wasted_s, tps, sw->hashes_agree ? "yes" : "NO", sw->unexpected_exits);
+  printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
+         swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
+  printf("  stage weights agree: %s, unexpected exits: %d\n", sw->hashes_agree ? "yes" : "NO", sw->unexpected_exits);
   if (sw->o.summary_json) {
     char *text = json_dumps(root, JSON_INDENT(2));
     if (!text || gw_file_write_atomic1(sw->o.summary_json, text, strlen(text), 0644) != 0) {
@@ -1028,12 +1043,14 @@ int cmd_swarm(int argc, char **argv) {
   sw.iters = calloc(SWARM_MAX_ITERS, sizeof(*sw.iters));
   sw.costs = calloc(MB_COSTS_MAX, sizeof(*sw.costs));
   sw.links = calloc(LINK_NODES_MAX, sizeof(*sw.links));
-  int rc = sw.iters && sw.costs && sw.links ? prepare_dirs(&sw) : GW_ENOMEM;
+  sw.waste = swarm_waste_new(MB_COSTS_MAX);
+  int rc = sw.iters && sw.costs && sw.links && sw.waste ? prepare_dirs(&sw) : GW_ENOMEM;
   if (rc != 0) {
     fprintf(stderr, "gwtf swarm: cannot prepare %s: %s\n", sw.workdir, gw_strerror(rc));
     free(sw.iters);
     free(sw.costs);
     free(sw.links);
+    swarm_waste_free(sw.waste);
     return 1;
   }
   /* Many peers share few cores: OpenMP threads that spin while waiting
@@ -1084,5 +1101,6 @@ int cmd_swarm(int argc, char **argv) {
   free(sw.costs);
   free(sw.links);
   free(sw.hashes);
+  swarm_waste_free(sw.waste);
   return complete && !sw.failed && sw.unexpected_exits == 0 && sw.hashes_agree && wrc == 0 ? 0 : 1;
 }

@@ -28,9 +28,10 @@ ROUTINGS = ("swarm", "gwtf")
 METRICS = [("time_per_microbatch_s", "Time per microbatch (s)"),
            ("throughput", "Throughput (microbatches / iteration)"),
            ("communication_s", "Communication time per microbatch (s)"),
-           ("wasted_compute_s", "Wasted compute (s)")]
+           ("wasted_compute_s", "Wasted compute (s)"),
+           ("unaggregated_compute_s", "Compute never aggregated (s)")]
 LOWER_IS_BETTER = {"time_per_microbatch_s": True, "throughput": False, "communication_s": True,
-                   "wasted_compute_s": True}
+                   "wasted_compute_s": True, "unaggregated_compute_s": True}
 
 
 def result_path(name, routing):
@@ -163,7 +164,8 @@ def plot(path):
     except ImportError:
         print("evaluate: no matplotlib (apt install python3-matplotlib): skipping the plots", file=sys.stderr)
         return False
-    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    fig, axes = plt.subplots(2, 3, figsize=(15, 7))
+    axes.flat[-1].axis("off")
     x = range(len(GRID))
     for ax, (key, label) in zip(axes.flat, METRICS):
         for k, (r, color) in enumerate((("swarm", "#d95f02"), ("gwtf", "#1b9e77"))):
@@ -228,8 +230,17 @@ routing and the recovery differ (`--routing gwtf|swarm`).
 - **Throughput**: microbatches processed per iteration (8 is everything).
 - **Communication time**: per microbatch, its round trip at its data node
   minus the compute spent on it along its path.
-- **Wasted compute**: compute spent on work that never reached an
-  aggregation (crashed paths, restarted or deferred microbatches), in seconds.
+- **Wasted compute**: compute spent on microbatches that were excluded
+  from aggregation or not part of the final path, in seconds: a forward on
+  a relay that crashed or was bypassed, every attempt of a SWARM
+  microbatch but the one that completed, a deferred microbatch. Compute on
+  a completed microbatch counts as useful on the peers that carried its
+  backward (`node/swarm_waste.c`).
+- **Compute never aggregated** (not in the paper): compute whose gradient
+  never reached a stage's aggregation. It adds what the crashed relays had
+  accumulated since their last aggregation; that work was on the final
+  paths, so the paper's definition does not count it, and both routings
+  lose it alike.
 
 ## Results
 

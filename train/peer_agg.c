@@ -204,7 +204,7 @@ static bool round_complete(train_peer *p) {
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
-    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
+    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || is_failed(a, id)) continue;
     bool have = false;
     for (uint32_t k = 0; k < a->n_contrib; k++)
       if (gw_id_eq(&a->contrib[k].id, id) && a->contrib[k].complete) have = true;
@@ -513,6 +513,21 @@ static void reflood(train_peer *p) {
   }
 }
 
+/* We took over a round whose aggregator died. It may have sent its average
+ * to some members before it went (its bytes to us were still in flight):
+ * those have applied it and left the round, and would never contribute to
+ * us. An empty GRAD asks each member; one that applied an average for this
+ * round answers with it (agg_on_grad), and the stage keeps one set of
+ * weights instead of splitting in two. */
+static void ask_for_applied_average(train_peer *p) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
+    send_vector(p, id, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, 0, 0, p->agg.iteration);
+  }
+}
+
 void agg_tick(train_peer *p) {
   peer_agg *a = &p->agg;
   reflood(p);
@@ -537,6 +552,19 @@ void agg_tick(train_peer *p) {
     if (!a->mine) return;
   }
   contribute(p);
+  if (i_aggregate(p)) ask_for_applied_average(p);
+}
+
+/* A member asked us for our weights: it is (re)joining and will not take
+ * part in this round. Neither wait for it nor pick it to aggregate (else the
+ * round stalls a whole timeout on it while its download waits on the round). */
+void agg_member_downloading(train_peer *p, const gw_id *peer) {
+  peer_agg *a = &p->agg;
+  if (!p->aggregating || is_failed(a, peer)) return;
+  if (a->n_failed < PEER_MAX_CONTRIB) a->failed[a->n_failed++] = *peer;
+  if (a->phase != AGG_COLLECT) return;
+  if (i_aggregate(p)) maybe_finish(p);
+  else if (gw_id_eq(&a->aggregator, peer)) a->deadline = p->now;
 }
 
 void agg_peer_down(train_peer *p, const gw_id *peer) {

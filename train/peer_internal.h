@@ -297,6 +297,7 @@ void repair_on_repair(train_peer *p, const gw_id *from, const Gwtf__TrainRepair 
 void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m);
 void repair_tick(train_peer *p);
 void repair_report(train_peer *p, peer_mb *mb);
+void repair_restart_timed_out(train_peer *p, peer_mb *mb);
 
 /* peer_agg.c */
 void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration);
@@ -308,6 +309,7 @@ void agg_on_resync(train_peer *p, const gw_id *from, uint64_t iteration);
 void agg_try_can_take(train_peer *p);
 void agg_job_done(train_peer *p, train_job *job);
 void agg_tick(train_peer *p);
+void agg_member_downloading(train_peer *p, const gw_id *peer);
 void agg_peer_down(train_peer *p, const gw_id *peer);
 void agg_free(train_peer *p);
 void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);

@@ -311,6 +311,7 @@ void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeig
    * still on its way) queues the request and serves it once its weights are
    * in place (join_become_ready). */
   if (p->stage >= 0 && r->stage != p->stage) return;
+  agg_member_downloading(p, from);
   for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++) {
     if (p->snap_queue[i].used && gw_id_eq(&p->snap_queue[i].to, from)) return;
     if (!p->snap_queue[i].used) {

@@ -519,8 +519,8 @@ void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck 
 static void log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s) {
   char origin[GW_ID_SHORT_LEN + 1];
   peer_short(&mb->origin, origin);
-  GW_INFO(&p->log, "compute.done", "mb=%llx origin=%s kind=%s secs=%.4f iter=%llu", (unsigned long long)mb->id,
-          origin, kind, s, (unsigned long long)mb->iteration);
+  GW_INFO(&p->log, "compute.done", "mb=%llx origin=%s kind=%s secs=%.4f iter=%llu attempt=%u", (unsigned long long)mb->id,
+          origin, kind, s, (unsigned long long)mb->iteration, mb->attempt);
 }
 
 static void relay_forward_done(train_peer *p, peer_mb *mb) {
@@ -650,7 +650,8 @@ void mb_tick(train_peer *p) {
     if (travelling && mb->trip_deadline && p->now >= mb->trip_deadline) {
       GW_WARN(&p->log, "microbatch.timeout", "mb=%llx phase=%s", (unsigned long long)mb->id,
               mb->fwd == FWD_FLIGHT ? "forward" : "backward");
-      data_mb_finished(p, mb, MB_DEFERRED);
+      if (mb->fwd == FWD_DONE && p->cfg.recovery == TRAIN_RECOVER_RESTART) repair_restart_timed_out(p, mb);
+      else data_mb_finished(p, mb, MB_DEFERRED);
     }
   }
 }
@@ -716,8 +717,8 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
     p->iter_loss_sum += mb->loss;
     p->counters.microbatches_done++;
     /* its whole trip, for the communication time (trip minus compute) */
-    GW_INFO(&p->log, "microbatch.done", "mb=%llx trip_s=%.4f iter=%llu", (unsigned long long)mb->id,
-            (double)(p->now - mb->started_ms) / 1000.0, (unsigned long long)p->iteration);
+    GW_INFO(&p->log, "microbatch.done", "mb=%llx trip_s=%.4f iter=%llu attempt=%u", (unsigned long long)mb->id,
+            (double)(p->now - mb->started_ms) / 1000.0, (unsigned long long)p->iteration, mb->attempt);
     if (mb->repairs > 0) {
       char dt[32];
       snprintf(dt, sizeof(dt), "%.3f", (double)(p->now - mb->recover_started_ms) / 1000.0);

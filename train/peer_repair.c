@@ -9,8 +9,12 @@
  * gradient, and the backward pass resumes. Only the lost stages compute
  * again; nothing before the gap is recomputed.
  *
- * With TRAIN_RECOVER_RESTART (the SWARM baseline) the origin instead sends
- * the microbatch through the whole pipeline again. */
+ * With TRAIN_RECOVER_RESTART (the SWARM baseline) there is no RECOVER: the
+ * GWTF paper's SWARM "restarts pipelines after backward pass timeouts", so a
+ * relay that lost its upstream peer only drops its state, and the origin
+ * sends the microbatch through the whole pipeline again when its trip
+ * deadline passes with no gradient back (or at once, when it was the origin's
+ * own backward hop that failed: that it sees for itself). */
 #include "train/peer_internal.h"
 
 #include <stdlib.h>
@@ -19,11 +23,19 @@
 static void short_of(const gw_id *id, char *out) { peer_short(id, out); }
 
 /* A peer holding an unconfirmed gradient asks for help (or, on the origin,
- * starts the repair itself: the last relay lost our loss gradient). */
+ * starts the repair itself: the last relay lost our loss gradient). In
+ * SWARM mode nobody asks: relays drop the microbatch, and the origin acts
+ * only on what it sees itself, its own session to the last relay. */
 void repair_report(train_peer *p, peer_mb *mb) {
   int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
   if (up < 0 || (uint32_t)up >= mb->path_len) return;
   if (p->cfg.role == TRAIN_DATA) {
+    if (p->cfg.recovery == TRAIN_RECOVER_RESTART && peer_alive(p, &mb->path[up])) {
+      /* SWARM has no chain of confirmations to read a silence from: while
+       * the last relay is there, only the trip deadline (mb_tick) decides. */
+      mb->bwd_deadline = UINT64_MAX;
+      return;
+    }
     repair_begin(p, mb, up, &p->cfg.self);
     return;
   }
@@ -31,6 +43,12 @@ void repair_report(train_peer *p, peer_mb *mb) {
     /* The origin itself did not confirm: if it is gone, so is the microbatch. */
     if (!peer_alive(p, &mb->origin)) mb_free(p, mb);
     else mb->bwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
+    return;
+  }
+  if (p->cfg.recovery == TRAIN_RECOVER_RESTART) {
+    /* SWARM: no failure notice; the origin's timeout restarts the microbatch. */
+    GW_INFO(&p->log, "backward.dropped", "mb=%llx reason=upstream_lost", (unsigned long long)mb->id);
+    mb_free(p, mb);
     return;
   }
   Gwtf__TrainRecover r = GWTF__TRAIN_RECOVER__INIT;
@@ -65,6 +83,19 @@ static void restart(train_peer *p, peer_mb *mb, const gw_id *suspect) {
   p->counters.forward_rerouted++;
   GW_INFO(&p->log, "backward.restarted", "mb=%llx attempt=%u", (unsigned long long)mb->id, mb->attempt);
   mb_send_forward(p, mb);
+}
+
+/* SWARM baseline, on the origin: the backward did not come back within a
+ * trip, and nobody says why. */
+void repair_restart_timed_out(train_peer *p, peer_mb *mb) {
+  if (++mb->repairs > p->cfg.tun.max_repairs) {
+    data_mb_finished(p, mb, MB_LOST);
+    return;
+  }
+  if (mb->repairs == 1) mb->recover_started_ms = p->now;
+  GW_WARN(&p->log, "backward.failed", "mb=%llx suspect=unknown action=restart reason=timeout",
+          (unsigned long long)mb->id);
+  restart(p, mb, NULL);
 }
 
 static void probe_next(train_peer *p, peer_mb *mb);

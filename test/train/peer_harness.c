@@ -171,6 +171,7 @@ static void io_event(void *ud, const train_event *ev) {
     n->last_done = ev->done;
     n->last_deferred = ev->deferred;
     if (ev->iteration < 64) n->loss_of[ev->iteration] = ev->loss;
+    if (ev->iteration < 64) n->secs_of[ev->iteration] = ev->seconds;
     break;
   default: break;
   }

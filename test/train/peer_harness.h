@@ -71,6 +71,7 @@ typedef struct h_node {
   uint8_t hash_of[64][32];
   bool have_hash[64];
   double loss_of[64];
+  double secs_of[64]; /* data node: each iteration's wall time (virtual s) */
 } h_node;
 
 /* Called before a node's job runs; return true to crash `crash` right then

@@ -13,7 +13,8 @@ import tempfile
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
 SRC = os.environ.get("GWTF_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 SCENARIO = os.path.join(SRC, "data", "scenarios", "ci-tiny.json")
-METRICS = ("time_per_microbatch_s", "throughput", "communication_s", "wasted_compute_s")
+METRICS = ("time_per_microbatch_s", "throughput", "communication_s", "wasted_compute_s",
+           "unaggregated_compute_s")
 PORTS = {"gwtf": 22800, "swarm": 22900}  # below the ephemeral range, apart from test_swarm.py's
 
 

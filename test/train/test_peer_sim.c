@@ -247,6 +247,9 @@ static bool crash_before_backward(h_harness *h, h_node *n, const train_job *job,
   return false;
 }
 
+/* How long a data node waits for a microbatch's backward after its loss. */
+static uint64_t trip_deadline_ms(const h_harness *h) { return h->tun.hop_timeout_ms * (uint64_t)(h->n_stages + 2); }
+
 static void run_backward_crash(train_recovery mode, uint64_t seed, h_harness *h, int *d) {
   h_init(h, STAGES, seed, verbose());
   h->recovery = mode;
@@ -280,6 +283,8 @@ static void test_backward_crash_repairs_along_path(void **state) {
   assert_int_equal(recomputed[1] + recomputed[3] + recomputed[0], 0);
   assert_int_equal(forwards[0], (uint64_t)M * ITERS);
   assert_int_equal(forwards[1], (uint64_t)M * ITERS);
+  /* the relay after the gap reported it: no trip deadline was waited out */
+  assert_true(h.nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(&h));
   assert_agree(&h, ITERS);
   h_free(&h);
 }
@@ -300,6 +305,9 @@ static void test_swarm_mode_restarts_from_data_node(void **state) {
   assert_true(restarted >= 1);
   assert_int_equal(forwards1, (uint64_t)M * ITERS + restarted);
   assert_int_equal(recomputed, 0);
+  /* SWARM has no failure notice: the data node restarted only when the
+   * backward did not come back within its trip deadline */
+  assert_true(h.nodes[d].secs_of[2] * 1000.0 >= (double)trip_deadline_ms(&h));
   assert_agree(&h, ITERS);
   h_free(&h);
 }
@@ -424,6 +432,67 @@ static void test_aggregator_crash(void **state) {
   h_free(&h);
 }
 
+/* Stage 2's aggregator sends its average, then dies while the copy to the
+ * member that takes its place is still on a slow link (its bytes die with
+ * it, as a killed process's queued sends do): the third member applied the
+ * average and left the round. The new aggregator must find that average
+ * rather than step alone and split the stage. */
+typedef struct slow_link {
+  int from, to; /* -1: none */
+} slow_link;
+
+static uint64_t slow_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  const slow_link *l = ud;
+  (void)len;
+  if (from == l->from && to == l->to) return 60000; /* past the end of the run */
+  return 1 + gw_rng_below(rng, 3);
+}
+
+/* The live stage-2 relays in node-ID order. */
+static int stage2_by_id(h_harness *h, int *out, int max) {
+  int n = 0;
+  for (int i = 0; i < h->n_nodes && n < max; i++)
+    if (h->nodes[i].alive && h->nodes[i].stage == 2) out[n++] = i;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && gw_id_cmp(&h->nodes[out[j]].peer.id, &h->nodes[out[j - 1]].peer.id) < 0; j--) {
+      int t = out[j];
+      out[j] = out[j - 1];
+      out[j - 1] = t;
+    }
+  return n;
+}
+
+static bool crash_aggregator_after_sending(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  slow_link *l = h->hook_ud;
+  if (n->stage != 2 || train_peer_iteration(n->tp) != 1) return false;
+  int order[8];
+  if (stage2_by_id(h, order, 8) < 3 || order[0] != n->index) return false;
+  if (job->kind == TRAIN_JOB_GRAD_EXPORT) {
+    l->from = n->index;
+    l->to = order[1]; /* the next aggregator */
+    return false;
+  }
+  if (job->kind != TRAIN_JOB_APPLY || l->from != n->index) return false;
+  *crash = n->index;
+  return true;
+}
+
+static void test_aggregator_crash_after_sending_average(void **state) {
+  (void)state;
+  h_harness h;
+  slow_link l = {-1, -1};
+  /* capacity 2: the stage's microbatches are spread, so a lone average differs */
+  int d = build(&h, 5, 3, 2);
+  sim_set_delay_fn(h.s, slow_delay, &l);
+  h.hook = crash_aggregator_after_sending;
+  h.hook_ud = &l;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* Relays crash at random moments and fresh ones join, keeping at least one
  * live peer per stage (the paper's assumption): every iteration completes,
  * every stage agrees on its weights after every aggregation. */
@@ -495,6 +564,7 @@ int main(void) {
       cmocka_unit_test(test_join_mid_run),
       cmocka_unit_test(test_joiner_known_by_hello),
       cmocka_unit_test(test_aggregator_crash),
+      cmocka_unit_test(test_aggregator_crash_after_sending_average),
       cmocka_unit_test(test_churn_soak),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
