@@ -617,6 +617,18 @@ void mb_job_done(train_peer *p, train_job *job) {
 
 /* ---- failures ---- */
 
+/* We sent our gradient upstream and wait for the peer there to confirm it.
+ * A data node that re-sent its own output into a repair has no last relay
+ * on its path until the repaired backward arrives: it waits on its trip
+ * deadline instead (reporting would find nobody to blame, and the report
+ * would stand in for the deadline check at every tick). */
+static bool awaits_backward_done(const train_peer *p, const peer_mb *mb) {
+  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
+                  (p->cfg.role == TRAIN_DATA && mb->fwd == FWD_DONE && mb->grad);
+  return grad_out && !mb->grad_acked && up >= 0 && (uint32_t)up < mb->path_len;
+}
+
 void mb_tick(train_peer *p) {
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
@@ -639,9 +651,7 @@ void mb_tick(train_peer *p) {
       reroute(p, mb, "timeout", false);
       continue;
     }
-    bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
-                    (p->cfg.role == TRAIN_DATA && mb->fwd == FWD_DONE && mb->grad);
-    if (grad_out && !mb->grad_acked && !mb->recovering && p->now >= mb->bwd_deadline) {
+    if (awaits_backward_done(p, mb) && !mb->recovering && p->now >= mb->bwd_deadline) {
       repair_report(p, mb);
       continue;
     }
@@ -665,9 +675,7 @@ void mb_peer_down(train_peer *p, const gw_id *peer) {
       continue;
     }
     int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
-    bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
-                    (p->cfg.role == TRAIN_DATA && mb->fwd == FWD_DONE && mb->grad);
-    if (grad_out && !mb->grad_acked && up >= 0 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], peer))
+    if (awaits_backward_done(p, mb) && gw_id_eq(&mb->path[up], peer))
       mb->bwd_deadline = p->now; /* report at the next tick */
   }
 }
