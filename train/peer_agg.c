@@ -170,7 +170,10 @@ static void send_mine(train_peer *p) {
   peer_short(&a->aggregator, who);
   GW_DEBUG(&p->log, "aggregation.contribute", "iter=%llu to=%s", (unsigned long long)a->iteration, who);
   send_vector(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, a->my_count, NULL, 0, 0, a->iteration);
-  a->deadline = p->now + p->cfg.tun.agg_timeout_ms;
+  /* Twice the aggregator's own wait: it may spend all of its agg_timeout on
+   * a member that never contributes, and a member giving up on a live
+   * aggregator just as it averages would split the stage. */
+  a->deadline = p->now + 2 * p->cfg.tun.agg_timeout_ms;
 }
 
 static void send_last_avg(train_peer *p, const gw_id *to) {
@@ -553,6 +556,21 @@ void agg_tick(train_peer *p) {
   }
   contribute(p);
   if (i_aggregate(p)) ask_for_applied_average(p);
+}
+
+/* We are resyncing: the round we were in (waiting for an average that did
+ * not come) is over for us; the stage's state we download replaces it. An
+ * apply already running finishes, and the download that follows overwrites
+ * its result. */
+void agg_abandon_round(train_peer *p) {
+  peer_agg *a = &p->agg;
+  if (!p->aggregating || a->phase == AGG_APPLY) return;
+  GW_INFO(&p->log, "aggregation.abandoned", "iter=%llu", (unsigned long long)a->iteration);
+  reset_round(a);
+  free(a->mine);
+  a->mine = NULL;
+  a->phase = AGG_IDLE;
+  p->aggregating = false;
 }
 
 /* A member asked us for our weights: it is (re)joining and will not take

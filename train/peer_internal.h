@@ -310,6 +310,7 @@ void agg_try_can_take(train_peer *p);
 void agg_job_done(train_peer *p, train_job *job);
 void agg_tick(train_peer *p);
 void agg_member_downloading(train_peer *p, const gw_id *peer);
+void agg_abandon_round(train_peer *p);
 void agg_peer_down(train_peer *p, const gw_id *peer);
 void agg_free(train_peer *p);
 void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);

@@ -51,6 +51,7 @@ void join_resync(train_peer *p, uint64_t target, const char *why) {
           (unsigned long long)p->iteration, (unsigned long long)target, why);
   if (target > p->resync_target) p->resync_target = target;
   mb_abandon_iteration(p, UINT64_MAX);
+  agg_abandon_round(p);
   p->iter_running = false;
   p->iter_reported = false;
   p->dl.n_tried = 0;

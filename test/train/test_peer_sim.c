@@ -500,6 +500,7 @@ static void test_aggregator_crash(void **state) {
  * rather than step alone and split the stage. */
 typedef struct slow_link {
   int from, to; /* -1: none */
+  bool armed;   /* the slow message was scheduled */
 } slow_link;
 
 static uint64_t slow_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
@@ -541,7 +542,7 @@ static bool crash_aggregator_after_sending(h_harness *h, h_node *n, const train_
 static void test_aggregator_crash_after_sending_average(void **state) {
   (void)state;
   h_harness h;
-  slow_link l = {-1, -1};
+  slow_link l = {-1, -1, false};
   /* capacity 2: the stage's microbatches are spread, so a lone average differs */
   int d = build(&h, 5, 3, 2);
   sim_set_delay_fn(h.s, slow_delay, &l);
@@ -549,6 +550,47 @@ static void test_aggregator_crash_after_sending_average(void **state) {
   h.hook_ud = &l;
   assert_true(h_run_until_finished(&h, 120000));
   assert_true(h.hook_fired);
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Stage 2's average to one member is held up on a slow link (everything
+ * after it queues behind it), while the next iteration's BEGIN_AGG reaches
+ * that member by other peers: it resyncs in the middle of the round. The
+ * round it left must not go on over the weights it downloads. */
+static uint64_t late_average_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  slow_link *l = ud;
+  (void)len;
+  if (from == l->from && to == l->to) {
+    l->from = l->to = -1; /* one message, then the link is normal again (behind it) */
+    return 5000;
+  }
+  return 1 + gw_rng_below(rng, 3);
+}
+
+static bool slow_average_to_member(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  slow_link *l = h->hook_ud;
+  int order[8];
+  (void)crash;
+  if (job->kind != TRAIN_JOB_GRAD_EXPORT || n->stage != 2 || train_peer_iteration(n->tp) != 1) return false;
+  if (l->armed || stage2_by_id(h, order, 8) < 3 || order[0] != n->index) return false;
+  l->from = n->index; /* its next message to the member: the average */
+  l->to = order[1];
+  l->armed = true;
+  return false; /* true would crash a node */
+}
+
+static void test_resync_abandons_the_round(void **state) {
+  (void)state;
+  h_harness h;
+  slow_link l = {-1, -1, false};
+  int d = build(&h, 5, 3, 2);
+  sim_set_delay_fn(h.s, late_average_delay, &l);
+  h.hook = slow_average_to_member;
+  h.hook_ud = &l;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(l.armed && l.to < 0); /* the slow message went out */
   assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
   assert_agree(&h, ITERS);
   h_free(&h);
@@ -627,6 +669,7 @@ int main(void) {
       cmocka_unit_test(test_joiner_known_by_hello),
       cmocka_unit_test(test_aggregator_crash),
       cmocka_unit_test(test_aggregator_crash_after_sending_average),
+      cmocka_unit_test(test_resync_abandons_the_round),
       cmocka_unit_test(test_churn_soak),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
