@@ -223,6 +223,23 @@ routing and the recovery differ (`--routing gwtf|swarm`).
   shuffle, bandwidth divided by 32 as in the paper (activations 32× larger).
 - Machine: {machine}. Repeats per cell: {repeats_used()} (seeds seed..seed+N-1).
 
+## The SWARM baseline
+
+`--routing swarm` wires microbatches with SWARM's interleaved weighted
+round-robin over an EWMA of response times (α = 0.1, a failed peer banned
+until it re-announces) and, on a failure in the backward pass, restarts the
+microbatch from its data node with full recomputation. It finds out about
+that failure the way the GWTF paper's SWARM does, "after backward pass
+timeouts": relays send no failure notice, and the data node restarts a
+microbatch whose gradient has not come back within its trip deadline (8 hop
+timeouts, 16 s here; the same deadline at which a GWTF data node gives up on
+a microbatch), or at once when its own session to the path's last relay
+drops. Grids before commit db4f87f gave SWARM mode GWTF's failure notice
+(§V-D: a peer missing its confirmation reports to the origin), which the
+paper credits to GWTF; with it, SWARM's time per microbatch was 0.44, 0.58,
+0.72 s (homogeneous 0/10/20 %) and 0.57, 0.91, 0.90 s (heterogeneous), and
+GWTF's 0.36, 0.69, 0.69 and 0.53, 0.83, 1.06 s (git history of this file).
+
 ## Metrics (the paper's §VI definitions)
 
 - **Time per microbatch**: the slowest data node's iteration time divided by
@@ -260,38 +277,36 @@ Bold: the better mean of the pair.
 
 What the logs of these runs (`swarm.log` in each run's folder) show:
 
-- Without churn GWTF's iterations are faster than SWARM's, with a
-  quarter to two fifths less communication per microbatch: the flows send
-  work down the cheapest paths, SWARM's round-robin also down slow ones.
-  With heterogeneous relays GWTF trains a little less per iteration (7.2
-  of 8): the data node with fewer flows stops when the other is done.
-- Both routings now wait for a slot when the whole next stage is full
-  (instead of deferring the microbatch at the first `full`), and a data
-  node that is behind starts nothing new once the other one is done
-  (commit c8094ca, docs/TRAINING.md). That lifted SWARM's throughput under
-  heterogeneous churn from 3.4–4.3 to about 7.5 microbatches per iteration
-  (the grid before it: git history of this file), and both routings' time
-  per microbatch fell (heterogeneous 10 %: SWARM 1.03 → 0.91 s, GWTF
-  0.98 → 0.83 s).
-- Under churn GWTF wastes a fifth to two fifths less compute and
-  communicates less per microbatch, but its time per microbatch is lower
-  in only two of the four cells. The slowest iterations are the ones
-  where a relay died after passing a gradient on and the peer it passed it
-  to died too,
-  before the gradient reached a live peer: nobody alive holds the
-  microbatch, and its data node notices only at its trip deadline (8 hop
-  timeouts, 16 s). In repeat 1 of heterogeneous 10 % (GWTF), iteration 2
-  took 17.5 s, 11.6 s of it waiting so for one microbatch. A data node
-  could act as soon as it hears that any member of a microbatch's path is
-  gone, not only the last one; that is the next step. SWARM's restart of
-  a broken microbatch costs it one more trip, which on this small model
-  and these links is often no slower than a repair (median 1.0 s,
-  0.01–7.5 s over this grid's 90 repairs). The paper's stages compute for
-  seconds, so recomputation dominates; here a stage computes in
-  milliseconds and the links dominate.
-- Wasted compute is mostly the gradient work a killed relay had not yet
-  aggregated, which both routings lose alike; GWTF saves SWARM's
-  recomputation, hence a fifth to two fifths less, not a tenth.
+- Without churn GWTF's flows send work down the cheapest paths, with a
+  quarter to a third less communication per microbatch than SWARM's
+  round-robin. With heterogeneous relays GWTF trains a little less per
+  iteration (7.2 of 8): a data node often holds a single flow and sends its
+  microbatches down it one after another, while SWARM starts all four and
+  lets the relays' `full` replies hold the rest back; here that made GWTF
+  5 % slower (the grid before: 6 % faster; the spread of 3 repeats is
+  ±0.1 s).
+- Under churn the two recoveries differ most. A SWARM microbatch whose
+  backward breaks waits out its trip deadline (16 s) and then a whole new
+  trip: 40 of SWARM's 108 churned iterations took over 15 s (median 6.5 s,
+  90th percentile 21.2 s), against 1 of GWTF's (median 5.6 s, 90th
+  percentile 8.4 s). A GWTF repair took 0.08–7.2 s (median 0.9 s, 97
+  repairs); a SWARM restart, counted from its timeout, 0.9–19 s (median
+  1.7 s, 85 restarts). Hence 39–53 % less time per microbatch under churn.
+- Heterogeneous 10 % churn stays short of the 45 % target (41 % here):
+  GWTF's data nodes often run with one flow (see above), and repairs chain
+  when relays keep dying under a microbatch (one needed three repairs and
+  12.7 s in a trial run).
+- Wasted compute, by the paper's definition: GWTF wastes only the forwards
+  of relays that died before their backward and the microbatches it
+  deferred; SWARM also throws away every broken attempt. GWTF wastes a
+  sixth to a fifteenth of SWARM's; in heterogeneous 10 % a seventh (the
+  target is a tenth). The compute that never reached an aggregation (the
+  last column) is mostly what crashed relays had accumulated; both
+  routings lose it, GWTF somewhat less.
+- A trial that let GWTF's data nodes start all four microbatches at once,
+  as SWARM's do, was slower (more `full` replies and retries, 15 s
+  iterations) and found a stall (since fixed, docs/TRAINING.md); it is not
+  in this code.
 
 ## Our flows against the exact optimum
 

@@ -20,6 +20,13 @@ static void trip(swarm_waste *w, const char *mb, unsigned attempt, const char *c
 
 static const char *const PATH_A[3] = {"r1", "r2", "r3"};
 
+/* Attempt 0 of mb along PATH_A up to its loss, embedding included (5 s). */
+static void to_loss(swarm_waste *w, const char *mb) {
+  swarm_waste_compute(w, "D", "D", mb, 0, "embed", 1);
+  for (int i = 0; i < 3; i++) swarm_waste_compute(w, PATH_A[i], "D", mb, 0, "forward", 1);
+  swarm_waste_compute(w, "D", "D", mb, 0, "loss", 1);
+}
+
 static void test_fault_free_wastes_nothing(void **state) {
   (void)state;
   swarm_waste *w = swarm_waste_new(64);
@@ -38,9 +45,7 @@ static void test_unfinished_microbatch_is_waste(void **state) {
   trip(w, "1", 0, PATH_A, true);
   swarm_waste_done(w, "D", "1", 0);
   /* deferred after its forward: embed + 3 forwards + loss */
-  swarm_waste_compute(w, "D", "D", "2", 0, "embed", 1);
-  for (int i = 0; i < 3; i++) swarm_waste_compute(w, PATH_A[i], "D", "2", 0, "forward", 1);
-  swarm_waste_compute(w, "D", "D", "2", 0, "loss", 1);
+  to_loss(w, "2");
   assert_float_equal(swarm_waste_wasted_s(w), 5, EPS);
   swarm_waste_free(w);
 }
@@ -51,9 +56,7 @@ static void test_unfinished_microbatch_is_waste(void **state) {
 static void test_restart_wastes_the_first_attempt(void **state) {
   (void)state;
   swarm_waste *w = swarm_waste_new(64);
-  swarm_waste_compute(w, "D", "D", "1", 0, "embed", 1);
-  for (int i = 0; i < 3; i++) swarm_waste_compute(w, PATH_A[i], "D", "1", 0, "forward", 1);
-  swarm_waste_compute(w, "D", "D", "1", 0, "loss", 1);
+  to_loss(w, "1");
   swarm_waste_compute(w, "r3", "D", "1", 0, "backward", 1);
   static const char *const PATH_B[3] = {"r1", "r4", "r3"}; /* r1 and r3 serve again */
   trip(w, "1", 1, PATH_B, false);
@@ -68,9 +71,7 @@ static void test_restart_wastes_the_first_attempt(void **state) {
 static void test_repair_wastes_only_the_lost_stage(void **state) {
   (void)state;
   swarm_waste *w = swarm_waste_new(64);
-  swarm_waste_compute(w, "D", "D", "1", 0, "embed", 1);
-  for (int i = 0; i < 3; i++) swarm_waste_compute(w, PATH_A[i], "D", "1", 0, "forward", 1);
-  swarm_waste_compute(w, "D", "D", "1", 0, "loss", 1);
+  to_loss(w, "1");
   swarm_waste_compute(w, "r3", "D", "1", 0, "backward", 1);
   swarm_waste_compute(w, "r4", "D", "1", 0, "recompute", 1);
   swarm_waste_compute(w, "r4", "D", "1", 0, "backward", 1);

@@ -501,6 +501,7 @@ static void test_aggregator_crash(void **state) {
 typedef struct slow_link {
   int from, to; /* -1: none */
   bool armed;   /* the slow message was scheduled */
+  bool crashed; /* the hook crashed the aggregator */
 } slow_link;
 
 static uint64_t slow_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
@@ -532,27 +533,36 @@ static bool crash_aggregator_after_sending(h_harness *h, h_node *n, const train_
   if (job->kind == TRAIN_JOB_GRAD_EXPORT) {
     l->from = n->index;
     l->to = order[1]; /* the next aggregator */
+    l->armed = true;
     return false;
   }
   if (job->kind != TRAIN_JOB_APPLY || l->from != n->index) return false;
   *crash = n->index;
+  l->crashed = true;
   return true;
+}
+
+/* Three relays of capacity 2 per stage (the stage's microbatches are
+ * spread, so a lone average differs from the stage's), one link slowed by
+ * `delay` as `hook` says: the run finishes and every stage agrees. */
+static void run_with_slow_link(sim_delay_fn delay, h_job_hook hook, slow_link *l) {
+  h_harness h;
+  int d = build(&h, 5, 3, 2);
+  sim_set_delay_fn(h.s, delay, l);
+  h.hook = hook;
+  h.hook_ud = l;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(l->armed);
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
 }
 
 static void test_aggregator_crash_after_sending_average(void **state) {
   (void)state;
-  h_harness h;
-  slow_link l = {-1, -1, false};
-  /* capacity 2: the stage's microbatches are spread, so a lone average differs */
-  int d = build(&h, 5, 3, 2);
-  sim_set_delay_fn(h.s, slow_delay, &l);
-  h.hook = crash_aggregator_after_sending;
-  h.hook_ud = &l;
-  assert_true(h_run_until_finished(&h, 120000));
-  assert_true(h.hook_fired);
-  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
-  assert_agree(&h, ITERS);
-  h_free(&h);
+  slow_link l = {-1, -1, false, false};
+  run_with_slow_link(slow_delay, crash_aggregator_after_sending, &l);
+  assert_true(l.crashed);
 }
 
 /* Stage 2's average to one member is held up on a slow link (everything
@@ -583,17 +593,9 @@ static bool slow_average_to_member(h_harness *h, h_node *n, const train_job *job
 
 static void test_resync_abandons_the_round(void **state) {
   (void)state;
-  h_harness h;
-  slow_link l = {-1, -1, false};
-  int d = build(&h, 5, 3, 2);
-  sim_set_delay_fn(h.s, late_average_delay, &l);
-  h.hook = slow_average_to_member;
-  h.hook_ud = &l;
-  assert_true(h_run_until_finished(&h, 120000));
-  assert_true(l.armed && l.to < 0); /* the slow message went out */
-  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
-  assert_agree(&h, ITERS);
-  h_free(&h);
+  slow_link l = {-1, -1, false, false};
+  run_with_slow_link(late_average_delay, slow_average_to_member, &l);
+  assert_true(l.to < 0); /* the slow message went out */
 }
 
 /* Relays crash at random moments and fresh ones join, keeping at least one
