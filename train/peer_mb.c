@@ -519,8 +519,8 @@ void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck 
 static void log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s) {
   char origin[GW_ID_SHORT_LEN + 1];
   peer_short(&mb->origin, origin);
-  GW_INFO(&p->log, "compute.done", "mb=%llx origin=%s kind=%s secs=%.4f iter=%llu attempt=%u", (unsigned long long)mb->id,
-          origin, kind, s, (unsigned long long)mb->iteration, mb->attempt);
+  GW_INFO(&p->log, "compute.done", "mb=%llx origin=%s kind=%s secs=%.4f iter=%llu attempt=%u",
+          (unsigned long long)mb->id, origin, kind, s, (unsigned long long)mb->iteration, mb->attempt);
 }
 
 static void relay_forward_done(train_peer *p, peer_mb *mb) {
