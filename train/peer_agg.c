@@ -300,6 +300,16 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
   if (g->iteration != p->iteration || g->total != n || !t || t->dtype != TRAIN_F32) return;
   size_t len = t->nbytes / sizeof(float);
   if (g->offset > n || len > n - g->offset) return;
+  /* A member may be ahead of us: it picked us before its BEGIN_AGG reached
+   * us, or it flooded BEGIN_AGG before it knew us (we just got ready). Join
+   * the round first, since entering it clears what an earlier round left;
+   * joining after storing the gradient threw it away, and we then waited
+   * the whole timeout for it. */
+  if (!p->aggregating) {
+    p->begin_agg_seen = p->iteration + 1;
+    flood_begin(p, p->iteration);
+    enter_round(p, p->iteration, true);
+  }
   agg_contrib *c = contrib_for(a, from);
   if (!c) return;
   if (!c->buf) c->buf = malloc(n * sizeof(float));
@@ -309,12 +319,6 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
   c->received += len;
   c->count = g->count;
   c->complete = c->received == n;
-  /* A member may be ahead of us: its BEGIN_AGG came first. Join the round. */
-  if (!p->aggregating && c->complete) {
-    p->begin_agg_seen = p->iteration + 1;
-    flood_begin(p, p->iteration);
-    enter_round(p, p->iteration, true);
-  }
   maybe_finish(p);
 }
 

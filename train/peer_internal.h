@@ -53,6 +53,7 @@ typedef struct peer_mb {
   bool grad_received;        /* BACKWARD_RECEIVED for `grad`: upstream holds it */
   bool done_sent;            /* relay: our BACKWARD_DONE went downstream */
   bool fwd_done_sent;        /* relay: our FORWARD_DONE went upstream */
+  bool maybe_through;        /* re-routed from a lost next hop, which may have passed it on */
   bool slot_freed;           /* relay: backward done, its capacity slot given back */
   int32_t *tokens, *targets; /* data */
   bool grad_acked;           /* BACKWARD_DONE received for `grad`: it is safe upstream */

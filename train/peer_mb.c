@@ -263,6 +263,13 @@ static void reroute(train_peer *p, peer_mb *mb, const char *why, bool full) {
   mb_send_forward(p, mb);
 }
 
+/* The next hop died or went silent: it may have passed the microbatch on
+ * before it did, so a later "duplicate" means ours went through. */
+static void reroute_from_lost(train_peer *p, peer_mb *mb, const char *why) {
+  mb->maybe_through = true;
+  reroute(p, mb, why, false);
+}
+
 static bool accept_iteration(train_peer *p, const Gwtf__TrainMicrobatch *m, bool *queue, const char **why) {
   *queue = false;
   if (m->iteration < p->iteration) return (*why = "stale_iteration"), false;
@@ -288,7 +295,8 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
     /* A repair, or a restart from the origin, may send the same microbatch
      * through us again: start over. A plain copy is a re-route duplicate. */
     bool again = m->attempt > old->attempt || m->repair;
-    if (!again || mb_busy(old)) return deny_raw(p, from, m, "duplicate");
+    if (!again) return deny_raw(p, from, m, "duplicate");
+    if (mb_busy(old)) return deny_raw(p, from, m, "busy");
     mb_free(p, old);
   }
   if (p->held >= p->cfg.capacity) return deny_raw(p, from, m, "full");
@@ -339,14 +347,9 @@ static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMi
                            const train_tensor *t) {
   peer_mb *mb = mb_find(p, &p->cfg.self, m->id);
   if (!mb || mb->attempt != m->attempt || (mb->fwd != FWD_SENT && mb->fwd != FWD_FLIGHT)) {
-    /* A duplicate from a re-routed copy, or a microbatch we gave up on: tell
-     * the sender it is done so it stops re-routing; its state goes at the
-     * next aggregation. */
-    Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
-    a.id = m->id;
-    a.origin = m->origin;
-    a.iteration = m->iteration;
-    peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, &a.base, NULL);
+    /* A spare copy from a re-route, or a microbatch we gave up on: the
+     * relays that carried it drop it (see forward_duplicate). */
+    deny_raw(p, from, m, "duplicate");
     return;
   }
   if (m->n_path != (size_t)p->cfg.n_stages + 1) return;
@@ -399,14 +402,45 @@ void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainA
   }
 }
 
-void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
-  peer_mb *mb = mb_from_ack(p, a);
-  if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
-  if (p->router.observe) p->router.observe(p->router.ctx, from, (double)(p->now - mb->sent_ms));
+/* Our forward part is over: the microbatch went on past the next stage. */
+static void forward_through(train_peer *p, peer_mb *mb) {
   /* A data node's own microbatch now travels until it comes back; after a
    * repair it re-sent, it is already back and waits for its backward. */
   mb->fwd = p->cfg.role == TRAIN_DATA && !mb->repair ? FWD_FLIGHT : FWD_DONE;
   if (p->cfg.role == TRAIN_DATA) mb->trip_deadline = p->now + trip_ms(p);
+  if (p->cfg.role == TRAIN_RELAY && !mb->fwd_done_sent) {
+    mb->fwd_done_sent = true;
+    ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
+  }
+}
+
+void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
+  peer_mb *mb = mb_from_ack(p, a);
+  if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
+  if (p->router.observe) p->router.observe(p->router.ctx, from, (double)(p->now - mb->sent_ms));
+  forward_through(p, mb);
+}
+
+/* "duplicate": the next peer already holds this microbatch, so its forward
+ * went on another way. If we re-routed it away from a next hop we lost (dead,
+ * or silent past its deadline), the copy we gave that one is what went on,
+ * and we are on its path: we wait for the backward.
+ * Otherwise our copy is a spare that a re-route upstream of us made; nothing
+ * will come back through it, so we drop it and tell the peer before us to do
+ * the same. Before, each spare re-routed on, ran its forward on more peers
+ * and held their slots for the rest of the iteration. */
+static void forward_duplicate(train_peer *p, peer_mb *mb) {
+  if (p->cfg.role == TRAIN_DATA || mb->repair || mb->maybe_through) {
+    GW_DEBUG(&p->log, "forward.through", "mb=%llx", (unsigned long long)mb->id);
+    if (mb->fwd == FWD_SENT) forward_through(p, mb);
+    return;
+  }
+  Gwtf__TrainMicrobatch m;
+  ProtobufCBinaryData path[PEER_MAX_PATH];
+  fill_mb_msg(&m, path, mb);
+  deny_raw(p, &mb->prev, &m, "duplicate");
+  GW_INFO(&p->log, "forward.spare_dropped", "mb=%llx", (unsigned long long)mb->id);
+  mb_free(p, mb);
 }
 
 /* A DENY can also come after FORWARD_DONE: the next hop computed, then found
@@ -430,10 +464,12 @@ void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
    * microbatches finish. Any other refusal (no route onwards, not ready)
    * means its flows do not hold: the router drops them (§V-C). */
   bool full = a->reason && !strcmp(a->reason, "full");
-  if (!full && p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
+  bool duplicate = a->reason && !strcmp(a->reason, "duplicate");
+  if (!full && !duplicate && p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
   peer_short(from, who);
   GW_INFO(&p->log, "deny.received", "mb=%llx from=%s reason=%s", (unsigned long long)mb->id, who, a->reason);
-  reroute(p, mb, full ? "full" : "deny", full);
+  if (duplicate) forward_duplicate(p, mb);
+  else reroute(p, mb, full ? "full" : "deny", full);
 }
 
 /* ---- backward ---- */
@@ -648,7 +684,7 @@ void mb_tick(train_peer *p) {
       GW_WARN(&p->log, "peer.presumed_dead", "peer=%s mb=%llx waited_for=forward_done", who,
               (unsigned long long)mb->id);
       if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, &mb->next);
-      reroute(p, mb, "timeout", false);
+      reroute_from_lost(p, mb, "timeout");
       continue;
     }
     if (awaits_backward_done(p, mb) && !mb->recovering && p->now >= mb->bwd_deadline) {
@@ -671,7 +707,7 @@ void mb_peer_down(train_peer *p, const gw_id *peer) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;
     if (mb->fwd == FWD_SENT && gw_id_eq(&mb->next, peer)) {
-      reroute(p, mb, "peer_lost", false);
+      reroute_from_lost(p, mb, "peer_lost");
       continue;
     }
     int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
@@ -817,7 +853,11 @@ static bool every_stage_served(train_peer *p) {
 }
 
 /* This data node's share of the pipeline: the narrowest stage's capacity
- * (its live members' announced microbatch slots) over the live data nodes. */
+ * (its live members' announced microbatch slots) over the live data nodes,
+ * rounded up. Rounding down left a slot of an odd-sized narrowest stage idle
+ * every iteration (3 slots, 2 data nodes: 1 microbatch each, one after
+ * another); rounded up, the one microbatch too many waits for a slot
+ * (FWD_WAIT) and takes it the moment it frees. */
 static uint32_t data_share(train_peer *p) {
   uint64_t narrowest = UINT64_MAX;
   for (int s = 1; s <= p->cfg.n_stages; s++) {
@@ -829,7 +869,7 @@ static uint32_t data_share(train_peer *p) {
   uint64_t data = 1; /* ourselves, whether or not the directory lists us yet */
   for (size_t i = 0; i < p->members[0].n; i++)
     if (!gw_id_eq(&p->members[0].v[i].id, &p->cfg.self) && peer_alive(p, &p->members[0].v[i].id)) data++;
-  uint64_t share = narrowest == UINT64_MAX ? 0 : narrowest / data;
+  uint64_t share = narrowest == UINT64_MAX ? 0 : (narrowest + data - 1) / data;
   return share > UINT32_MAX ? UINT32_MAX : (uint32_t)share;
 }
 

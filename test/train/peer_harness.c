@@ -104,6 +104,7 @@ static int io_send(void *ud, const gw_id *to, uint32_t type, const uint8_t *body
     memcpy(q, t->data, tn), q += tn;
   }
   gw_io io = sim_io(n->h->s, n->index);
+  n->h->sending = type;
   int rc = io.send(io.ud, &dst->peer, buf, total);
   free(buf);
   return rc;
@@ -269,7 +270,11 @@ static void run_job(h_node *n, train_job *job) {
       }
     state_drop(st);
     break;
-  case TRAIN_JOB_RELEASE: state_drop(state_get(n, job->key, false)); break;
+  case TRAIN_JOB_RELEASE:
+    st = state_get(n, job->key, false);
+    if (st && n->role == TRAIN_DATA) n->in_flight--; /* a deferred microbatch is no longer in flight */
+    state_drop(st);
+    break;
   case TRAIN_JOB_GRAD_EXPORT: memcpy(out, n->g, sizeof(n->g)); break;
   case TRAIN_JOB_APPLY:
     for (int k = 0; k < H_NP; k++) n->w[k] -= H_LR * in[k];

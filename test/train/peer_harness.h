@@ -89,6 +89,7 @@ struct h_harness {
   h_job_hook hook;
   void *hook_ud;
   bool hook_fired;
+  uint32_t sending; /* the train message type being sent, for a delay function */
   gw_log_sink sink;
   gw_log log;
 };

@@ -10,6 +10,7 @@
 #include "util/rng.h"
 
 #include "peer_harness.h"
+#include "train.pb-c.h"
 
 #define M 4       /* microbatches per iteration */
 #define ITERS 5
@@ -147,11 +148,33 @@ static uint32_t max_in_flight_with_one_route(int relays_per_stage, uint32_t rela
   return max;
 }
 
+/* Two data nodes with one route each share one relay per stage. */
+static uint32_t max_in_flight_of_two(uint32_t relay_cap) {
+  h_harness h;
+  h_init(&h, STAGES, 6, verbose());
+  int d[2];
+  for (int k = 0; k < 2; k++) {
+    d[k] = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+    h.nodes[d[k]].routes = 1;
+    h_start(&h, d[k]);
+  }
+  for (int s = 1; s <= STAGES; s++) h_start(&h, h_add(&h, TRAIN_RELAY, s, relay_cap, 0, true));
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(C(&h, d[0])->lost_microbatches + C(&h, d[1])->lost_microbatches, 0);
+  assert_agree(&h, ITERS);
+  uint32_t max = h.nodes[d[0]].max_in_flight > h.nodes[d[1]].max_in_flight ? h.nodes[d[0]].max_in_flight
+                                                                            : h.nodes[d[1]].max_in_flight;
+  h_free(&h);
+  return max;
+}
+
 static void test_starts_up_to_its_share(void **state) {
   (void)state;
   assert_int_equal(max_in_flight_with_one_route(2, M), M); /* share 2M, capped at M */
   assert_int_equal(max_in_flight_with_one_route(1, 2), 2); /* share 2 */
   assert_int_equal(max_in_flight_with_one_route(1, 1), 1); /* share 1: one at a time */
+  /* 3 slots over 2 data nodes: 2 each (one waits for a slot), not 1 */
+  assert_int_equal(max_in_flight_of_two(3), 2);
 }
 
 /* A data node that starts more microbatches than the next stage has slots
@@ -369,6 +392,64 @@ static void test_swarm_mode_restarts_from_data_node(void **state) {
   /* SWARM has no failure notice: the data node restarted only when the
    * backward did not come back within its trip deadline */
   assert_true(h.nodes[d].secs_of[2] * 1000.0 >= (double)trip_deadline_ms(&h));
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Iteration 2: a stage-2 relay passes a microbatch on, but its FORWARD_DONE
+ * to the stage-1 relay before it is held up, and it dies as the loss is
+ * computed. The stage-1 relay, still waiting, re-routes a spare copy, which
+ * meets the first copy's path (or the data node) and is refused as a
+ * duplicate. By the time the repaired microbatch is home, no relay after
+ * stage 2 may still hold the spare: it is dropped, not carried on and kept
+ * until the aggregation. */
+typedef struct spare_check {
+  int phase, sender, prev; /* the stage-2 relay and the stage-1 relay before it */
+  uint64_t key;
+  int spares_held;
+} spare_check;
+
+static uint64_t hold_forward_done(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  const spare_check *c = ud;
+  (void)len;
+  if (c->phase >= 1 && from == c->sender && to == c->prev) return 60000; /* past the end of the run */
+  return 1 + gw_rng_below(rng, 3);
+}
+
+static bool lose_hop_after_passing_on(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  spare_check *c = h->hook_ud;
+  (void)crash; /* crashed here: the harness stops calling a hook once it fires */
+  if (train_peer_iteration(n->tp) != 2) return false;
+  if (c->phase == 0 && job->kind == TRAIN_JOB_FORWARD && n->stage == 2) {
+    c->prev = holder(h, 1, job->key);
+    if (c->prev < 0) return false;
+    c->sender = n->index;
+    c->key = job->key;
+    c->phase = 1;
+  } else if (c->phase == 1 && job->kind == TRAIN_JOB_LOSS && job->key == c->key) {
+    h_crash(h, c->sender);
+    c->phase = 2;
+  } else if (c->phase == 2 && job->kind == TRAIN_JOB_EMBED_BACKWARD && job->key == c->key) {
+    for (int s = 3; s <= STAGES; s++) c->spares_held += holder(h, s, c->key) >= 0;
+    c->phase = 3;
+  }
+  return false;
+}
+
+static void test_spare_copy_is_dropped(void **state) {
+  (void)state;
+  h_harness h;
+  spare_check c = {0, -1, -1, 0, 0};
+  int d = build(&h, 7, 2, M);
+  sim_set_delay_fn(h.s, hold_forward_done, &c);
+  h.hook = lose_hop_after_passing_on;
+  h.hook_ud = &c;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(c.phase, 3); /* the microbatch came home */
+  assert_int_equal(c.spares_held, 0);
+  assert_true(C(&h, c.prev)->forward_rerouted >= 1); /* a spare was sent */
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches + C(&h, d)->lost_microbatches, 0);
   assert_agree(&h, ITERS);
   h_free(&h);
 }
@@ -598,6 +679,80 @@ static void test_resync_abandons_the_round(void **state) {
   assert_true(l.to < 0); /* the slow message went out */
 }
 
+/* A relay that gets ready just as its stage begins a round: the members
+ * flooded BEGIN_AGG before they knew it, then, as its lowest ID, pick it to
+ * aggregate. Their gradients are the first it hears of the round. It must
+ * keep them all (it threw the first away as it joined the round, and waited
+ * the whole timeout for that member). The weights it downloads are held back
+ * to arrive 1 ms before the members' export jobs began in a first run with
+ * the same seed and constant link delays: after their BEGIN_AGG went out,
+ * before their gradients do. */
+typedef struct early_grad {
+  uint64_t export_at;  /* stage 2's first GRAD_EXPORT of iteration 3 ran */
+  uint64_t applied_at; /* the last stage-2 member applied the average */
+  uint64_t weights_at; /* the joiner's weights arrive (0: no joiner) */
+} early_grad;
+
+static uint64_t hold_weights(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  h_harness *h = ud;
+  const early_grad *e = h->hook_ud;
+  (void)from, (void)to, (void)len, (void)rng;
+  uint64_t now = sim_now(h->s);
+  if (h->sending == GWTF__TRAIN_MSG__TRAIN_WEIGHTS_CHUNK && e->weights_at > now + 2) return e->weights_at - now;
+  return 2;
+}
+
+static bool time_round(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  early_grad *e = h->hook_ud;
+  (void)crash;
+  if (n->stage != 2 || train_peer_iteration(n->tp) != 3) return false;
+  if (job->kind == TRAIN_JOB_GRAD_EXPORT && !e->export_at) e->export_at = sim_now(h->s);
+  if (job->kind == TRAIN_JOB_APPLY) e->applied_at = sim_now(h->s);
+  return false;
+}
+
+/* One data node, two relays per stage, and a joiner for stage 2 with the
+ * stage's lowest ID (seeds are tried until it has), started in iteration 2:
+ * it gets the weights of iteration 3. */
+static void run_early_grad(h_harness *h, early_grad *e, int *joiner) {
+  int d;
+  for (uint64_t seed = 13;; seed++) {
+    h_init(h, STAGES, seed, verbose());
+    d = h_add(h, TRAIN_DATA, 0, M, 6, true);
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < 2; k++) h_add(h, TRAIN_RELAY, s, M, 0, true);
+    *joiner = h_add(h, TRAIN_RELAY, 2, M, 0, false);
+    if (lowest_of_stage(h, 2, -1) == *joiner) break;
+    h_free(h);
+  }
+  sim_set_delay_fn(h->s, hold_weights, h);
+  h->hook = time_round;
+  h->hook_ud = e;
+  for (int i = 0; i < *joiner; i++) h_start(h, i);
+  while (train_peer_iteration(h->nodes[d].tp) < 2) h_run_for(h, 1);
+  if (e->weights_at) h_start(h, *joiner);
+  assert_true(h_run_until_finished(h, 120000));
+}
+
+static void test_gradient_before_begin_agg_is_kept(void **state) {
+  (void)state;
+  h_harness h;
+  early_grad e = {0, 0, 0};
+  int j;
+  run_early_grad(&h, &e, &j); /* the joiner stays off: when do the members export? */
+  h_free(&h);
+  assert_true(e.export_at > 0);
+  /* the export job runs after BEGIN_AGG went out and ends as the gradient goes */
+  e.weights_at = e.export_at - 1;
+  e.export_at = e.applied_at = 0;
+  run_early_grad(&h, &e, &j);
+  assert_true(h.nodes[j].ready);
+  assert_true(e.applied_at > e.export_at);
+  assert_true(e.applied_at - e.export_at < h.tun.agg_timeout_ms);
+  assert_agree(&h, 6);
+  h_free(&h);
+}
+
 /* Relays crash at random moments and fresh ones join, keeping at least one
  * live peer per stage (the paper's assumption): every iteration completes,
  * every stage agrees on its weights after every aggregation. */
@@ -666,9 +821,11 @@ int main(void) {
       cmocka_unit_test(test_backward_crash_repairs_along_path),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
+      cmocka_unit_test(test_spare_copy_is_dropped),
       cmocka_unit_test(test_leader_crash_hands_over),
       cmocka_unit_test(test_join_mid_run),
       cmocka_unit_test(test_joiner_known_by_hello),
+      cmocka_unit_test(test_gradient_before_begin_agg_is_kept),
       cmocka_unit_test(test_aggregator_crash),
       cmocka_unit_test(test_aggregator_crash_after_sending_average),
       cmocka_unit_test(test_resync_abandons_the_round),
