@@ -257,6 +257,7 @@ typedef struct train_counters {
   uint64_t backward_computed;
   uint64_t forward_rerouted, denies_sent, denies_received;
   uint64_t backward_recoveries, lost_microbatches, deferred_microbatches;
+  uint64_t repairs_started; /* data: repairs begun (a microbatch may need more than one) */
   uint64_t microbatches_done;
   double compute_seconds, wasted_seconds;
   uint64_t aggregations;

@@ -543,7 +543,12 @@ void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck 
    * backward had already moved past the peer we suspected. */
   if (!from_upstream(p, mb, from) && !gw_id_eq(&mb->origin, from)) return;
   mb->grad_acked = true;
-  mb->recovering = false;
+  /* On the origin, the last relay's confirmation ends a repair only if that
+   * relay was the suspect. A repair of a gap further up goes on: a late
+   * confirmation (it travels behind activations on a slow link) used to end
+   * it silently, and the microbatch waited for its reporter to time out
+   * again (3 hop timeouts) before a second repair. */
+  if (mb->recovering && mb->gap_last == p->cfg.n_stages) mb->recovering = false;
   relay_confirm_downstream(p, mb);
   /* A data node keeps its loss gradient until the microbatch completes: it
    * is the peer after the gap if every relay of the path is lost. */

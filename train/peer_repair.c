@@ -117,6 +117,7 @@ void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *ta
     restart(p, mb, suspect);
     return;
   }
+  p->counters.repairs_started++;
   GW_WARN(&p->log, "backward.recovery_started", "mb=%llx suspect=%s suspect_stage=%d repair=%u",
           (unsigned long long)mb->id, who, suspect_stage, mb->repairs);
   mb->recovering = true;

@@ -312,6 +312,49 @@ static void test_backward_crash_repairs_along_path(void **state) {
   h_free(&h);
 }
 
+/* Four stages; the stage-2 relay of a microbatch dies as its loss is
+ * computed, and the stage-3 relay reports it. The last relay's confirmation
+ * to the data node (BACKWARD_DONE) comes late, in the middle of the repair,
+ * whose probe answers are slow too. That confirmation says nothing about the
+ * gap further up: the repair goes on, and each repaired microbatch needed
+ * one repair. Before, it ended the repair silently, and the stage-3 relay
+ * had to time out and report again. */
+typedef struct late_confirm {
+  int data;
+} late_confirm;
+
+static uint64_t late_confirmation(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  h_harness *h = ud;
+  const late_confirm *c = h->hook_ud;
+  (void)from, (void)len, (void)rng;
+  if (h->sending == GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE && to == c->data) return 700;
+  if (h->sending == GWTF__TRAIN_MSG__TRAIN_PROBE_REPLY) return 600; /* under the probe timeout */
+  return 2;
+}
+
+static void test_late_confirmation_keeps_the_repair(void **state) {
+  (void)state;
+  h_harness h;
+  late_confirm c = {-1};
+  h_init(&h, 4, 8, verbose());
+  c.data = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, c.data);
+  for (int s = 1; s <= 4; s++)
+    for (int k = 0; k < 2; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  sim_set_delay_fn(h.s, late_confirmation, &h);
+  h.hook = crash_before_backward;
+  h.hook_ud = &c;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  const train_counters *dc = C(&h, c.data);
+  assert_true(dc->backward_recoveries >= 1);
+  assert_int_equal(dc->repairs_started, dc->backward_recoveries);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(dc->lost_microbatches + dc->deferred_microbatches, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* The live relay of `stage` holding state under `key` (-1: none). */
 static int holder(h_harness *h, int stage, uint64_t key) {
   for (int i = 0; i < h->n_nodes; i++) {
@@ -819,6 +862,7 @@ int main(void) {
       cmocka_unit_test(test_slow_data_node_wraps_up),
       cmocka_unit_test(test_forward_crash_reroutes),
       cmocka_unit_test(test_backward_crash_repairs_along_path),
+      cmocka_unit_test(test_late_confirmation_keeps_the_repair),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
       cmocka_unit_test(test_spare_copy_is_dropped),
