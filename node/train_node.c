@@ -243,8 +243,7 @@ static void on_job_done(void *ud, train_job *job) {
   train_rt *rt = ud;
   if (job->owner == &rt->ckpt_marker) {
     write_checkpoint(rt, job);
-    free(job->blob);
-    free(job);
+    train_job_free(job);
     return;
   }
   if (job->rc == 0 && (job->kind == TRAIN_JOB_FORWARD || job->kind == TRAIN_JOB_BACKWARD)) {

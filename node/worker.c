@@ -26,9 +26,11 @@ struct node_worker {
   void *done_ud;
 };
 
-static int q_push(job_queue *q, train_job *job) {
-  if (q->n == q->cap) {
+/* Makes room for `want` jobs in q. */
+static int q_reserve(job_queue *q, size_t want) {
+  if (want > q->cap) {
     size_t cap = q->cap ? 2 * q->cap : 64;
+    while (cap < want) cap *= 2;
     train_job **v = malloc(cap * sizeof(*v));
     if (!v) return GW_ENOMEM;
     for (size_t i = 0; i < q->n; i++) v[i] = q->v[(q->head + i) % q->cap];
@@ -37,6 +39,12 @@ static int q_push(job_queue *q, train_job *job) {
     q->cap = cap;
     q->head = 0;
   }
+  return 0;
+}
+
+static int q_push(job_queue *q, train_job *job) {
+  int rc = q_reserve(q, q->n + 1);
+  if (rc != 0) return rc;
   q->v[(q->head + q->n) % q->cap] = job;
   q->n++;
   return 0;
@@ -48,11 +56,6 @@ static train_job *q_pop(job_queue *q) {
   q->head = (q->head + 1) % q->cap;
   q->n--;
   return job;
-}
-
-static void free_job(train_job *job) {
-  free(job->blob);
-  free(job);
 }
 
 static void thread_main(void *arg) {
@@ -69,7 +72,7 @@ static void thread_main(void *arg) {
     job->seconds = (double)(gw_clock_mono_ns() - t0) / 1e9;
     uv_mutex_lock(&w->mu);
     w->running = 0;
-    if (q_push(&w->done, job) != 0) free_job(job);
+    q_push(&w->done, job); /* cannot fail: node_worker_submit reserved the room */
     uv_async_send(&w->async);
   }
   uv_mutex_unlock(&w->mu);
@@ -113,7 +116,10 @@ int node_worker_new(uv_loop_t *loop, node_worker_run_fn run, void *run_ctx, node
 
 int node_worker_submit(node_worker *w, train_job *job) {
   uv_mutex_lock(&w->mu);
-  int rc = w->stop ? GW_ECLOSED : q_push(&w->todo, job);
+  /* Room in `done` for every job in the worker, reserved now: a finished job
+   * always goes back to its owner, which may still point at it. */
+  int rc = w->stop ? GW_ECLOSED : q_reserve(&w->done, w->todo.n + w->running + w->done.n + 1);
+  if (rc == 0) rc = q_push(&w->todo, job);
   if (rc == 0) uv_cond_signal(&w->cv);
   uv_mutex_unlock(&w->mu);
   return rc;
@@ -129,8 +135,8 @@ size_t node_worker_pending(node_worker *w) {
 static void closed_cb(uv_handle_t *h) {
   node_worker *w = h->data;
   train_job *job;
-  while ((job = q_pop(&w->todo))) free_job(job);
-  while ((job = q_pop(&w->done))) free_job(job);
+  while ((job = q_pop(&w->todo))) train_job_free(job);
+  while ((job = q_pop(&w->done))) train_job_free(job);
   free(w->todo.v);
   free(w->done.v);
   uv_cond_destroy(&w->cv);

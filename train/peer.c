@@ -98,10 +98,10 @@ void peer_emit(train_peer *p, train_event_kind kind) {
   p->io.event(p->io.ud, &ev);
 }
 
-int peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in, size_t in_bytes, void *out,
-                size_t out_bytes) {
+train_job *peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in, size_t in_bytes,
+                       void *out, size_t out_bytes) {
   train_job *job = calloc(1, sizeof(*job));
-  if (!job) return GW_ENOMEM;
+  if (!job) return NULL;
   job->kind = kind;
   job->key = mb ? mb->key : 0;
   job->mb_id = mb ? mb->id : 0;
@@ -111,9 +111,35 @@ int peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in,
   job->out_bytes = out_bytes;
   job->targets = mb ? mb->targets : NULL;
   job->owner = mb;
-  int rc = p->io.compute(p->io.ud, job);
-  if (rc != 0) free(job);
-  return rc;
+  if (p->io.compute(p->io.ud, job) != 0) {
+    free(job);
+    return NULL;
+  }
+  if (mb) mb->job = job;
+  return job;
+}
+
+void peer_job_keep(train_job *job, void *const *bufs, size_t n) {
+  size_t k = 0;
+  while (k < TRAIN_JOB_MAX_ORPHANS && job->orphans[k]) k++;
+  for (size_t i = 0; i < n; i++) {
+    if (!bufs[i]) continue;
+    /* Sized for every buffer one owner holds, so this never drops one; if
+     * it ever did, leaking beats freeing memory a worker writes. */
+    if (k < TRAIN_JOB_MAX_ORPHANS) job->orphans[k++] = bufs[i];
+  }
+}
+
+void peer_job_abandon(train_job *job, void *const *bufs, size_t n) {
+  job->owner = NULL;
+  peer_job_keep(job, bufs, n);
+}
+
+void train_job_free(train_job *job) {
+  if (!job) return;
+  for (size_t i = 0; i < TRAIN_JOB_MAX_ORPHANS; i++) free(job->orphans[i]);
+  free(job->blob);
+  free(job);
 }
 
 /* Frees the activations the compute layer keeps under key. */
@@ -375,8 +401,7 @@ void train_peer_on_job_done(train_peer *p, train_job *job, uint64_t now_ms) {
   case TRAIN_JOB_RELEASE: break;
   default: mb_job_done(p, job); break;
   }
-  free(job->blob);
-  free(job);
+  train_job_free(job);
 }
 
 void train_peer_on_tick(train_peer *p, uint64_t now_ms) {

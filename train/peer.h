@@ -93,6 +93,8 @@ typedef enum train_job_kind {
   TRAIN_JOB_RESTORE,          /* load a serialized state, hash                          */
 } train_job_kind;
 
+#define TRAIN_JOB_MAX_ORPHANS 5
+
 typedef struct train_job {
   train_job_kind kind;
   uint64_t key;     /* microbatch state key (origin-and-id hash) */
@@ -108,8 +110,16 @@ typedef struct train_job {
   uint8_t hash[32]; /* APPLY, SKIP_STEP, RESTORE: weights hash; SNAPSHOT: state hash */
   void *blob;       /* SNAPSHOT: malloc'd serialized state (the peer frees it) */
   size_t blob_len;
-  void *owner;      /* the peer's bookkeeping */
+  void *owner;      /* the peer's bookkeeping; NULL once the peer abandoned the job */
+  /* Buffers the peer let go of while this job still reads or writes them
+   * (its microbatch or round was abandoned): they live until the job ends
+   * and are freed with it, by train_job_free. */
+  void *orphans[TRAIN_JOB_MAX_ORPHANS];
 } train_job;
+
+/* Frees a job with its blob and its orphaned buffers. Whoever holds a job the
+ * peer will never see again (a worker shutting down) frees it with this. */
+void train_job_free(train_job *job);
 
 /* ---- routing policy ---- */
 

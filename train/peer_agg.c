@@ -49,14 +49,25 @@ static void hash_hex(const uint8_t hash[32], char out[17]) {
   out[16] = '\0';
 }
 
+/* Our exported gradient is dropped. An export still writing it keeps it
+ * until it ends, and its result is ignored (agg_job_done). Closing, the
+ * worker has already stopped and freed its jobs. */
+static void drop_mine(train_peer *p) {
+  peer_agg *a = &p->agg;
+  if (a->export_job && !p->closing) peer_job_abandon(a->export_job, (void *[]){a->mine}, 1);
+  else free(a->mine);
+  a->export_job = NULL;
+  a->mine = NULL;
+}
+
 void agg_free(train_peer *p) {
   peer_agg *a = &p->agg;
   for (uint32_t i = 0; i < a->n_contrib; i++) free(a->contrib[i].buf);
   a->n_contrib = 0;
-  free(a->mine);
+  drop_mine(p);
   free(a->avg);
   free(a->last_avg);
-  a->mine = a->avg = a->last_avg = NULL;
+  a->avg = a->last_avg = NULL;
 }
 
 static void reset_round(peer_agg *a) {
@@ -114,10 +125,11 @@ static void enter_round(train_peer *p, uint64_t iteration, bool export) {
     a->phase = AGG_COLLECT;
     return;
   }
-  free(a->mine);
+  drop_mine(p);
   a->mine = malloc(n * sizeof(float));
   a->phase = AGG_EXPORT;
-  if (!a->mine || peer_submit(p, TRAIN_JOB_GRAD_EXPORT, NULL, NULL, 0, a->mine, n * sizeof(float)) != 0) {
+  if (a->mine) a->export_job = peer_submit(p, TRAIN_JOB_GRAD_EXPORT, NULL, NULL, 0, a->mine, n * sizeof(float));
+  if (!a->export_job) {
     GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=export", (unsigned long long)iteration);
     a->phase = AGG_COLLECT;
   }
@@ -329,9 +341,9 @@ static void apply_average(train_peer *p, const float *avg, uint32_t total_count)
   a->phase = AGG_APPLY;
   a->avg_total_count = total_count;
   size_t n = p->cfg.shape.n_params;
-  int rc = avg ? peer_submit(p, TRAIN_JOB_APPLY, NULL, avg, n * sizeof(float), NULL, 0)
-               : peer_submit(p, TRAIN_JOB_SKIP_STEP, NULL, NULL, 0, NULL, 0);
-  if (rc != 0) GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=apply", (unsigned long long)a->iteration);
+  train_job *job = avg ? peer_submit(p, TRAIN_JOB_APPLY, NULL, avg, n * sizeof(float), NULL, 0)
+                       : peer_submit(p, TRAIN_JOB_SKIP_STEP, NULL, NULL, 0, NULL, 0);
+  if (!job) GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=apply", (unsigned long long)a->iteration);
 }
 
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
@@ -487,6 +499,8 @@ static void round_done(train_peer *p, train_job *job) {
 void agg_job_done(train_peer *p, train_job *job) {
   peer_agg *a = &p->agg;
   if (job->kind == TRAIN_JOB_GRAD_EXPORT) {
+    if (job != a->export_job) return; /* its round was abandoned */
+    a->export_job = NULL;
     if (!p->aggregating || a->phase != AGG_EXPORT) return; /* the average came first */
     if (job->rc != 0) {
       GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=export rc=%d", (unsigned long long)a->iteration,
@@ -571,8 +585,7 @@ void agg_abandon_round(train_peer *p) {
   if (!p->aggregating || a->phase == AGG_APPLY) return;
   GW_INFO(&p->log, "aggregation.abandoned", "iter=%llu", (unsigned long long)a->iteration);
   reset_round(a);
-  free(a->mine);
-  a->mine = NULL;
+  drop_mine(p);
   a->phase = AGG_IDLE;
   p->aggregating = false;
 }

@@ -58,6 +58,7 @@ typedef struct peer_mb {
   int32_t *tokens, *targets; /* data */
   bool grad_acked;           /* BACKWARD_DONE received for `grad`: it is safe upstream */
   bool has_state;            /* the compute layer holds activations for key */
+  train_job *job;            /* the job computing on our buffers, until it ends */
   uint64_t fwd_deadline, bwd_deadline;
   uint64_t trip_deadline; /* data: the microbatch must come back (or finish backward) by then */
   gw_id avoid[PEER_MAX_AVOID];
@@ -118,6 +119,7 @@ typedef struct peer_agg {
   gw_id failed[PEER_MAX_CONTRIB]; /* aggregators that did not answer */
   uint32_t n_failed;
   float *mine;
+  train_job *export_job; /* GRAD_EXPORT writing `mine`, until it ends */
   uint32_t my_count;
   agg_contrib contrib[PEER_MAX_CONTRIB];
   uint32_t n_contrib;
@@ -259,8 +261,16 @@ void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const Protobu
 void peer_emit(train_peer *p, train_event_kind kind);
 void peer_send_hellos(train_peer *p);
 void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]);
-int peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in, size_t in_bytes, void *out,
-                size_t out_bytes);
+/* Queues a job on the compute worker; for a microbatch's job, mb->job tracks
+ * it until it ends. Returns the job, or NULL when it could not be queued. */
+train_job *peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in, size_t in_bytes,
+                       void *out, size_t out_bytes);
+/* The job takes the buffers bufs[0..n) (NULLs skipped): they are freed once
+ * it ends, so a job never outlives the memory it reads or writes. */
+void peer_job_keep(train_job *job, void *const *bufs, size_t n);
+/* The owner of a queued or running job gives up on it: its result will be
+ * ignored (job->owner = NULL) and it keeps the owner's buffers bufs[0..n). */
+void peer_job_abandon(train_job *job, void *const *bufs, size_t n);
 void peer_release_key(train_peer *p, uint64_t key);
 bool id_in(const gw_id *list, size_t n, const gw_id *id);
 void id_from_bytes(gw_id *out, ProtobufCBinaryData b);

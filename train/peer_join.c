@@ -293,7 +293,7 @@ void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a
 static void start_snapshot(train_peer *p, const gw_id *to) {
   p->snapshot_running = true;
   p->snapshot_for = *to;
-  if (peer_submit(p, TRAIN_JOB_SNAPSHOT, NULL, NULL, 0, NULL, 0) != 0) p->snapshot_running = false;
+  if (!peer_submit(p, TRAIN_JOB_SNAPSHOT, NULL, NULL, 0, NULL, 0)) p->snapshot_running = false;
 }
 
 void join_serve_pending(train_peer *p) {
@@ -389,7 +389,15 @@ void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChu
     return;
   }
   p->state = PEER_RESTORING;
-  if (peer_submit(p, TRAIN_JOB_RESTORE, NULL, d->buf, d->total, NULL, 0) != 0) fetch_or_init(p);
+  train_job *job = peer_submit(p, TRAIN_JOB_RESTORE, NULL, d->buf, d->total, NULL, 0);
+  if (!job) {
+    fetch_or_init(p);
+    return;
+  }
+  /* The job owns the bytes from here: a new assignment or download that
+   * arrives while it runs cannot free them under it. */
+  peer_job_keep(job, (void *[]){d->buf}, 1);
+  d->buf = NULL;
 }
 
 void join_job_done(train_peer *p, train_job *job) {
@@ -401,6 +409,7 @@ void join_job_done(train_peer *p, train_job *job) {
   }
   /* TRAIN_JOB_RESTORE */
   peer_download *d = &p->dl;
+  if (p->state != PEER_RESTORING) return; /* a newer download took over while it ran */
   if (job->rc != 0) {
     GW_ERROR(&p->log, "weights.restore_failed", "rc=%d", job->rc);
     fetch_or_init(p);
@@ -419,8 +428,6 @@ void join_job_done(train_peer *p, train_job *job) {
           (unsigned long long)d->iteration, (unsigned long long)d->step, hash);
   p->iteration = d->iteration;
   p->step = d->step;
-  free(d->buf);
-  d->buf = NULL;
   d->active = false;
   d->n_tried = 0;
   if (p->missed_agg > p->iteration) {

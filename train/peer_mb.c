@@ -64,20 +64,25 @@ peer_mb *mb_new(train_peer *p, const gw_id *origin, uint64_t id) {
   return slot;
 }
 
-static bool mb_busy(const peer_mb *mb) {
-  return mb->fwd == FWD_EMBED || mb->fwd == FWD_COMPUTE || mb->fwd == FWD_LOSS || mb->bwd == BWD_COMPUTE;
-}
-
 void mb_free(train_peer *p, peer_mb *mb) {
   if (!mb->used) return;
   bool useful = p->cfg.role == TRAIN_DATA ? mb->end == MB_COMPLETE : mb->bwd == BWD_DONE;
   if (!useful) p->counters.wasted_seconds += mb->compute_s;
-  if (mb->has_state && !mb_busy(mb)) peer_release_key(p, mb->key);
-  free(mb->in);
-  free(mb->out);
-  free(mb->grad);
-  free(mb->tokens);
-  free(mb->targets);
+  if (mb->job && !p->closing) {
+    /* A job still computes on our buffers: they go with it, and the state
+     * it leaves in the compute layer is released when it ends. (Closing,
+     * the worker has already stopped and freed its jobs.) */
+    void *bufs[] = {mb->in, mb->out, mb->grad, mb->tokens, mb->targets};
+    peer_job_abandon(mb->job, bufs, sizeof(bufs) / sizeof(bufs[0]));
+  } else {
+    if (mb->has_state) peer_release_key(p, mb->key);
+    free(mb->in);
+    free(mb->out);
+    free(mb->grad);
+    free(mb->tokens);
+    free(mb->targets);
+  }
+  mb->job = NULL;
   mb->used = false;
   mb->in = mb->out = mb->grad = NULL;
   mb->tokens = mb->targets = NULL;
@@ -296,7 +301,7 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
      * through us again: start over. A plain copy is a re-route duplicate. */
     bool again = m->attempt > old->attempt || m->repair;
     if (!again) return deny_raw(p, from, m, "duplicate");
-    if (mb_busy(old)) return deny_raw(p, from, m, "busy");
+    if (old->job) return deny_raw(p, from, m, "busy");
     mb_free(p, old);
   }
   if (p->held >= p->cfg.capacity) return deny_raw(p, from, m, "full");
@@ -325,7 +330,7 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
     return;
   }
   mb->fwd = FWD_COMPUTE;
-  if (peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float)) != 0) {
+  if (!peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float))) {
     mb_free(p, mb);
     deny_raw(p, from, m, "compute_unavailable");
   }
@@ -338,7 +343,7 @@ void mb_release_queued(train_peer *p) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used || mb->fwd != FWD_QUEUED || mb->iteration != p->iteration) continue;
     mb->fwd = FWD_COMPUTE;
-    if (peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float)) != 0)
+    if (!peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float)))
       mb_free(p, mb);
   }
 }
@@ -363,7 +368,7 @@ static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMi
   if (!mb->grad) mb->grad = malloc(n * sizeof(float)); /* reused by a restarted attempt */
   if (!mb->in || !mb->grad) return data_mb_finished(p, mb, MB_DEFERRED);
   mb->fwd = FWD_LOSS;
-  if (peer_submit(p, TRAIN_JOB_LOSS, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float)) != 0)
+  if (!peer_submit(p, TRAIN_JOB_LOSS, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float)))
     data_mb_finished(p, mb, MB_DEFERRED);
 }
 
@@ -507,12 +512,14 @@ void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   mb->next = *from; /* whoever sent the gradient gets our BACKWARD_DONE */
   mb->bwd = BWD_COMPUTE;
   if (p->cfg.role == TRAIN_DATA) {
-    peer_submit(p, TRAIN_JOB_EMBED_BACKWARD, mb, mb->in, n * sizeof(float), NULL, 0);
+    if (!peer_submit(p, TRAIN_JOB_EMBED_BACKWARD, mb, mb->in, n * sizeof(float), NULL, 0)) mb->bwd = BWD_NONE;
     return;
   }
   if (!mb->grad) mb->grad = malloc(n * sizeof(float));
   if (!mb->grad) return;
-  peer_submit(p, TRAIN_JOB_BACKWARD, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float));
+  /* Not queued: a re-sent gradient tries again. */
+  if (!peer_submit(p, TRAIN_JOB_BACKWARD, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float)))
+    mb->bwd = BWD_NONE;
 }
 
 /* Our BACKWARD_DONE to the peer that sent us the gradient: ours is held upstream. */
@@ -602,11 +609,13 @@ static void relay_backward_done(train_peer *p, peer_mb *mb) {
 
 void mb_job_done(train_peer *p, train_job *job) {
   peer_mb *mb = job->owner;
-  if (!mb || !mb->used || mb->key != job->key) {
-    /* Abandoned while computing: drop whatever the job left behind. */
-    if (job->kind == TRAIN_JOB_EMBED || job->kind == TRAIN_JOB_FORWARD) peer_release_key(p, job->key);
+  if (!mb) {
+    /* Abandoned while computing (mb_free): drop the state kept under the
+     * key, which a backward has already consumed itself. */
+    if (job->kind != TRAIN_JOB_BACKWARD && job->kind != TRAIN_JOB_EMBED_BACKWARD) peer_release_key(p, job->key);
     return;
   }
+  mb->job = NULL;
   mb->compute_s += job->seconds;
   if (job->rc != 0) {
     GW_ERROR(&p->log, "compute.failed", "mb=%llx kind=%d rc=%d", (unsigned long long)mb->id, (int)job->kind,
@@ -812,8 +821,8 @@ static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, u
     return GW_EIO;
   }
   mb->fwd = FWD_EMBED;
-  if (peer_submit(p, TRAIN_JOB_EMBED, mb, mb->tokens, bt * sizeof(int32_t), mb->out,
-                  peer_act_floats(p) * sizeof(float)) != 0) {
+  if (!peer_submit(p, TRAIN_JOB_EMBED, mb, mb->tokens, bt * sizeof(int32_t), mb->out,
+                   peer_act_floats(p) * sizeof(float))) {
     mb_free(p, mb);
     return GW_EIO;
   }

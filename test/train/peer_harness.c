@@ -378,10 +378,7 @@ void h_init(h_harness *h, int n_stages, uint64_t seed, bool verbose) {
 void h_free(h_harness *h) {
   for (int i = 0; i < h->n_nodes; i++) {
     h_node *n = &h->nodes[i];
-    for (int k = 0; k < n->n_jobs; k++) {
-      free(n->jobs[k].job->blob);
-      free(n->jobs[k].job);
-    }
+    for (int k = 0; k < n->n_jobs; k++) train_job_free(n->jobs[k].job);
     train_peer_free(n->tp);
     for (int k = 0; k < 64; k++) state_drop(&n->states[k]);
   }
@@ -454,6 +451,16 @@ bool h_run_until_finished(h_harness *h, uint64_t deadline_ms) {
 }
 
 void h_run_for(h_harness *h, uint64_t ms) { sim_run_until(h->s, sim_now(h->s) + ms); }
+
+int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t) {
+  return io_send(&h->nodes[from], &h->nodes[to].peer.id, type, body, len, t);
+}
+
+int h_states_held(const h_node *n) {
+  int k = 0;
+  for (int i = 0; i < 64; i++) k += n->states[i].used;
+  return k;
+}
 
 bool h_hashes_agree(h_harness *h, uint64_t iterations, char *why, size_t why_len) {
   for (uint64_t it = 0; it < iterations && it < 64; it++) {

@@ -104,6 +104,11 @@ void h_crash(h_harness *h, int index);
 /* Runs until every live data node finished `iterations` or the deadline. */
 bool h_run_until_finished(h_harness *h, uint64_t deadline_ms);
 void h_run_for(h_harness *h, uint64_t ms);
+/* Sends a train message from node `from` to node `to` through the simulator,
+ * as if `from`'s peer had sent it: what a hostile member could send. */
+int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t);
+/* Compute states (activations kept for a backward) node i holds. */
+int h_states_held(const h_node *n);
 /* Every live peer of every stage logged the same hash after each iteration. */
 bool h_hashes_agree(h_harness *h, uint64_t iterations, char *why, size_t why_len);
 /* The fake sampler (shared with the direct reference). */
