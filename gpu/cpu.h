@@ -87,7 +87,7 @@ static inline float gpu_cpu_expf(float x) {
   x = x > 80.0f ? 80.0f : x;
   /* n = round(x / ln2), by the 1.5 * 2^23 trick (exact for |n| < 2^22). */
   float z = x * 1.44269504088896341f + 12582912.0f;
-  int32_t zi;
+  uint32_t zi; /* unsigned: a NaN's bits would overflow a signed shift (UB) */
   memcpy(&zi, &z, sizeof(zi));
   float n = z - 12582912.0f;
   float f = x - n * 0.693359375f; /* ln2 split in two for an exact product */
@@ -99,8 +99,9 @@ static inline float gpu_cpu_expf(float x) {
   p = p * f + 1.6666665459e-1f;
   p = p * f + 5.0000001201e-1f;
   float y = p * f * f + f + 1.0f;
-  /* 2^n from the low bits of z, which hold n + 0x400000 after the trick. */
-  int32_t e = (zi - 0x4B400000 + 127) << 23;
+  /* 2^n from the low bits of z, which hold n + 0x400000 after the trick.
+   * A NaN x gives some scale, and y is NaN: NaN in, NaN out. */
+  uint32_t e = (zi - 0x4B400000u + 127u) << 23;
   float scale;
   memcpy(&scale, &e, sizeof(scale));
   return y * scale;

@@ -326,7 +326,11 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
   if (!c) return;
   if (!c->buf) c->buf = malloc(n * sizeof(float));
   if (!c->buf) return;
-  if (g->offset == 0) c->received = 0; /* a re-send starts over */
+  /* A session delivers a vector's chunks in order, so each one continues
+   * the last; one that leaves a gap or overlaps could complete the vector
+   * with floats nobody sent. Offset 0 is a re-send, which starts over. */
+  if (g->offset == 0) c->received = 0;
+  else if (g->offset != c->received) return;
   memcpy(c->buf + g->offset, t->data, len * sizeof(float));
   c->received += len;
   c->count = g->count;
@@ -374,7 +378,8 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
   if (g->offset > n || len > n - g->offset) return;
   if (!a->avg) a->avg = malloc(n * sizeof(float));
   if (!a->avg) return;
-  if (g->offset == 0) a->avg_received = 0;
+  if (g->offset == 0) a->avg_received = 0; /* in order, as a contribution's chunks */
+  else if (g->offset != a->avg_received) return;
   memcpy(a->avg + g->offset, t->data, len * sizeof(float));
   a->avg_received += len;
   if (a->avg_received != n) return;
