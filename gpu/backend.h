@@ -5,8 +5,8 @@
  * stage code in train/ is written once against this header; the CPU backend
  * (gpu/cpu_*.c, OpenBLAS + OpenMP) is always built and is the reference CI
  * runs, the CUDA backend (gpu/cuda_*.cu, cuBLAS + kernels) is built when CMake
- * finds nvcc (compile definition GWTF_HAVE_CUDA) and chosen at run time with
- * `--device cuda[:N]`.
+ * finds nvcc (compile definition GWTF_HAVE_CUDA), as a module opened with
+ * dlopen when it is chosen at run time with `--device cuda[:N]`.
  *
  * Conventions every backend follows (the CUDA author works from this list):
  *
@@ -78,7 +78,9 @@ typedef struct gpu_device {
 int gpu_device_parse(const char *s, gpu_device *out);
 /* Writes "cpu" or "cuda:N" into out (at least GPU_DEVICE_STR_MAX bytes). */
 void gpu_device_format(const gpu_device *dev, char *out, size_t len);
-/* True when this binary was built with the CUDA backend. */
+/* True when the CUDA backend can be loaded: this build has it (a module,
+ * gwtf-cuda.so, opened at run time) and the CUDA libraries it needs are
+ * present. Whether a GPU is there is gpu_backend_open's answer. */
 bool gpu_have_cuda(void);
 
 /* ---- backends --------------------------------------------------------------- */

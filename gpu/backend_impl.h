@@ -3,8 +3,9 @@
  *
  * An implementation defines a struct that starts with `gpu_backend base`,
  * fills a `static const gpu_ops` table with every entry, and exposes one open
- * function below. The CUDA one exists only in builds with GWTF_HAVE_CUDA
- * (gpu/CMakeLists.txt adds gpu/cuda_*.cu and the definition together). */
+ * function below. The CUDA one lives in a module (gwtf-cuda.so) that exists
+ * only in builds with GWTF_HAVE_CUDA (gpu/CMakeLists.txt builds the module
+ * and sets the definition together). */
 #ifndef GWTF_GPU_BACKEND_IMPL_H
 #define GWTF_GPU_BACKEND_IMPL_H
 
@@ -21,11 +22,22 @@ void gpu_set_err(char *err, size_t err_len, const char *fmt, ...) __attribute__(
  * the kernels asked for cannot run on this CPU. */
 int gpu_cpu_open(int threads, gpu_cpu_kernels kernels, gpu_backend **out, char *err, size_t err_len);
 
-#ifdef GWTF_HAVE_CUDA
-/* The CUDA backend (gpu/cuda_*.cu). Returns GW_ENOENT with the driver's
- * reason in err when there is no usable device `index`. */
+/* The CUDA backend (gpu/cuda_*.cu), built as a module gwtf opens at run
+ * time, so that one gwtf runs on machines with and without CUDA. Returns
+ * GW_ENOENT with the driver's reason in err when there is no usable device
+ * `index`. */
 int gpu_cuda_open(int index, gpu_backend **out, char *err, size_t err_len);
-#endif
+
+/* The one symbol the module exports (gpu/cuda_module.c). Bump the ABI number
+ * whenever gpu_backend, gpu_ops or this struct change meaning. */
+#define GPU_CUDA_MODULE_ABI (1)
+#define GPU_CUDA_MODULE_SYMBOL_NAME gwtf_cuda_module
+#define GPU_CUDA_MODULE_SYMBOL "gwtf_cuda_module"
+typedef struct gpu_cuda_module {
+  int abi;         /* GPU_CUDA_MODULE_ABI of the module's build */
+  size_t ops_size; /* sizeof(gpu_ops) in the module's build */
+  int (*open)(int index, gpu_backend **out, char *err, size_t err_len);
+} gpu_cuda_module;
 
 #ifdef __cplusplus
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "gwtf_version.h" /* GWTF_GIT_COMMIT, generated at build time (node/CMakeLists.txt) */
 #include "node/cmd.h"
 #include "p2p/identity.h"
 
@@ -75,6 +76,10 @@ static int help(int argc, char **argv) {
     usage(stdout);
     return 0;
   }
+  if (strcmp(argv[1], "--list") == 0) { /* for tools: packaging/gen_man.sh builds the man page */
+    for (size_t i = 0; i < n_commands; i++) printf("%s\n", commands[i].name);
+    return 0;
+  }
   int words = 0;
   const gwtf_cmd *cmd = find_command(argc - 1, argv + 1, &words);
   if (!cmd) {
@@ -92,7 +97,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-    printf("gwtf %s\n", GWTF_VERSION);
+    printf("gwtf %s (commit %s)\n", GWTF_VERSION, GWTF_GIT_COMMIT);
     return 0;
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

@@ -48,7 +48,7 @@ void train_node_opts_default(train_node_opts *o) {
   o->seq = 64;
   o->lr = 1e-3;
   o->seed = 1;
-  o->threads = 1;
+  o->threads = 0; /* all the cores this process may use: a home node uses the machine */
   o->checkpoint_every = 10;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
@@ -496,31 +496,53 @@ static void spec_for_stage(const train_rt *rt, int s, stage_spec *spec) {
   train_run_stage_spec(&rt->run, s, cap, spec);
 }
 
-/* The capacity a relay offers: what its free memory holds of the largest
- * stage's per-microbatch needs, unless --capacity says. */
-static uint32_t derive_capacity(train_rt *rt) {
-  if (rt->o->capacity > 0) return (uint32_t)rt->o->capacity;
-  gpu_device dev;
-  gpu_backend *be = NULL;
-  char err[256];
-  gpu_options gopt = {.threads = 1};
-  if (gpu_device_parse(rt->o->device, &dev) != 0 || gpu_backend_open(&dev, &gopt, &be, err, sizeof(err)) != 0)
-    return 4;
-  size_t free_b = 0, total_b = 0;
-  gpu_mem_info(be, &free_b, &total_b);
+/* The capacity a relay offers: what its memory budget holds of the largest
+ * stage's per-microbatch needs. */
+static uint32_t derive_capacity(train_rt *rt, gpu_backend *be, size_t budget) {
   int best = INT_MAX;
   for (int s = 1; s <= rt->run.stages; s++) {
     stage_spec spec;
     rt->capacity = 1;
     spec_for_stage(rt, s, &spec);
     spec.capacity = 1;
-    int c = stage_capacity_for(&spec, be, free_b / 10 * 8); /* leave a fifth for everything else */
+    int c = stage_capacity_for(&spec, be, budget);
     if (c < best) best = c;
   }
+  return best <= 0 ? 1 : best > 64 ? 64 : (uint32_t)best;
+}
+
+/* Opens the device once at start to say what this node computes with
+ * (device, threads, memory and the budget taken from it) and to size a
+ * relay's capacity (unless --capacity says). A device that cannot be opened
+ * stops the node here with the backend's reason, not at the first job. */
+static int probe_compute(train_rt *rt, bool data) {
+  gpu_device dev;
+  gpu_backend *be = NULL;
+  char err[512];
+  gpu_options gopt = {.threads = rt->o->threads};
+  if (gpu_device_parse(rt->o->device, &dev) != 0) return GW_EINVAL;
+  int rc = gpu_backend_open(&dev, &gopt, &be, err, sizeof(err));
+  if (rc != 0) {
+    GW_ERROR(&rt->log, "compute.unavailable", "device=%s err=\"%s\"", rt->o->device, err);
+    return rc;
+  }
+  size_t free_b = 0, total_b = 0;
+  gpu_mem_info(be, &free_b, &total_b);
+  gpu_device_info info = {0};
+  gpu_device_info_get(be, &info);
+  size_t budget = free_b / 10 * 8; /* leave a fifth for everything else */
+  if (data)
+    rt->capacity = (uint32_t)rt->run.microbatches;
+  else
+    rt->capacity = rt->o->capacity > 0 ? (uint32_t)rt->o->capacity : derive_capacity(rt, be, budget);
+  char devname[GPU_DEVICE_STR_MAX];
+  gpu_device_format(&be->dev, devname, sizeof(devname));
+  GW_INFO(&rt->log, "compute.ready",
+          "device=%s name=\"%s\" threads=%d mem_total_mb=%zu mem_free_mb=%zu budget_mb=%zu capacity=%u%s", devname,
+          info.name, be->threads, total_b >> 20, free_b >> 20, budget >> 20, rt->capacity,
+          data || rt->o->capacity > 0 ? "" : " capacity_from=memory");
   gpu_backend_close(be);
-  uint32_t cap = best <= 0 ? 1 : best > 64 ? 64 : (uint32_t)best;
-  GW_INFO(&rt->log, "capacity.derived", "capacity=%u free_mb=%zu", cap, free_b >> 20);
-  return cap;
+  return 0;
 }
 
 static int start_compute(train_rt *rt, int s) {
@@ -598,6 +620,14 @@ static void on_peer_event(void *ud, const train_event *ev) {
     }
     break;
   case TRAIN_EV_ITERATION_DONE:
+    /* The peer's iteration.done line prints loss=nan when nothing finished;
+     * say what happened instead, and keep non-finite for a real divergence. */
+    if (ev->done == 0)
+      GW_WARN(&rt->log, "iteration.empty", "iter=%llu msg=\"no microbatch finished\" deferred=%u%s",
+              (unsigned long long)ev->iteration, ev->deferred, ev->deferred ? " reason=all_deferred" : "");
+    else if (!isfinite(ev->loss))
+      GW_ERROR(&rt->log, "loss.nonfinite", "iter=%llu loss=%f done=%u", (unsigned long long)ev->iteration, ev->loss,
+               ev->done);
     if (rt->flow) {
       size_t flows, probed;
       double sum;
@@ -649,7 +679,7 @@ static int start_peer(train_rt *rt) {
     GW_INFO(&rt->log, "dataset.opened", "path=%s desc=\"%s\"", o->dataset, desc);
     rt->data_seed = o->data_seed ? o->data_seed : (uint64_t)node_identity(rt->n)->id.b[0] << 8 | 0x5eed;
   }
-  rt->capacity = data ? (uint32_t)rt->run.microbatches : derive_capacity(rt);
+  if (probe_compute(rt, data) != 0) return GW_EINVAL;
   if (node_worker_new(rt->loop, run_job, rt, on_job_done, rt, &rt->worker) != 0) return GW_EIO;
   rt->swarm_routing = strcmp(o->routing, "swarm") == 0;
   train_router router;

@@ -80,7 +80,7 @@ void train_node_print_help(void) {
          "  --dataset PATH             data nodes: UTF-8 text or llm.c uint16 token file\n"
          "  --iterations N             data nodes: stop after N iterations (0: forever)\n"
          "  --data-seed S              data nodes: microbatch sampling seed\n"
-         "  --threads N                compute threads (default 1; 0 = all cores)\n"
+         "  --threads N                compute threads (default 0 = all cores this process may use)\n"
          "  --routing gwtf|swarm       GWTF flows (default) or SWARM's stochastic wiring\n"
          "  --checkpoint-every N       write the stage's checkpoint every N iterations (default 10)\n"
          "  --resume                   start from this data dir's checkpoint when recent enough\n"

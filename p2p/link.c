@@ -66,16 +66,21 @@ typedef struct parse_ctx {
   size_t err_len;
 } parse_ctx;
 
-static int perr(parse_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int perr(parse_ctx *c, const char *fmt, ...) {
+static void perr_message(parse_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void perr_message(parse_ctx *c, const char *fmt, ...) {
   if (c->err && c->err_len) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->err, c->err_len, fmt, ap);
     va_end(ap);
   }
-  return GW_EINVAL;
 }
+/* Every parse error is GW_EINVAL, and the caller's compiler must see that:
+ * a helper such as get_number writes its output only when it returns 0, and
+ * with the code hidden inside a variadic (never inlined) function the
+ * optimiser could not prove that an error return is non-zero, so it took the
+ * caller's "rc == 0, read the output" path as reachable without the write. */
+#define perr(c, ...) (perr_message((c), __VA_ARGS__), GW_EINVAL)
 
 /* A misspelt key ("latency" for "latency_ms") must not silently mean "no
  * emulation": every object accepts only the keys it knows. */
@@ -356,7 +361,7 @@ int p2p_links_parse(const char *text, size_t len, double bw_scale, p2p_links **o
   c.l = calloc(1, sizeof(p2p_links));
   int rc = c.l ? parse_root(&c, root, bw_scale) : GW_ENOMEM;
   json_decref(root);
-  if (rc == GW_ENOMEM) perr(&c, "out of memory");
+  if (rc == GW_ENOMEM) perr_message(&c, "out of memory");
   if (rc != 0) {
     p2p_links_free(c.l);
     return rc;
