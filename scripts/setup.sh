@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — install what is missing, configure and build gwtf.
 #
-#   scripts/setup.sh [--build-dir DIR] [--sanitize] [--cuda AUTO|ON|OFF] [--test-deps]
+#   scripts/setup.sh [--build-dir DIR] [--sanitize] [--cuda AUTO|ON|OFF] [--werror] [--test-deps]
 #
+# --werror turns compiler warnings into errors (the suite and CI use it).
 # Run as root on a fresh Debian 12 machine (or with sudo available). Installs
 # only the Debian packages that are missing, then builds into DIR (default
 # build/). Quiet when everything is already there; on failure it prints the
@@ -14,22 +15,24 @@ build_dir="$here/build"
 sanitize=OFF
 cuda=AUTO
 test_deps=0
+werror=OFF
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
     --sanitize) sanitize=ON; shift ;;
     --cuda) cuda=$2; shift 2 ;;
     --test-deps) test_deps=1; shift ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --werror) werror=ON; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 packages=(build-essential cmake pkg-config libuv1-dev libsodium-dev libprotobuf-c-dev
           protobuf-c-compiler libnatpmp-dev libopenblas-dev libjansson-dev libcmocka-dev
-          python3)
+          python3 dpkg-dev)
 if [ "$test_deps" = 1 ]; then
-  packages+=(valgrind)
+  packages+=(valgrind debootstrap)
 fi
 
 missing=()
@@ -58,7 +61,8 @@ fi
 
 mkdir -p "$build_dir"
 log="$build_dir/setup.log"
-if ! { cmake -S "$here" -B "$build_dir" -DGWTF_SANITIZE="$sanitize" -DGWTF_CUDA="$cuda" &&
+if ! { cmake -S "$here" -B "$build_dir" -DGWTF_SANITIZE="$sanitize" -DGWTF_CUDA="$cuda" \
+         -DGWTF_WERROR="$werror" &&
        cmake --build "$build_dir" -j "$(nproc)"; } >"$log" 2>&1; then
   grep -E 'error|Error' "$log" | head -n 20 >&2 || true
   tail -n 20 "$log" >&2

@@ -3,7 +3,10 @@
 #
 # 1. a normal build (build/), every ctest test;
 # 2. an ASan+UBSan build (build-san/), every ctest test again;
-# 3. the unit tests of the normal build under valgrind (no leaks allowed).
+# 3. the unit tests of the normal build under valgrind (no leaks allowed);
+# 4. a Release build for /usr (build-rel/) made into the Debian package, which
+#    is installed into a clean Debian 12 root (test/ship/deb_install.sh).
+# Every build has -DGWTF_WERROR=ON: a compiler warning fails the suite.
 # GPU tests print a skip reason when no GPU is present. Exits non-zero on the
 # first failing stage.
 set -euo pipefail
@@ -13,14 +16,14 @@ cd "$here"
 jobs=$(nproc)
 
 echo "== setup and build (build/)"
-scripts/setup.sh --test-deps
+scripts/setup.sh --test-deps --werror
 echo "== tests (build/)"
 (cd build && ctest --output-on-failure -j "$jobs")
 
 # CUDA kernels are compiled by nvcc and are not instrumented by the
 # sanitizers, so the sanitizer build leaves the CUDA backend out.
 echo "== setup and build (build-san/, ASan+UBSan)"
-scripts/setup.sh --test-deps --build-dir "$here/build-san" --sanitize --cuda OFF
+scripts/setup.sh --test-deps --werror --build-dir "$here/build-san" --sanitize --cuda OFF
 echo "== tests (build-san/, ASan+UBSan)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -29,4 +32,12 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 
 echo "== unit tests under valgrind (build/)"
 (cd build && ctest --output-on-failure -j "$jobs" -L unit -LE novalgrind -T memcheck)
+
+echo "== Release build and Debian package (build-rel/)"
+deb=$(scripts/package.sh --build-dir "$here/build-rel" --werror | tail -n 1)
+echo "$deb"
+echo "== the package on a clean Debian root"
+rc=0
+test/ship/deb_install.sh "$deb" "$here/build-rel/deb-test" || rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then exit "$rc"; fi
 echo "== all tests passed"
