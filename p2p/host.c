@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "p2p/session.h"
+#include "p2p/relay.h"
 #include "p2p/sockaddr.h"
 #include "proto/gwtf.pb-c.h"
 #include "proto/p2p.pb-c.h"
@@ -42,6 +43,7 @@ typedef struct target {
   gw_addr addr;
   gw_id expect;  /* zero: whoever answers */
   gw_id learned; /* who answered last time */
+  bool via;      /* addr is a relay: reach expect through a circuit (p2p/relay.h) */
   p2p_session *dialing;
   unsigned failures;
   uint64_t next_ms;
@@ -73,6 +75,7 @@ struct p2p_host {
   conn *conns;
   size_t n_conns;
   unsigned handshakes;
+  p2p_relay *relay; /* relay circuits, both roles (p2p/relay.h); NULL when out of memory */
   bool closing;
   void (*done)(void *ud);
   void *done_ud;
@@ -97,6 +100,7 @@ void p2p_host_config_defaults(p2p_host_config *cfg) {
   cfg->max_handshakes = 64;
   cfg->max_sessions = 1024;
   cfg->log_rtt = true;
+  p2p_relay_config_defaults(&cfg->relay);
 }
 
 /* ---- peers ---- */
@@ -183,14 +187,17 @@ static void dial_failed(p2p_host *h, target *t, int err, const char *why) {
           why ? why : "-", gw_strerror(err), delay);
 }
 
+static int dial_via(p2p_host *h, target *t, conn *c);
+
 static void dial(p2p_host *h, target *t) {
   conn *c = calloc(1, sizeof(*c));
   int rc = GW_ENOMEM;
   if (c) {
     c->h = h;
     c->t = t;
-    rc = p2p_session_dial(h->loop, &t->addr, gw_id_is_zero(&t->expect) ? NULL : &t->expect, &h->scfg,
-                          &session_cbs, c, &c->s);
+    rc = t->via ? dial_via(h, t, c)
+                : p2p_session_dial(h->loop, &t->addr, gw_id_is_zero(&t->expect) ? NULL : &t->expect, &h->scfg,
+                                   &session_cbs, c, &c->s);
   }
   if (rc != 0) {
     free(c);
@@ -244,6 +251,7 @@ static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const c
     GW_WARN(h->cfg.log, "peer.lost", "peer=\"%s\" addr=%s reason=%s up_ms=%llu", id, addr, why ? why : "-",
             (unsigned long long)(now - p->up_since_ms));
   schedule_redial(h, &p->id);
+  if (h->relay) p2p_relay_on_peer_down(h->relay, &p->id);
   if (h->cbs.peer_down) h->cbs.peer_down(h->cbs.ud, &p->id, reason);
 }
 
@@ -270,8 +278,8 @@ static void become_current(p2p_host *h, peer *p, p2p_session *s) {
     GW_INFO(h->cfg.log, "peer.back", "peer=\"%s\" addr=%s dir=%s session=\"%s\" away_ms=%llu", id, addr, dir, sess,
             (unsigned long long)(now - p->down_since_ms));
   else
-    GW_INFO(h->cfg.log, "peer.connected", "peer=\"%s\" addr=%s dir=%s session=\"%s\" agent=%s", id, addr, dir, sess,
-            info->agent[0] ? info->agent : "-");
+    GW_INFO(h->cfg.log, "peer.connected", "peer=\"%s\" addr=%s dir=%s session=\"%s\" agent=%s%s", id, addr, dir,
+            sess, info->agent[0] ? info->agent : "-", info->relayed ? " via=relay" : "");
   if (h->cbs.peer_up) {
     gw_peer gp = {.id = p->id, .addr = p->addr};
     h->cbs.peer_up(h->cbs.ud, &gp, back);
@@ -380,6 +388,13 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
   if (h->closing) return;
   switch (msg->type) {
   case GWTF__MSG_TYPE__MSG_PING: send_pong(s, msg); return;
+  case GWTF__MSG_TYPE__MSG_RELAY_RESERVE:
+  case GWTF__MSG_TYPE__MSG_RELAY_RESERVED:
+  case GWTF__MSG_TYPE__MSG_RELAY_INCOMING: {
+    peer *p = find_peer(h, from);
+    if (p && p->s == s && h->relay) p2p_relay_on_message(h->relay, from, msg);
+    return;
+  }
   case GWTF__MSG_TYPE__MSG_PONG: {
     peer *p = find_peer(h, from);
     if (p && p->s == s) got_pong(h, p, msg);
@@ -393,6 +408,10 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
 static void on_session_drained(p2p_session *s) {
   conn *c = conn_of(s);
   p2p_host *h = c->h;
+  if (p2p_session_is_pipe(s)) { /* a relay leg */
+    if (!h->closing && h->relay) p2p_relay_on_pipe_drained(h->relay, s);
+    return;
+  }
   const gw_id *id = &p2p_session_get_info(s)->peer_id;
   peer *p = find_peer(h, id);
   if (!h->closing && p && p->s == s && h->cbs.writable) h->cbs.writable(h->cbs.ud, id);
@@ -414,6 +433,7 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
   p2p_host *h = c->h;
   unlink_conn(h, c);
   if (c->handshaking_in) h->handshakes--;
+  if (p2p_session_is_pipe(s) && h->relay) p2p_relay_on_pipe_closed(h->relay, s, why);
   if (h->closing) {
     free(c);
     maybe_finish(h);
@@ -442,11 +462,100 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
   free(c);
 }
 
+/* ---- relay circuits (p2p/relay.h) ---- */
+
+static void on_session_preface(p2p_session *s, const uint8_t *preface) {
+  conn *c = conn_of(s);
+  p2p_host *h = c->h;
+  if (c->handshaking_in) { /* a relay leg is no handshake */
+    c->handshaking_in = false;
+    h->handshakes--;
+  }
+  if (h->closing || !h->relay) {
+    p2p_session_close(s, P2P_END_CLOSED, 0, "shutdown");
+    return;
+  }
+  p2p_relay_on_preface(h->relay, s, preface);
+}
+
+static void on_session_pipe_data(p2p_session *s, uint8_t *buf, size_t len) {
+  p2p_host *h = conn_of(s)->h;
+  if (h->closing || !h->relay) {
+    free(buf);
+    return;
+  }
+  p2p_relay_on_pipe_data(h->relay, s, buf, len);
+}
+
+static int dial_via(p2p_host *h, target *t, conn *c) {
+  uint8_t preface[P2P_RELAY_PREFACE_BYTES];
+  p2p_relay_preface_connect(&t->expect, preface);
+  return p2p_session_dial_via(h->loop, &t->addr, preface, P2P_INITIATOR, &t->expect, &h->scfg, &session_cbs, c,
+                              &c->s);
+}
+
+int p2p_host_relay_dial_back(p2p_host *h, const gw_addr *addr, const uint8_t preface[P2P_RELAY_PREFACE_BYTES]) {
+  if (h->closing) return GW_ECLOSED;
+  conn *c = calloc(1, sizeof(*c));
+  if (!c) return GW_ENOMEM;
+  c->h = h;
+  int rc = p2p_session_dial_via(h->loop, addr, preface, P2P_RESPONDER, NULL, &h->scfg, &session_cbs, c, &c->s);
+  if (rc != 0) {
+    free(c);
+    return rc;
+  }
+  c->next = h->conns;
+  h->conns = c;
+  h->n_conns++;
+  return 0;
+}
+
+int p2p_host_relay_send(p2p_host *h, const gw_id *to, const p2p_msg *msg) {
+  peer *p = find_peer(h, to);
+  if (!p || !p->s || h->closing) return GW_ENOENT;
+  return p2p_session_send(p->s, msg);
+}
+
+bool p2p_host_relay_peer_up(const p2p_host *h, const gw_id *id) { return p2p_host_is_connected(h, id); }
+
+int p2p_host_connect_via(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr, const gw_id *target_id) {
+  (void)relay_id; /* the circuit's end-to-end handshake authenticates the target; the relay is just a pipe */
+  if (h->closing) return GW_ECLOSED;
+  if (!relay_addr->family || !relay_addr->port || !target_id || gw_id_is_zero(target_id)) return GW_EINVAL;
+  if (gw_id_eq(target_id, &h->cfg.me->id)) return GW_EINVAL;
+  for (target *t = h->targets; t; t = t->next)
+    if (t->via && gw_addr_eq(&t->addr, relay_addr) && gw_id_eq(&t->expect, target_id)) return 0;
+  target *t = calloc(1, sizeof(*t));
+  if (!t) return GW_ENOMEM;
+  t->addr = *relay_addr;
+  t->expect = *target_id;
+  t->via = true;
+  t->next = h->targets;
+  h->targets = t;
+  if (!target_satisfied(h, t)) dial(h, t);
+  return 0;
+}
+
+int p2p_host_relay_reserve(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr) {
+  if (!h->relay) return GW_ENOMEM;
+  int rc = p2p_host_connect(h, relay_addr, relay_id);
+  return rc == 0 ? p2p_relay_want(h->relay, relay_id, relay_addr) : rc;
+}
+
+void p2p_host_relay_stats(const p2p_host *h, p2p_relay_stats *out) {
+  if (h->relay)
+    p2p_relay_get_stats(h->relay, out);
+  else
+    memset(out, 0, sizeof(*out));
+}
+
 static const p2p_session_cbs session_cbs = {
     .up = on_session_up,
     .message = on_session_message,
     .drained = on_session_drained,
     .closed = on_session_closed,
+    .preface = on_session_preface,
+    .pipe_data = on_session_pipe_data,
 };
 
 /* ---- housekeeping ---- */
@@ -484,6 +593,7 @@ static void on_tick(uv_timer_t *timer) {
   uint64_t now = now_ms();
   for (peer *p = h->peers; p && !h->closing; p = p->next) check_peer(h, p, now);
   if (h->closing) return; /* a peer_down callback closed the host */
+  if (h->relay) p2p_relay_tick(h->relay, now);
   for (target *t = h->targets, *next; t; t = next) {
     next = t->next; /* a failed dial may free t (dialling ourselves) */
     if (!t->dialing && now >= t->next_ms && !target_satisfied(h, t)) dial(h, t);
@@ -552,6 +662,7 @@ static void maybe_finish(p2p_host *h) {
     next = t->next;
     free(t);
   }
+  p2p_relay_free(h->relay);
   void (*done)(void *) = h->done;
   void *ud = h->done_ud;
   free(h);
@@ -608,6 +719,7 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
     return rc;
   }
   h->scfg.listen_port = h->bound.port;
+  if (p2p_relay_new(h, &cfg->relay, h->listening, cfg->log, &h->relay) != 0) h->relay = NULL; /* runs without */
   uv_timer_start(&h->tick, on_tick, TICK_MS, TICK_MS);
   *out = h;
   return 0;
@@ -619,7 +731,7 @@ int p2p_host_connect(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
   if (h->closing) return GW_ECLOSED;
   if (!addr->family || !addr->port) return GW_EINVAL;
   for (target *t = h->targets; t; t = t->next)
-    if (gw_addr_eq(&t->addr, addr)) {
+    if (!t->via && gw_addr_eq(&t->addr, addr)) {
       if (expect) t->expect = *expect;
       return 0;
     }
@@ -635,7 +747,7 @@ int p2p_host_connect(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
 
 void p2p_host_forget(p2p_host *h, const gw_addr *addr) {
   for (target *t = h->targets; t; t = t->next)
-    if (gw_addr_eq(&t->addr, addr)) {
+    if (!t->via && gw_addr_eq(&t->addr, addr)) {
       free_target(h, t);
       return;
     }
@@ -658,6 +770,9 @@ int p2p_host_send(p2p_host *h, const gw_id *to, const p2p_msg *msg) {
   case GWTF__MSG_TYPE__MSG_PING:
   case GWTF__MSG_TYPE__MSG_PONG:
   case GWTF__MSG_TYPE__MSG_GOODBYE:
+  case GWTF__MSG_TYPE__MSG_RELAY_RESERVE:
+  case GWTF__MSG_TYPE__MSG_RELAY_RESERVED:
+  case GWTF__MSG_TYPE__MSG_RELAY_INCOMING:
   case GWTF__MSG_TYPE__MSG_HELLO: return GW_EINVAL; /* the host's own */
   default: break;
   }
@@ -690,6 +805,8 @@ int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out)
   p2p_session_stats st;
   p2p_session_get_stats(p->s, &st);
   out->connected = p2p_session_is_up(p->s);
+  out->relayed = p2p_session_get_info(p->s)->relayed;
+  memcpy(out->session_hash, p2p_session_get_info(p->s)->session_hash, sizeof(out->session_hash));
   out->tx_Bps = st.tx_Bps;
   out->rx_Bps = st.rx_Bps;
   out->bytes_tx = st.bytes_tx;

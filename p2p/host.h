@@ -31,6 +31,7 @@
 #include "p2p/frame.h"
 #include "p2p/identity.h"
 #include "p2p/link.h"
+#include "p2p/relay.h"
 #include "util/addr.h"
 #include "util/log.h"
 
@@ -75,6 +76,7 @@ typedef struct p2p_host_config {
   const p2p_links *links;   /* link emulation; NULL = off. Must outlive the host */
   const gw_log *log;
   const char *agent;
+  p2p_relay_config relay; /* serving as a relay (with a listener only) and its limits */
 } p2p_host_config;
 
 typedef struct p2p_peer_stats {
@@ -88,6 +90,8 @@ typedef struct p2p_peer_stats {
   uint64_t bytes_tx, bytes_rx, frames_tx, frames_rx; /* current session */
   size_t queued_bytes, queued_frames;
   uint64_t connected_ms; /* how long the current session has been up */
+  bool relayed;               /* the current session runs through a relay circuit */
+  uint8_t session_hash[32];   /* the current session's handshake hash (the same on both ends) */
 } p2p_peer_stats;
 
 /* Defaults: 64 MiB frames, 256 MiB queue, 1 MiB low water, connect 5 s,
@@ -122,6 +126,20 @@ int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out)
 size_t p2p_host_session_count(const p2p_host *h);
 /* Connected peers, up to max; returns how many are connected. */
 size_t p2p_host_peers(const p2p_host *h, gw_peer *out, size_t max);
+
+/* ---- relay circuits (p2p/relay.h, docs/RELAY.md) ----
+ * Keeps a session to target_id through the relay at relay_addr, like
+ * p2p_host_connect (redials with backoff until disconnect). The session is
+ * end-to-end: the handshake expects target_id, the relay only moves sealed
+ * bytes. A refusal (no reservation, limits) is a failed dial whose reason
+ * is the relay's. relay_id is for the caller's bookkeeping (the circuit
+ * address); the relay's identity does not matter to the session. */
+int p2p_host_connect_via(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr, const gw_id *target_id);
+/* Keeps a session to the relay and a reservation on it (renewed halfway
+ * to expiry, asked again when the session comes back), so that peers can
+ * reach us at relay_id@relay_addr/p2p-circuit/our-id. */
+int p2p_host_relay_reserve(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr);
+void p2p_host_relay_stats(const p2p_host *h, p2p_relay_stats *out);
 
 /* Says goodbye on every session, waits for them to flush (bounded by the
  * goodbye timeout), closes everything and frees the host, then calls done.

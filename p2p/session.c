@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "p2p/relay.h"
 #include "p2p/sockaddr.h"
 #include "proto/gwtf.pb-c.h"
 #include "proto/p2p.pb-c.h"
@@ -17,8 +18,12 @@
 /* EWMA weight of a new throughput sample. */
 #define RATE_ALPHA (0.25)
 #define AGENT_MAX (P2P_AGENT_MAX)
+/* Relay legs read in slices of this size, each handed on whole (no copy). */
+#define PIPE_READ_BYTES ((size_t)64 << 10)
 
-enum state { S_CONNECTING, S_HANDSHAKE, S_HEADER, S_HELLO, S_UP, S_CLOSING };
+/* S_PREFACE: a relay leg waiting for the relay's status (p2p/relay.h).
+ * S_PIPE: a relay leg on the relay itself: raw bytes in and out. */
+enum state { S_CONNECTING, S_PREFACE, S_HANDSHAKE, S_HEADER, S_HELLO, S_UP, S_PIPE, S_CLOSING };
 
 /* One sealed frame (or raw handshake bytes) waiting for the socket. */
 typedef struct txframe {
@@ -76,6 +81,12 @@ struct p2p_session {
   p2p_session_stats stats;
   int goodbye_reason_rx;
   char addr_str[GW_ADDR_STRLEN];
+
+  /* Relay circuits (p2p/relay.h). */
+  bool via;         /* dialled through a relay: preface, status, then the handshake */
+  bool pipe;        /* became a relay pipe (stays true while closing) */
+  bool pipe_paused; /* pipe mode: reading stopped (backpressure, rate limit) */
+  uint8_t preface[P2P_RELAY_PREFACE_BYTES];
 };
 
 static void session_close_now(p2p_session *s, p2p_end end, int err, const char *why);
@@ -234,7 +245,7 @@ static void on_write(uv_write_t *req, int status) {
   if (f->done == f->len) frame_written(s, f);
   if (s->above_low && s->stats.queued_bytes <= s->cfg.low_water) {
     s->above_low = false;
-    if (s->cbs.drained && s->state == S_UP && !s->finishing) s->cbs.drained(s);
+    if (s->cbs.drained && (s->state == S_UP || s->state == S_PIPE) && !s->finishing) s->cbs.drained(s);
   }
   /* After a goodbye: send FIN once flushed, then wait for the peer's EOF
    * so that our last frames are read rather than reset away. */
@@ -306,8 +317,8 @@ static void on_timer(uv_timer_t *t) {
   } else if (s->state < S_UP) {
     /* An inbound connection that never finished its handshake is a bad
      * peer; an outbound one is a failed dial the host reports. */
-    session_close_now(s, s->info.role == P2P_RESPONDER ? P2P_END_REJECTED : P2P_END_LOST, GW_ETIMEDOUT,
-                      "handshake-timeout");
+    session_close_now(s, s->info.role == P2P_RESPONDER && !s->via ? P2P_END_REJECTED : P2P_END_LOST, GW_ETIMEDOUT,
+                      s->state == S_PREFACE ? "relay-timeout" : "handshake-timeout");
   }
 }
 
@@ -326,9 +337,12 @@ static int send_hello(p2p_session *s) {
   return seal_and_queue(s, &m, false, P2P_MAX_FRAME_MIN);
 }
 
+static bool relay_preface(p2p_session *s, const uint8_t *rec);
+
 static void handshake_step(p2p_session *s, const uint8_t *rec) {
   uint8_t out[P2P_HS_MAX_MSG_BYTES];
   size_t out_len = 0;
+  if (relay_preface(s, rec)) return;
   int rc = p2p_hs_read(&s->hs, rec, out, &out_len);
   if (rc != 0) {
     s->info.peer_id = s->hs.peer_id; /* who answered, when we got that far: for the log line */
@@ -372,7 +386,7 @@ static void got_hello(p2p_session *s, p2p_head *h) {
     session_close_now(s, P2P_END_REJECTED, GW_EPROTO, "expected-hello");
     return;
   }
-  if (hello->listen_port > 0 && hello->listen_port <= 65535) {
+  if (hello->listen_port > 0 && hello->listen_port <= 65535 && !s->info.relayed) { /* relayed: remote is the relay */
     s->info.listen = s->info.remote;
     s->info.listen.port = (uint16_t)hello->listen_port;
   }
@@ -447,11 +461,14 @@ static void got_payload(p2p_session *s, uint8_t *rec, size_t len) {
   if (s->state != S_CLOSING) p2p_rx_expect_head(&s->rx);
 }
 
+static void got_relay_status(p2p_session *s, const uint8_t *rec);
+
 static void got_record(p2p_session *s) {
   uint8_t *rec;
   size_t len;
   p2p_rx_record(&s->rx, &rec, &len);
   switch (s->state) {
+  case S_PREFACE: got_relay_status(s, rec); break;
   case S_HANDSHAKE: handshake_step(s, rec); break;
   case S_HEADER: got_stream_header(s, rec); break;
   case S_HELLO:
@@ -472,6 +489,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   uint8_t *p;
   size_t n;
+  if (s->state == S_PIPE) { /* each read is handed on whole to the other leg */
+    p = malloc(PIPE_READ_BYTES);
+    *buf = uv_buf_init((char *)p, p ? (unsigned)PIPE_READ_BYTES : 0);
+    return;
+  }
   if (p2p_rx_window(&s->rx, &p, &n)) {
     *buf = uv_buf_init((char *)p, (unsigned)(n > (1u << 30) ? (1u << 30) : n));
     return;
@@ -481,8 +503,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 }
 
 static void on_eof(p2p_session *s, int err) {
-  if (s->state < S_UP) {
-    bool inbound = s->info.role == P2P_RESPONDER;
+  if (s->state == S_PIPE && !s->finishing) {
+    session_close_now(s, P2P_END_LOST, err, err == UV_EOF ? "eof" : "read");
+  } else if (s->state < S_UP) {
+    bool inbound = s->info.role == P2P_RESPONDER && !s->via;
     session_close_now(s, inbound ? P2P_END_REJECTED : P2P_END_LOST, err, "handshake-eof");
   } else if (s->finishing) {
     session_close_now(s, P2P_END_CLOSED, 0, "goodbye");
@@ -493,8 +517,15 @@ static void on_eof(p2p_session *s, int err) {
   }
 }
 
+static void pipe_read(p2p_session *s, ssize_t nread, const uv_buf_t *buf);
+static void pipe_leftover(p2p_session *s, const uint8_t *data, size_t n);
+
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   p2p_session *s = stream->data;
+  if (s->state == S_PIPE) { /* the buffer came from the pipe branch of on_alloc */
+    pipe_read(s, nread, buf);
+    return;
+  }
   if (s->state == S_CLOSING) return;
   if (nread < 0) {
     on_eof(s, (int)nread);
@@ -519,6 +550,10 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     }
     off += (size_t)used;
     if (s->rx.ready) got_record(s);
+    if (s->state == S_PIPE) { /* bytes behind a relay preface belong to the pipe */
+      pipe_leftover(s, s->staging + off, (size_t)nread - off);
+      return;
+    }
   }
 }
 
@@ -583,11 +618,17 @@ int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const
   return 0;
 }
 
+static void relay_connected(p2p_session *s);
+
 static void on_connect(uv_connect_t *req, int status) {
   p2p_session *s = req->data;
   if (s->state == S_CLOSING) return;
   if (status != 0) {
     session_close_now(s, P2P_END_LOST, status, "connect");
+    return;
+  }
+  if (s->via) {
+    relay_connected(s);
     return;
   }
   s->state = S_HANDSHAKE;
@@ -618,6 +659,138 @@ int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, 
   *out = s;
   return 0;
 }
+
+/* ---- relay legs (p2p/relay.h) ----
+ *
+ * Two uses of a session besides the ordinary one. On the relay, an
+ * accepted connection whose first 40 bytes are a relay preface becomes a
+ * pipe: no keys, no frames, raw bytes handed to the relay code and written
+ * as they come. On the two ends of a circuit, a dial "via" a relay first
+ * sends its preface and waits for the relay's status, and only then runs
+ * the ordinary handshake, as initiator (the dialler) or responder (the
+ * target connecting back). */
+
+static bool relay_preface(p2p_session *s, const uint8_t *rec) {
+  if (s->via || s->info.role != P2P_RESPONDER || !s->cbs.preface || !p2p_relay_is_preface(rec)) return false;
+  s->state = S_PIPE;
+  s->pipe = true;
+  uv_timer_stop(&s->timer); /* the relay code owns this connection's deadlines now */
+  s->cbs.preface(s, rec);
+  return true;
+}
+
+static void relay_connected(p2p_session *s) {
+  s->state = S_PREFACE;
+  p2p_rx_expect_raw(&s->rx, P2P_RELAY_STATUS_BYTES);
+  int rc = enqueue_copy(s, s->preface, sizeof(s->preface));
+  /* The relay may wait for the target to connect back before it answers. */
+  if (rc == 0) rc = start_reading(s, s->cfg.connect_timeout_ms + s->cfg.handshake_timeout_ms);
+  if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
+}
+
+static void got_relay_status(p2p_session *s, const uint8_t *rec) {
+  int status = p2p_relay_status_parse(rec);
+  if (status < 0) {
+    session_close_now(s, P2P_END_LOST, GW_EPROTO, "relay-bad-status");
+    return;
+  }
+  if (status != 0) {
+    session_close_now(s, P2P_END_LOST, GW_EPERM, p2p_relay_status_name(status));
+    return;
+  }
+  s->state = S_HANDSHAKE;
+  uv_timer_start(&s->timer, on_timer, s->cfg.handshake_timeout_ms, 0);
+  if (s->info.role == P2P_INITIATOR) {
+    uint8_t msg1[P2P_HS_MSG1_BYTES];
+    p2p_hs_start(&s->hs, msg1);
+    int rc = enqueue_copy(s, msg1, sizeof(msg1));
+    if (rc != 0) {
+      session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
+      return;
+    }
+  }
+  p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
+}
+
+static void pipe_read(p2p_session *s, ssize_t nread, const uv_buf_t *buf) {
+  if (nread > 0 && s->cbs.pipe_data) {
+    s->stats.bytes_rx += (uint64_t)nread;
+    s->stats.last_rx_ns = gw_clock_mono_ns();
+    s->cbs.pipe_data(s, (uint8_t *)buf->base, (size_t)nread); /* the buffer is the callee's now */
+    return;
+  }
+  free(buf->base);
+  if (nread == UV_ENOBUFS)
+    session_close_now(s, P2P_END_LOST, GW_ENOMEM, "out-of-memory");
+  else if (nread < 0)
+    on_eof(s, (int)nread);
+}
+
+static void pipe_leftover(p2p_session *s, const uint8_t *data, size_t n) {
+  if (n == 0 || !s->cbs.pipe_data) return;
+  uint8_t *copy = malloc(n);
+  if (!copy) {
+    session_close_now(s, P2P_END_LOST, GW_ENOMEM, "out-of-memory");
+    return;
+  }
+  memcpy(copy, data, n);
+  s->stats.bytes_rx += n;
+  s->cbs.pipe_data(s, copy, n);
+}
+
+int p2p_session_dial_via(uv_loop_t *loop, const gw_addr *relay, const uint8_t *preface,
+                         p2p_role role, const gw_id *expect, const p2p_session_config *cfg, const p2p_session_cbs *cbs,
+                         void *ud, p2p_session **out) {
+  struct sockaddr_storage ss;
+  if (p2p_addr_to_sockaddr(relay, &ss) != 0) return GW_EINVAL;
+  p2p_session *s;
+  int rc = session_new(loop, cfg, cbs, ud, role, &s);
+  if (rc != 0) return rc;
+  s->state = S_CONNECTING;
+  s->via = true;
+  s->info.relayed = true;
+  s->info.remote = *relay;
+  memcpy(s->preface, preface, sizeof(s->preface));
+  gw_addr_format(relay, s->addr_str);
+  p2p_hs_init(&s->hs, role, cfg->me, role == P2P_INITIATOR ? expect : NULL);
+  s->connect_req.data = s;
+  if ((rc = uv_tcp_connect(&s->connect_req, &s->tcp, (struct sockaddr *)&ss, on_connect)) != 0) {
+    discard(s, rc);
+    return rc;
+  }
+  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
+  *out = s;
+  return 0;
+}
+
+int p2p_session_pipe_write(p2p_session *s, uint8_t *buf, size_t len) {
+  if (s->state != S_PIPE || s->finishing) {
+    free(buf);
+    return GW_ECLOSED;
+  }
+  return enqueue(s, buf, len, false);
+}
+
+void p2p_session_pipe_end(p2p_session *s) {
+  if (s->state != S_PIPE || s->finishing) return;
+  s->finishing = true;
+  uv_timer_start(&s->timer, on_timer, s->cfg.goodbye_timeout_ms, 0);
+  p2p_session_pipe_pause(s, false); /* read on, to see the other side's EOF */
+  if (!s->txq_head) {
+    s->shut = true;
+    if (uv_shutdown(&s->shutdown_req, (uv_stream_t *)&s->tcp, on_shutdown) != 0)
+      session_close_now(s, P2P_END_CLOSED, 0, "closed");
+  }
+}
+
+void p2p_session_pipe_pause(p2p_session *s, bool pause) {
+  if (s->state != S_PIPE || pause == s->pipe_paused) return;
+  s->pipe_paused = pause;
+  int rc = pause ? uv_read_stop((uv_stream_t *)&s->tcp) : uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+  if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "read");
+}
+
+bool p2p_session_is_pipe(const p2p_session *s) { return s->pipe; }
 
 /* ---- API ---- */
 

@@ -54,6 +54,13 @@ typedef struct p2p_session_cbs {
   void (*drained)(p2p_session *s);
   /* Last call. err is 0 or the GW_E / UV_E code behind the end. */
   void (*closed)(p2p_session *s, p2p_end end, int err, const char *why);
+  /* Relay legs (p2p/relay.h); both may be NULL (no relaying).
+   * preface: an accepted connection began with a relay preface
+   * (P2P_RELAY_PREFACE_BYTES) instead of handshake msg1. The session is a
+   * pipe from now on: no handshake, raw bytes both ways.
+   * pipe_data: bytes read on a pipe; buf is malloc'd and the callee's. */
+  void (*preface)(p2p_session *s, const uint8_t *preface);
+  void (*pipe_data)(p2p_session *s, uint8_t *buf, size_t len);
 } p2p_session_cbs;
 
 typedef struct p2p_session_config {
@@ -79,6 +86,7 @@ typedef struct p2p_session_info {
   uint64_t peer_max_frame;
   uint8_t session_hash[32];
   char agent[P2P_AGENT_MAX]; /* the peer's agent string, made safe for log lines */
+  bool relayed;              /* runs through a relay circuit; remote is the relay (p2p/relay.h) */
 } p2p_session_info;
 
 typedef struct p2p_session_stats {
@@ -99,6 +107,25 @@ int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const
 /* Dials addr; expect (may be NULL) is the node ID we mean to reach. */
 int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, const p2p_session_config *cfg,
                      const p2p_session_cbs *cbs, void *ud, p2p_session **out);
+
+/* Relay circuits (p2p/relay.h). Dials the relay, sends the 40-byte preface,
+ * waits for the relay's status (a refusal ends the session, end LOST, with
+ * the status name as `why`), then runs the handshake over the circuit as
+ * role: the dialler is the initiator (expect: the target), the target
+ * connecting back is the responder. */
+int p2p_session_dial_via(uv_loop_t *loop, const gw_addr *relay, const uint8_t *preface, p2p_role role,
+                         const gw_id *expect, const p2p_session_config *cfg, const p2p_session_cbs *cbs, void *ud,
+                         p2p_session **out);
+/* Pipe mode (after `preface`): queues raw bytes, taking buf (freed on error:
+ * GW_ECLOSED when the pipe is closing). */
+int p2p_session_pipe_write(p2p_session *s, uint8_t *buf, size_t len);
+/* Flushes what is queued, then half-closes; the session ends at the peer's
+ * EOF or after the goodbye timeout. */
+void p2p_session_pipe_end(p2p_session *s);
+/* Stops / resumes reading a pipe (backpressure, rate limits). */
+void p2p_session_pipe_pause(p2p_session *s, bool pause);
+/* True once the session became a pipe (also while it closes). */
+bool p2p_session_is_pipe(const p2p_session *s);
 
 /* Seals and queues one message. GW_ECLOSED when not up or closing,
  * GW_ERANGE when larger than the peer accepts, GW_EINVAL, GW_ENOMEM. */
