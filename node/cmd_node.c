@@ -1,4 +1,5 @@
 /* `gwtf node`: run a peer. Option parsing only; node/node.c does the work. */
+#include <arpa/inet.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,7 @@ void cmd_node_help(void) {
          "Runs a peer: listens for encrypted sessions, keeps sessions to the bootstrap\n"
          "peers (reconnecting with backoff), pings them and logs RTT, and logs peers\n"
          "that are lost and that come back. Ctrl-C (SIGINT) or SIGTERM shuts down\n"
-         "cleanly: goodbyes sent, NAT-PMP mappings removed, exit 0.\n\n"
+         "cleanly: goodbyes sent, port mappings removed, exit 0.\n\n"
          "options:\n"
          "  --listen ADDR:PORT         where to accept sessions (default 0.0.0.0:%d;\n"
          "                             port 0 picks a free one; the log says which)\n"
@@ -31,9 +32,13 @@ void cmd_node_help(void) {
          "  --log-level LEVEL          debug, info, warn, error (default info)\n"
          "  --links FILE               emulate link latency/bandwidth (docs/LINKS.md)\n"
          "  --links-bw-scale F         multiply emulated bandwidths by F, e.g. 1/32\n"
-         "  --nat-pmp on|off           ask the router to forward our port (default on;\n"
-         "                             skipped when listening on loopback)\n"
-         "  --nat-pmp-gateway IPV4     gateway to ask instead of the default route's\n"
+         "  --port-mapping auto|pcp|natpmp|upnp|off\n"
+         "                             ask the router to forward our port (TCP and UDP):\n"
+         "                             auto tries PCP, NAT-PMP, then UPnP-IGD (default auto;\n"
+         "                             skipped when listening on loopback). --nat-pmp on|off\n"
+         "                             is an old spelling of natpmp|off\n"
+         "  --port-mapping-gateway IPV4  PCP/NAT-PMP server to ask instead of the default\n"
+         "                             route's gateway (old spelling: --nat-pmp-gateway)\n"
          "  --max-frame BYTES          largest frame accepted (default 64M; K/M/G suffixes)\n"
          "  --ping-interval MS         keepalive ping period (default 5000)\n"
          "  --handshake-timeout MS     drop connections that do not authenticate in time\n"
@@ -58,6 +63,7 @@ enum {
   OPT_LINKS,
   OPT_LINKS_SCALE,
   OPT_NAT,
+  OPT_PORT_MAPPING,
   OPT_NAT_GW,
   OPT_MAX_FRAME,
   OPT_PING,
@@ -108,9 +114,17 @@ static int apply(node_config *cfg, int c, const char *arg) {
     return node_parse_factor(arg, &cfg->links_bw_scale) == 0 ? 0 : bad("--links-bw-scale", arg, "a factor > 0, e.g. 1/32");
   case OPT_NAT:
     if (strcmp(arg, "on") && strcmp(arg, "off")) return bad("--nat-pmp", arg, "on or off");
-    cfg->nat_pmp = strcmp(arg, "on") == 0;
+    cfg->port_mapping = strcmp(arg, "on") == 0 ? P2P_PORTMAP_NATPMP : P2P_PORTMAP_OFF;
     return 0;
-  case OPT_NAT_GW: cfg->nat_gateway = arg; return 0;
+  case OPT_PORT_MAPPING:
+    return p2p_portmap_mode_parse(arg, &cfg->port_mapping) == 0 ? 0
+                                                                 : bad("--port-mapping", arg, "auto, pcp, natpmp, upnp or off");
+  case OPT_NAT_GW: {
+    struct in_addr a;
+    if (inet_pton(AF_INET, arg, &a) != 1) return bad("--port-mapping-gateway", arg, "an IPv4 address");
+    cfg->nat_gateway = arg;
+    return 0;
+  }
   case OPT_MAX_FRAME:
     if (node_parse_size(arg, &size) != 0 || size < P2P_MAX_FRAME_MIN || size > ((uint64_t)1 << 32))
       return bad("--max-frame", arg, "a size between 64K and 4G");
@@ -158,6 +172,8 @@ int cmd_node(int argc, char **argv) {
       {"links-bw-scale", required_argument, 0, OPT_LINKS_SCALE},
       {"nat-pmp", required_argument, 0, OPT_NAT},
       {"nat-pmp-gateway", required_argument, 0, OPT_NAT_GW},
+      {"port-mapping", required_argument, 0, OPT_PORT_MAPPING},
+      {"port-mapping-gateway", required_argument, 0, OPT_NAT_GW},
       {"max-frame", required_argument, 0, OPT_MAX_FRAME},
       {"ping-interval", required_argument, 0, OPT_PING},
       {"handshake-timeout", required_argument, 0, OPT_HS_TIMEOUT},

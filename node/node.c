@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "p2p/link.h"
-#include "p2p/natpmp.h"
+#include "p2p/portmap.h"
 #include "p2p/sockaddr.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -52,7 +52,7 @@ struct node {
   bool identity_created;
   p2p_links *links;
   p2p_host *host;
-  p2p_natpmp *nat;
+  p2p_portmap *nat;
   bool nat_join_printed;
   uv_signal_t sigint, sigterm;
   uv_timer_t resolve_timer;
@@ -61,7 +61,7 @@ struct node {
   void *comp_state[N_COMPONENTS + 1];
   size_t comp_started;
   bool stopping;
-  int stops_pending; /* host and NAT-PMP */
+  int stops_pending; /* host and port mapping */
   int exit_code;
 };
 
@@ -127,7 +127,7 @@ void node_config_defaults(node_config *cfg) {
   gw_addr_parse("0.0.0.0:7447", &cfg->listen);
   cfg->log_level = GW_LOG_INFO;
   cfg->log_format = GW_LOG_TEXT;
-  cfg->nat_pmp = true;
+  cfg->port_mapping = P2P_PORTMAP_AUTO;
   cfg->max_frame = P2P_MAX_FRAME_DEFAULT;
   cfg->ping_interval_ms = 5000;
   cfg->handshake_timeout_ms = 5000;
@@ -138,6 +138,7 @@ p2p_host *node_host(node *n) { return n->host; }
 const p2p_identity *node_identity(const node *n) { return &n->me; }
 const gw_log *node_log(const node *n) { return &n->log; }
 const node_config *node_get_config(const node *n) { return &n->cfg; }
+const p2p_portmap_status *node_portmap_status(const node *n) { return n->nat ? p2p_portmap_get_status(n->nat) : NULL; }
 
 static bool is_unspecified(const gw_addr *a) {
   static const uint8_t zero[16] = {0};
@@ -241,7 +242,11 @@ static void stop_transport(node *n) {
     if (n->boot[i].resolving) uv_cancel((uv_req_t *)&n->boot[i].req);
   n->stops_pending = 1 + (n->host ? 1 : 0) + (n->nat ? 1 : 0);
   if (n->host) p2p_host_close(n->host, transport_stopped, n);
-  if (n->nat) p2p_natpmp_stop(n->nat, transport_stopped, n);
+  if (n->nat) {
+    p2p_portmap *pm = n->nat;
+    n->nat = NULL; /* node_portmap_status() must not see it while it goes */
+    p2p_portmap_stop(pm, transport_stopped, n);
+  }
   transport_stopped(n); /* the extra count keeps this from finishing inside the calls above */
 }
 
@@ -352,29 +357,32 @@ static void print_join_lines(node *n, const gw_addr *bound) {
   }
 }
 
-static void on_nat(void *ud, const p2p_natpmp_status *st) {
+static void on_nat(void *ud, const p2p_portmap_status *st) {
   node *n = ud;
-  if (st->state == P2P_NATPMP_MAPPED && !n->nat_join_printed && st->external_tcp.family) {
+  if (st->state == P2P_PORTMAP_MAPPED && !n->nat_join_printed && st->external_tcp.family) {
+    char where[64];
     n->nat_join_printed = true;
-    print_join(n, &st->external_tcp, " (internet, via NAT-PMP)");
+    snprintf(where, sizeof(where), " (internet, via %s)", st->proto ? st->proto : "port mapping");
+    print_join(n, &st->external_tcp, where);
   }
 }
 
 static void start_nat(node *n, const gw_addr *bound) {
-  if (!n->cfg.nat_pmp) return;
-  /* NAT-PMP maps IPv4 ports: useful for 0.0.0.0, a LAN address, or a
+  if (n->cfg.port_mapping == P2P_PORTMAP_OFF) return;
+  /* Port mapping maps IPv4 ports: useful for 0.0.0.0, a LAN address, or a
    * dual-stack [::] listener; pointless on loopback or a v6-only address. */
   if (is_loopback(bound) || (bound->family == 6 && !is_unspecified(bound))) {
     GW_INFO(&n->log, "nat.skipped", "reason=%s", is_loopback(bound) ? "loopback-listen" : "ipv6-listen");
     return;
   }
-  p2p_natpmp_config nc = {
+  p2p_portmap_config nc = {
+      .mode = n->cfg.port_mapping,
       .tcp_port = bound->port,
       .udp_port = bound->port, /* the DHT's UDP socket shares the port number */
       .gateway = n->cfg.nat_gateway,
       .log = &n->log,
   };
-  if (p2p_natpmp_start(&n->loop, &nc, on_nat, n, &n->nat) != 0) n->nat = NULL;
+  if (p2p_portmap_start(&n->loop, &nc, on_nat, n, &n->nat) != 0) n->nat = NULL;
 }
 
 /* ---- bootstrap peers ---- */

@@ -1,7 +1,7 @@
 /* node/node.h — the peer process: one libuv loop and the layers on it.
  *
  * A node owns the loop, the identity, the log sink, the p2p host (sessions,
- * reconnects, pings, link emulation), NAT-PMP, and the upper layers, which
+ * reconnects, pings, link emulation), port mapping, and the upper layers, which
  * plug in as components: each gets started once the host listens, sees
  * peers come and go, receives the message types of its range, and is
  * stopped (asynchronously, in reverse order) on shutdown. The DHT and the
@@ -10,7 +10,7 @@
  *   static const node_component *const components[] = {&dht_component, &train_component, NULL};
  *
  * Shutdown (SIGINT/SIGTERM or node_stop): components stop in reverse order,
- * then the host says goodbye on every session and NAT-PMP deletes its
+ * then the host says goodbye on every session and port mapping deletes its
  * mappings, both bounded by short timeouts; the loop then runs dry and
  * node_run returns 0. A second signal exits at once. */
 #ifndef GWTF_NODE_NODE_H
@@ -23,6 +23,7 @@
 
 #include "p2p/host.h"
 #include "p2p/identity.h"
+#include "p2p/portmap.h"
 #include "util/addr.h"
 #include "util/log.h"
 
@@ -40,8 +41,8 @@ typedef struct node_config {
   gw_log_format log_format;
   const char *links_path; /* NULL: no link emulation */
   double links_bw_scale;  /* > 0 overrides the file's bandwidth_scale */
-  bool nat_pmp;
-  const char *nat_gateway; /* NULL: the default route's gateway */
+  p2p_portmap_mode port_mapping; /* --port-mapping (default auto) */
+  const char *nat_gateway; /* PCP/NAT-PMP server; NULL: the default route's gateway */
   size_t max_frame;
   uint32_t ping_interval_ms;
   uint32_t handshake_timeout_ms;
@@ -87,6 +88,10 @@ p2p_host *node_host(node *n);
 const p2p_identity *node_identity(const node *n);
 const gw_log *node_log(const node *n);
 const node_config *node_get_config(const node *n);
+/* Where port mapping stands (protocol, external TCP address, lease, state);
+ * NULL when it is off or skipped (loopback listen). Changes are also
+ * logged as nat.* events. */
+const p2p_portmap_status *node_portmap_status(const node *n);
 void node_component_stopped(node *n);
 /* The state a started component keeps (what its start() returned), by name;
  * NULL when there is no such component or it has not started. */

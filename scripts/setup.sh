@@ -29,10 +29,10 @@ while [ $# -gt 0 ]; do
 done
 
 packages=(build-essential cmake pkg-config libuv1-dev libsodium-dev libprotobuf-c-dev
-          protobuf-c-compiler libnatpmp-dev libopenblas-dev libjansson-dev libcmocka-dev
+          protobuf-c-compiler libnatpmp-dev libminiupnpc-dev libopenblas-dev libjansson-dev libcmocka-dev
           python3 dpkg-dev)
 if [ "$test_deps" = 1 ]; then
-  packages+=(valgrind debootstrap)
+  packages+=(valgrind debootstrap iproute2 iptables miniupnpd-iptables)
 fi
 
 missing=()
