@@ -56,6 +56,13 @@ typedef struct conn {
   p2p_session *s;
   target *t;       /* the dial this session is, until it comes up or fails */
   bool handshaking_in; /* counts against max_handshakes */
+  /* A dial-back we make for a peer (p2p/reach.h): never a peer session. */
+  bool probe_out;
+  bool probe_reported;
+  gw_id probe_for;
+  uint64_t probe_nonce;
+  gw_addr probe_addr;
+  bool probe_in; /* a peer's dial-back to us: closed once its Hello is seen */
   struct conn *next;
 } conn;
 
@@ -77,6 +84,9 @@ struct p2p_host {
   unsigned handshakes;
   p2p_relay *relay; /* relay circuits, both roles (p2p/relay.h); NULL when out of memory */
   bool closing;
+  p2p_reach *reach;
+  bool reach_report_due; /* a verdict to hand to cbs.reachability on the next tick */
+  gw_addr reach_external; /* the last mapping given to p2p_host_recheck_reachability */
   void (*done)(void *ud);
   void *done_ud;
 };
@@ -99,6 +109,7 @@ void p2p_host_config_defaults(p2p_host_config *cfg) {
   cfg->backoff_max_ms = 30000;
   cfg->max_handshakes = 64;
   cfg->max_sessions = 1024;
+  cfg->dial_back_timeout_ms = P2P_REACH_DIAL_TIMEOUT_MS;
   cfg->log_rtt = true;
   p2p_relay_config_defaults(&cfg->relay);
 }
@@ -252,6 +263,7 @@ static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const c
             (unsigned long long)(now - p->up_since_ms));
   schedule_redial(h, &p->id);
   if (h->relay) p2p_relay_on_peer_down(h->relay, &p->id);
+  if (h->reach) p2p_reach_peer_down(h->reach, &p->id, now);
   if (h->cbs.peer_down) h->cbs.peer_down(h->cbs.ud, &p->id, reason);
 }
 
@@ -280,6 +292,8 @@ static void become_current(p2p_host *h, peer *p, p2p_session *s) {
   else
     GW_INFO(h->cfg.log, "peer.connected", "peer=\"%s\" addr=%s dir=%s session=\"%s\" agent=%s%s", id, addr, dir,
             sess, info->agent[0] ? info->agent : "-", info->relayed ? " via=relay" : "");
+  /* Over a relay the peer sees the relay, not us: no word on our address. */
+  if (h->reach) p2p_reach_peer_up(h->reach, &p->id, info->relayed ? NULL : &info->observed, now);
   if (h->cbs.peer_up) {
     gw_peer gp = {.id = p->id, .addr = p->addr};
     h->cbs.peer_up(h->cbs.ud, &gp, back);
@@ -320,6 +334,120 @@ static void resolve_duplicate(p2p_host *h, peer *p, p2p_session *nw) {
   p2p_session_goodbye(loser, GWTF__GOODBYE_REASON__GOODBYE_DUPLICATE);
 }
 
+/* ---- dial-back (p2p/reach.h) ---- */
+
+static int reach_request(void *ud, const gw_id *to, uint16_t port, uint64_t nonce) {
+  p2p_host *h = ud;
+  peer *p = find_peer(h, to);
+  if (!p || !p->s || h->closing) return GW_ENOENT;
+  Gwtf__DialBackRequest rq = GWTF__DIAL_BACK_REQUEST__INIT;
+  rq.port = port;
+  rq.nonce = nonce;
+  uint8_t body[32];
+  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_DIAL_BACK, .body = body, .body_len = gwtf__dial_back_request__pack(&rq, body)};
+  char id[GW_ID_SHORT_LEN + 1];
+  gw_id_to_short(to, id);
+  GW_DEBUG(h->cfg.log, "nat.dial_back_asked", "peer=\"%s\" port=%u", id, (unsigned)port);
+  return p2p_session_send(p->s, &m);
+}
+
+static void reach_decided(void *ud, const p2p_reachability *r) {
+  p2p_host *h = ud;
+  (void)r;
+  h->reach_report_due = true; /* callbacks come from the loop, never from inside a p2p_host_* call */
+}
+
+static void send_dial_back_result(p2p_session *s, uint64_t nonce, int status, const gw_addr *dialled) {
+  Gwtf__DialBackResult res = GWTF__DIAL_BACK_RESULT__INIT;
+  res.nonce = nonce;
+  res.status = (Gwtf__DialBackStatus)status;
+  if (dialled && (dialled->family == 4 || dialled->family == 6)) {
+    res.dialled_ip = (ProtobufCBinaryData){dialled->family == 4 ? 4 : 16, (uint8_t *)dialled->ip};
+    res.dialled_port = dialled->port;
+  }
+  uint8_t body[64];
+  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_DIAL_BACK_RESULT, .body = body,
+               .body_len = gwtf__dial_back_result__pack(&res, body)};
+  p2p_session_send(s, &m);
+}
+
+/* Our dial-back for a peer ended: report over its session (if still there). */
+static void probe_done(p2p_host *h, conn *c, bool ok) {
+  c->probe_reported = true;
+  p2p_reach_serve_done(h->reach);
+  char id[GW_ID_SHORT_LEN + 1], addr[GW_ADDR_STRLEN];
+  gw_id_to_short(&c->probe_for, id);
+  gw_addr_format(&c->probe_addr, addr);
+  GW_DEBUG(h->cfg.log, "nat.dial_back", "peer=\"%s\" addr=%s result=%s", id, addr, ok ? "ok" : "failed");
+  if (h->closing) return;
+  peer *p = find_peer(h, &c->probe_for);
+  if (p && p->s && p2p_session_is_up(p->s))
+    send_dial_back_result(p->s, c->probe_nonce,
+                          ok ? GWTF__DIAL_BACK_STATUS__DIAL_BACK_OK : GWTF__DIAL_BACK_STATUS__DIAL_BACK_FAILED,
+                          &c->probe_addr);
+}
+
+/* A peer asks us to dial it back. We dial only the IP its session comes
+ * from (the request has no address to give), expecting its node ID. */
+static void serve_dial_back(p2p_host *h, p2p_session *s, const p2p_msg *msg) {
+  const p2p_session_info *info = p2p_session_get_info(s);
+  Gwtf__DialBackRequest *rq = gwtf__dial_back_request__unpack(NULL, msg->body_len, msg->body);
+  if (!rq) return; /* malformed: not answered */
+  uint32_t port = rq->port;
+  uint64_t nonce = rq->nonce;
+  gwtf__dial_back_request__free_unpacked(rq, NULL);
+  char id[GW_ID_SHORT_LEN + 1];
+  gw_id_to_short(&info->peer_id, id);
+  const char *why = "relayed";
+  /* Over a relay, remote is the relay's address: never dial that. */
+  int rc = info->relayed ? GW_EPERM : p2p_reach_admit(h->reach, &info->peer_id, &info->remote, port, now_ms(), &why);
+  if (rc != 0) {
+    GW_DEBUG(h->cfg.log, "nat.dial_back_refused", "peer=\"%s\" port=%u reason=%s", id, (unsigned)port, why);
+    send_dial_back_result(s, nonce, GWTF__DIAL_BACK_STATUS__DIAL_BACK_REFUSED, NULL);
+    return;
+  }
+  gw_addr target = info->remote;
+  target.port = (uint16_t)port;
+  conn *c = calloc(1, sizeof(*c));
+  if (!c) {
+    p2p_reach_serve_done(h->reach);
+    send_dial_back_result(s, nonce, GWTF__DIAL_BACK_STATUS__DIAL_BACK_REFUSED, NULL);
+    return;
+  }
+  c->h = h;
+  c->probe_out = true;
+  c->probe_for = info->peer_id;
+  c->probe_nonce = nonce;
+  c->probe_addr = target;
+  p2p_session_config scfg = h->scfg;
+  scfg.dial_back_nonce = nonce;
+  scfg.connect_timeout_ms = h->cfg.dial_back_timeout_ms;
+  scfg.handshake_timeout_ms = h->cfg.dial_back_timeout_ms;
+  rc = p2p_session_dial(h->loop, &target, &info->peer_id, &scfg, &session_cbs, c, &c->s);
+  if (rc != 0) {
+    probe_done(h, c, false);
+    free(c);
+    return;
+  }
+  c->next = h->conns;
+  h->conns = c;
+  h->n_conns++;
+}
+
+static void got_dial_back_result(p2p_host *h, const gw_id *from, const p2p_msg *msg) {
+  Gwtf__DialBackResult *res = gwtf__dial_back_result__unpack(NULL, msg->body_len, msg->body);
+  if (!res) return;
+  gw_addr dialled = {0};
+  size_t l = res->dialled_ip.len;
+  if ((l == 4 || l == 16) && res->dialled_port > 0 && res->dialled_port <= 65535) {
+    dialled.family = l == 4 ? 4 : 6;
+    memcpy(dialled.ip, res->dialled_ip.data, l);
+    dialled.port = (uint16_t)res->dialled_port;
+  }
+  p2p_reach_on_result(h->reach, from, res->nonce, (int)res->status, &dialled, now_ms());
+  gwtf__dial_back_result__free_unpacked(res, NULL);
+}
+
 /* ---- session callbacks ---- */
 
 static void on_session_up(p2p_session *s) {
@@ -337,6 +465,23 @@ static void on_session_up(p2p_session *s) {
     c->t = NULL;
   }
   if (h->closing) return;
+  if (c->probe_out) {
+    probe_done(h, c, true);
+    p2p_session_goodbye(s, GWTF__GOODBYE_REASON__GOODBYE_DIAL_BACK);
+    return;
+  }
+  if (info->dial_back_nonce) {
+    /* A dial-back: it proves we are reachable if we asked this peer for it
+     * in the current round; either way it is closed, and it never touches
+     * the peer's real session (no duplicate tie-break, no peer_up). */
+    c->probe_in = true;
+    bool ours = h->reach && p2p_reach_on_probe(h->reach, &info->peer_id, info->dial_back_nonce, now_ms());
+    char id[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&info->peer_id, id);
+    GW_DEBUG(h->cfg.log, "nat.dial_back_in", "peer=\"%s\" expected=%d", id, (int)ours);
+    p2p_session_goodbye(s, GWTF__GOODBYE_REASON__GOODBYE_DIAL_BACK);
+    return;
+  }
   peer *p = get_peer(h, &info->peer_id);
   if (!p) {
     p2p_session_close(s, P2P_END_CLOSED, GW_ENOMEM, "out-of-memory");
@@ -385,7 +530,7 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
   conn *c = conn_of(s);
   p2p_host *h = c->h;
   const gw_id *from = &p2p_session_get_info(s)->peer_id;
-  if (h->closing) return;
+  if (h->closing || c->probe_out || c->probe_in) return; /* a dial-back carries nothing */
   switch (msg->type) {
   case GWTF__MSG_TYPE__MSG_PING: send_pong(s, msg); return;
   case GWTF__MSG_TYPE__MSG_RELAY_RESERVE:
@@ -393,6 +538,16 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
   case GWTF__MSG_TYPE__MSG_RELAY_INCOMING: {
     peer *p = find_peer(h, from);
     if (p && p->s == s && h->relay) p2p_relay_on_message(h->relay, from, msg);
+    return;
+  }
+  case GWTF__MSG_TYPE__MSG_DIAL_BACK: {
+    peer *p = find_peer(h, from);
+    if (p && p->s == s) serve_dial_back(h, s, msg);
+    return;
+  }
+  case GWTF__MSG_TYPE__MSG_DIAL_BACK_RESULT: {
+    peer *p = find_peer(h, from);
+    if (p && p->s == s) got_dial_back_result(h, from, msg);
     return;
   }
   case GWTF__MSG_TYPE__MSG_PONG: {
@@ -434,9 +589,14 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
   unlink_conn(h, c);
   if (c->handshaking_in) h->handshakes--;
   if (p2p_session_is_pipe(s) && h->relay) p2p_relay_on_pipe_closed(h->relay, s, why);
+  if (c->probe_out && !c->probe_reported) probe_done(h, c, false);
   if (h->closing) {
     free(c);
     maybe_finish(h);
+    return;
+  }
+  if (c->probe_out || c->probe_in) {
+    free(c);
     return;
   }
   if (c->t) {
@@ -594,6 +754,14 @@ static void on_tick(uv_timer_t *timer) {
   for (peer *p = h->peers; p && !h->closing; p = p->next) check_peer(h, p, now);
   if (h->closing) return; /* a peer_down callback closed the host */
   if (h->relay) p2p_relay_tick(h->relay, now);
+  p2p_reach_tick(h->reach, now);
+  if (h->reach_report_due) {
+    h->reach_report_due = false;
+    p2p_reachability r;
+    p2p_reach_get(h->reach, &r);
+    if (h->cbs.reachability) h->cbs.reachability(h->cbs.ud, &r);
+    if (h->closing) return;
+  }
   for (target *t = h->targets, *next; t; t = next) {
     next = t->next; /* a failed dial may free t (dialling ourselves) */
     if (!t->dialing && now >= t->next_ms && !target_satisfied(h, t)) dial(h, t);
@@ -662,6 +830,7 @@ static void maybe_finish(p2p_host *h) {
     next = t->next;
     free(t);
   }
+  p2p_reach_free(h->reach);
   p2p_relay_free(h->relay);
   void (*done)(void *) = h->done;
   void *ud = h->done_ud;
@@ -710,7 +879,7 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
   uv_timer_init(loop, &h->tick);
   h->tick.data = h;
   h->open_handles = 1;
-  int rc = cfg->listen.family ? start_listening(h) : 0;
+  int rc = cfg->listen.family ? start_listening(h) : 0, rc_new;
   if (rc != 0) {
     /* The handles close asynchronously; the loop frees the host. */
     h->closing = true;
@@ -720,6 +889,17 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
   }
   h->scfg.listen_port = h->bound.port;
   if (p2p_relay_new(h, &cfg->relay, h->listening, cfg->log, &h->relay) != 0) h->relay = NULL; /* runs without */
+  p2p_reach_config rcfg = {.port = h->bound.port, .log = cfg->log};
+  p2p_reach_io io = {.ud = h, .request = reach_request, .decided = reach_decided};
+  /* A peer's answer waits for its dial-back's connect and handshake. */
+  if (cfg->dial_back_timeout_ms && cfg->dial_back_timeout_ms < 600000)
+    rcfg.result_timeout_ms = 2 * cfg->dial_back_timeout_ms + 3000;
+  if ((rc_new = p2p_reach_new(&rcfg, &io, &h->reach)) != 0) {
+    h->closing = true;
+    if (h->listening) uv_close((uv_handle_t *)&h->listener, on_handle_closed);
+    uv_close((uv_handle_t *)&h->tick, on_handle_closed);
+    return rc_new;
+  }
   uv_timer_start(&h->tick, on_tick, TICK_MS, TICK_MS);
   *out = h;
   return 0;
@@ -820,6 +1000,22 @@ int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out)
 }
 
 size_t p2p_host_session_count(const p2p_host *h) { return h->n_conns; }
+
+void p2p_host_reachability(const p2p_host *h, p2p_reachability *out) { p2p_reach_get(h->reach, out); }
+
+void p2p_host_recheck_reachability(p2p_host *h, const gw_addr *external) {
+  gw_addr ext = external ? *external : (gw_addr){0};
+  /* A renewal of the same mapping changes nothing. */
+  if (h->closing || gw_addr_eq(&ext, &h->reach_external)) return;
+  h->reach_external = ext;
+  uint16_t port = external && external->port ? external->port : h->bound.port;
+  char addr[GW_ADDR_STRLEN] = "-";
+  if (external && external->family) gw_addr_format(external, addr);
+  GW_INFO(h->cfg.log, "nat.recheck", "external=%s port=%u", addr, (unsigned)port);
+  if (port) p2p_reach_recheck(h->reach, port, now_ms());
+}
+
+int p2p_host_observed_addr(const p2p_host *h, gw_addr *out) { return p2p_reach_observed(h->reach, out); }
 
 size_t p2p_host_peers(const p2p_host *h, gw_peer *out, size_t max) {
   size_t n = 0;

@@ -32,6 +32,7 @@
 #include "p2p/identity.h"
 #include "p2p/link.h"
 #include "p2p/relay.h"
+#include "p2p/reach.h"
 #include "util/addr.h"
 #include "util/log.h"
 
@@ -55,6 +56,10 @@ typedef struct p2p_host_cbs {
   /* A peer's write queue drained to low_water after exceeding it: a good
    * moment to send more (backpressure). May be NULL. */
   void (*writable)(void *ud, const gw_id *id);
+  /* A reachability check reached a verdict (p2p/reach.h): public or
+   * private at r->addr, agreed by r->checked_by peers. Comes after every
+   * check, also when the verdict did not change. May be NULL. */
+  void (*reachability)(void *ud, const p2p_reachability *r);
 } p2p_host_cbs;
 
 typedef struct p2p_host_config {
@@ -72,6 +77,7 @@ typedef struct p2p_host_config {
   uint32_t backoff_max_ms;
   uint32_t max_handshakes; /* concurrent inbound handshakes; more are refused */
   uint32_t max_sessions;
+  uint32_t dial_back_timeout_ms; /* connect + handshake bound of a dial-back we make for a peer */
   bool log_rtt;             /* a peer.rtt line per pong */
   const p2p_links *links;   /* link emulation; NULL = off. Must outlive the host */
   const gw_log *log;
@@ -126,6 +132,23 @@ int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out)
 size_t p2p_host_session_count(const p2p_host *h);
 /* Connected peers, up to max; returns how many are connected. */
 size_t p2p_host_peers(const p2p_host *h, gw_peer *out, size_t max);
+
+/* Reachability, measured by dial-back (p2p/reach.h). Once two or more
+ * peers are connected the host asks them to dial it back at its listen
+ * port (or the port given to p2p_host_recheck_reachability), and checks
+ * again when the agreed observed address moves, and every 30 minutes.
+ * The host also serves its peers' dial-back requests (rate-limited; it
+ * dials only the IP their session comes from, and a dial-back connection
+ * never becomes a peer session). */
+void p2p_host_reachability(const p2p_host *h, p2p_reachability *out);
+/* The port mapping changed: external is the mapped address (its port is
+ * where peers should reach us from now on), NULL when the mapping went away
+ * (back to the listen port). Checks again now; the callback reports the
+ * verdict. */
+void p2p_host_recheck_reachability(p2p_host *h, const gw_addr *external);
+/* The IP two or more connected peers agree they see us at (port 0).
+ * GW_ENOENT when they do not agree (yet). */
+int p2p_host_observed_addr(const p2p_host *h, gw_addr *out);
 
 /* ---- relay circuits (p2p/relay.h, docs/RELAY.md) ----
  * Keeps a session to target_id through the relay at relay_addr, like

@@ -330,7 +330,15 @@ static int send_hello(p2p_session *s) {
   h.instance = s->cfg.instance;
   h.agent = (char *)(s->cfg.agent ? s->cfg.agent : "");
   h.max_frame = s->cfg.max_frame;
-  uint8_t body[128 + AGENT_MAX];
+  /* Tell the peer where we see it: with another peer's word, it learns its
+   * external address (p2p/reach.h). */
+  const gw_addr *rem = &s->info.remote;
+  if (!s->info.relayed && (rem->family == 4 || rem->family == 6)) { /* relayed: remote is the relay */
+    h.observed_ip = (ProtobufCBinaryData){rem->family == 4 ? 4 : 16, (uint8_t *)rem->ip};
+    h.observed_port = rem->port;
+  }
+  h.dial_back_nonce = s->cfg.dial_back_nonce;
+  uint8_t body[160 + AGENT_MAX];
   if (gwtf__hello__get_packed_size(&h) > sizeof(body)) h.agent = "";
   size_t n = gwtf__hello__pack(&h, body);
   p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_HELLO, .body = body, .body_len = n};
@@ -391,6 +399,13 @@ static void got_hello(p2p_session *s, p2p_head *h) {
     s->info.listen.port = (uint16_t)hello->listen_port;
   }
   s->info.instance = hello->instance;
+  s->info.dial_back_nonce = hello->dial_back_nonce;
+  size_t ol = hello->observed_ip.len;
+  if ((ol == 4 || ol == 16) && hello->observed_port > 0 && hello->observed_port <= 65535) {
+    s->info.observed.family = ol == 4 ? 4 : 6;
+    memcpy(s->info.observed.ip, hello->observed_ip.data, ol);
+    s->info.observed.port = (uint16_t)hello->observed_port;
+  }
   s->info.peer_max_frame = hello->max_frame < P2P_MAX_FRAME_MIN ? P2P_MAX_FRAME_MIN : hello->max_frame;
   copy_agent(s->info.agent, hello->agent);
   gwtf__hello__free_unpacked(hello, NULL);

@@ -73,6 +73,7 @@ typedef struct p2p_session_config {
   uint16_t listen_port;          /* announced in Hello (0: none) */
   uint64_t instance;             /* announced in Hello */
   const char *agent;             /* announced in Hello */
+  uint64_t dial_back_nonce;      /* announced in Hello: non-zero only on a dial-back (p2p/reach.h) */
   const gw_log *log;
 } p2p_session_config;
 
@@ -87,6 +88,8 @@ typedef struct p2p_session_info {
   uint8_t session_hash[32];
   char agent[P2P_AGENT_MAX]; /* the peer's agent string, made safe for log lines */
   bool relayed;              /* runs through a relay circuit; remote is the relay (p2p/relay.h) */
+  gw_addr observed;          /* where the peer says it sees us (its word only); family 0: not told */
+  uint64_t dial_back_nonce;  /* non-zero: the peer opened this session as a dial-back */
 } p2p_session_info;
 
 typedef struct p2p_session_stats {
