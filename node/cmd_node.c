@@ -48,7 +48,13 @@ void cmd_node_help(void) {
          "  --record-ttl SEC           lifetime of our DHT records (default 1800); they are\n"
          "                             republished every SEC/2 while the node runs\n"
          "  --dht-stats SEC            log the routing-table size and stored records every\n"
-         "                             SEC seconds (default %d)\n",
+         "                             SEC seconds (default %d)\n"
+         "  --relay on|off             relay circuits for peers that cannot be dialled\n"
+         "                             (default on; only with a listener; docs/RELAY.md)\n"
+         "  --relay-max-circuits N     circuits relayed at once (default 16)\n"
+         "  --relay-max-bytes-per-s B  per circuit, both directions (default 16M; 0: no limit)\n"
+         "  --relay-max-bytes B        per circuit, then it is closed (default 8G; 0: no limit)\n"
+         "  --relay-circuit-lifetime-s SEC  per circuit (default 21600; 0: no limit)\n",
          NODE_DEFAULT_PORT, dir, DHT_NODE_STATS_MS / 1000);
   train_node_print_help();
 }
@@ -71,6 +77,11 @@ enum {
   OPT_ANNOUNCE,
   OPT_RECORD_TTL,
   OPT_DHT_STATS,
+  OPT_RELAY,
+  OPT_RELAY_MAX_CIRCUITS,
+  OPT_RELAY_MAX_BPS,
+  OPT_RELAY_MAX_BYTES,
+  OPT_RELAY_LIFETIME,
 };
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -84,6 +95,36 @@ static int parse_ms(const char *s, uint32_t lo, uint32_t *out) {
   if (end == s || *end || v < lo || v > 3600000) return GW_EINVAL;
   *out = (uint32_t)v;
   return 0;
+}
+
+/* The --relay* options (p2p/relay.h); returns 0 or an exit code. */
+static int apply_relay(p2p_relay_config *r, int c, const char *arg) {
+  uint64_t v;
+  char *end = NULL;
+  switch (c) {
+  case OPT_RELAY:
+    if (strcmp(arg, "on") && strcmp(arg, "off")) return bad("--relay", arg, "on or off");
+    r->enabled = strcmp(arg, "on") == 0;
+    return 0;
+  case OPT_RELAY_MAX_CIRCUITS:
+    v = strtoull(arg, &end, 10);
+    if (end == arg || *end || v > 65535) return bad("--relay-max-circuits", arg, "a count from 0 to 65535");
+    r->max_circuits = (uint32_t)v;
+    return 0;
+  case OPT_RELAY_MAX_BPS:
+  case OPT_RELAY_MAX_BYTES:
+    if (node_parse_size(arg, &v) != 0)
+      return bad(c == OPT_RELAY_MAX_BPS ? "--relay-max-bytes-per-s" : "--relay-max-bytes", arg,
+                 "bytes, K/M/G suffixes, 0 for no limit");
+    *(c == OPT_RELAY_MAX_BPS ? &r->max_bytes_per_s : &r->max_bytes) = v;
+    return 0;
+  case OPT_RELAY_LIFETIME:
+    v = strtoull(arg, &end, 10);
+    if (end == arg || *end || v > 30 * 86400) return bad("--relay-circuit-lifetime-s", arg, "seconds, 0 to 2592000");
+    r->circuit_lifetime_s = (uint32_t)v;
+    return 0;
+  default: return 2;
+  }
 }
 
 /* One option into cfg; returns 0 or an exit code. */
@@ -156,6 +197,11 @@ static int apply(node_config *cfg, int c, const char *arg) {
     cfg->dht_stats_ms = s * 1000;
     return 0;
   }
+  case OPT_RELAY:
+  case OPT_RELAY_MAX_CIRCUITS:
+  case OPT_RELAY_MAX_BPS:
+  case OPT_RELAY_MAX_BYTES:
+  case OPT_RELAY_LIFETIME: return apply_relay(&cfg->relay, c, arg);
   default: return 2;
   }
 }
@@ -180,6 +226,11 @@ int cmd_node(int argc, char **argv) {
       {"announce", required_argument, 0, OPT_ANNOUNCE},
       {"record-ttl", required_argument, 0, OPT_RECORD_TTL},
       {"dht-stats", required_argument, 0, OPT_DHT_STATS},
+      {"relay", required_argument, 0, OPT_RELAY},
+      {"relay-max-circuits", required_argument, 0, OPT_RELAY_MAX_CIRCUITS},
+      {"relay-max-bytes-per-s", required_argument, 0, OPT_RELAY_MAX_BPS},
+      {"relay-max-bytes", required_argument, 0, OPT_RELAY_MAX_BYTES},
+      {"relay-circuit-lifetime-s", required_argument, 0, OPT_RELAY_LIFETIME},
       {"help", no_argument, 0, 'h'},
       {0},
   };

@@ -131,6 +131,7 @@ void node_config_defaults(node_config *cfg) {
   cfg->max_frame = P2P_MAX_FRAME_DEFAULT;
   cfg->ping_interval_ms = 5000;
   cfg->handshake_timeout_ms = 5000;
+  p2p_relay_config_defaults(&cfg->relay);
 }
 
 uv_loop_t *node_loop(node *n) { return &n->loop; }
@@ -449,6 +450,18 @@ static int start_bootstrap(node *n) {
 
 /* ---- run ---- */
 
+/* Relay limits from the command line. A node without a listener cannot
+ * relay (nobody could reach it), whatever --relay says; the host knows. */
+static void relay_wire(const node *n, p2p_host_config *hc) {
+  hc->relay = n->cfg.relay;
+  if (!hc->relay.enabled || !hc->listen.family) return;
+  const p2p_relay_config *r = &hc->relay;
+  GW_DEBUG(&n->log, "relay.serving",
+           "max_reservations=%u max_circuits=%u max_bytes_per_s=%llu max_bytes=%llu circuit_lifetime_s=%u",
+           r->max_reservations, r->max_circuits, (unsigned long long)r->max_bytes_per_s, (unsigned long long)r->max_bytes,
+           r->circuit_lifetime_s);
+}
+
 static int start_host(node *n, gw_addr *bound) {
   p2p_host_config hc;
   p2p_host_config_defaults(&hc);
@@ -461,6 +474,7 @@ static int start_host(node *n, gw_addr *bound) {
   hc.links = n->links;
   hc.log = &n->log;
   hc.agent = "gwtf/" GWTF_VERSION;
+  relay_wire(n, &hc);
   p2p_host_cbs cbs = {.ud = n, .peer_up = on_peer_up, .peer_down = on_peer_down, .message = on_message,
                       .writable = on_writable};
   int rc = p2p_host_new(&n->loop, &hc, &cbs, &n->host);

@@ -54,6 +54,7 @@ typedef struct node_config {
   const char *announce[NODE_MAX_ANNOUNCE];
   size_t n_announce;
   uint32_t dht_stats_ms; /* period of the dht.stats log line (0: DHT_NODE_STATS_MS) */
+  p2p_relay_config relay; /* --relay*: serving as a relay for private peers (p2p/relay.h) */
 } node_config;
 
 typedef struct node node;
