@@ -109,6 +109,20 @@ const uint8_t *dht_cookie_for(dht *d, const gw_peer *p) {
   return c && c->has_cookie && gw_addr_eq(&c->peer.addr, &p->addr) ? c->cookie : NULL;
 }
 
+static bool is_client(const dht *d) { return d->client_mode || d->cfg.client_only; }
+
+/* A sender marked `client` never enters our table; one that is there (it
+ * was reachable before) leaves it, and a replacement takes its slot. */
+static void drop_client(dht *d, const gw_peer *from) {
+  d->st.client_senders++;
+  if (dht_routing_find(&d->rt, &from->id)) {
+    dht_routing_remove(&d->rt, &from->id);
+    char id[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&from->id, id);
+    GW_DEBUG(d->cfg.log, "dht.client_dropped", "peer=\"%s\"", id);
+  }
+}
+
 static int find_rpc(const dht *d, uint64_t txid) {
   for (size_t i = 0; i < d->n_rpcs; i++)
     if (d->rpcs[i].txid == txid) return (int)i;
@@ -168,6 +182,7 @@ int dht_rpc_send(dht *d, const gw_peer *to, dht_msg *m, const uint8_t *cookie, s
   do rnd(d, &txid, sizeof(txid));
   while (txid == 0 || find_rpc(d, txid) >= 0);
   m->txid = txid;
+  m->client = is_client(d);
   m->cookie = cookie ? (ProtobufCBinaryData){DHT_COOKIE_BYTES, (uint8_t *)cookie} : (ProtobufCBinaryData){0};
   m->your_cookie = (ProtobufCBinaryData){0};
   if (!gw_id_is_zero(&to->id)) {
@@ -309,7 +324,9 @@ static void handle_request(dht *d, const gw_peer *from, const dht_msg *m, size_t
   dht_contact *c = dht_routing_find(&d->rt, &from->id);
   bool known = c && gw_addr_eq(&c->peer.addr, &from->addr);
   bool proven = known || dht_cookie_check(&d->guard, from, m->cookie.data, m->cookie.len);
-  if (known)
+  if (m->client)
+    drop_client(d, from); /* answered, never verified nor added */
+  else if (known)
     c->last_seen_ms = now_ms;
   else
     consider_verify(d, from, c, now_ms);
@@ -319,6 +336,7 @@ static void handle_request(dht *d, const gw_peer *from, const dht_msg *m, size_t
   dht_msg r = GWTF__DHT_MESSAGE__INIT;
   r.kind = (Gwtf__DhtKind)dht_wire_reply_kind(m->kind);
   r.txid = m->txid;
+  r.client = is_client(d);
   dht_cookie_make(&d->guard, from, your);
   r.your_cookie = (ProtobufCBinaryData){DHT_COOKIE_BYTES, your};
   fill_reply(d, &sp, &r, m, from, proven, now_ms);
@@ -384,7 +402,10 @@ static void handle_reply(dht *d, const gw_peer *from, const dht_msg *m, size_t l
   rpc_remove(d, (size_t)i);
   d->st.replies_in++;
   rtt_sample(d, now_ms - rpc.sent_at);
-  learn(d, from, m, now_ms);
+  if (m->client)
+    drop_client(d, from); /* its answer still serves the lookup; it is just not a contact */
+  else
+    learn(d, from, m, now_ms);
   if (m->kind == GWTF__DHT_KIND__DHT_PONG) vote_observed(d, from, m->observed);
   dht_lookup *lk = rpc.lookup ? dht_lookup_by_serial(d, rpc.lookup) : NULL;
   switch (rpc.purpose) {
@@ -627,6 +648,22 @@ int dht_bootstrap(dht *d, const gw_peer *seeds, size_t n, uint64_t now_ms) {
 }
 
 bool dht_joined(const dht *d) { return d->joined; }
+
+bool dht_client_mode(const dht *d) { return is_client(d); }
+
+void dht_set_client_mode(dht *d, bool on, uint64_t now_ms) {
+  if (d->client_mode == on) return;
+  d->client_mode = on;
+  size_t told = 0;
+  if (on) {
+    /* Whoever added us while we looked reachable hears the flag now. */
+    gw_peer peers[128];
+    size_t n = dht_routing_recent(&d->rt, peers, sizeof(peers) / sizeof(peers[0]));
+    for (size_t i = 0; i < n; i++) told += send_ping(d, &peers[i], RPC_OBSERVE, now_ms) == 0;
+  }
+  GW_INFO(d->cfg.log, "dht.client_mode", "on=%s told=%zu", on ? "true" : "false", told);
+  dht_arm(d, now_ms);
+}
 const gw_id *dht_id(const dht *d) { return &d->self; }
 
 size_t dht_contacts(const dht *d, gw_peer *out, size_t max) { return dht_routing_recent(&d->rt, out, max); }

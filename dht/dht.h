@@ -73,7 +73,7 @@ typedef struct dht_config {
    * wall clock at now_ms = 0. */
   uint64_t seq_base;
   bool allow_loopback;        /* accept 127.0.0.0/8 contacts (local swarms, tests) */
-  bool client_only;           /* never answer requests: a brief visitor (`gwtf lookup`) stays out of tables */
+  bool client_only;           /* never answer requests: a brief visitor (`gwtf lookup`); marks its messages `client` */
   /* Incoming requests per second (rate) and bucket depth (burst), globally and
    * per source IP [400/800 and 50/100]; UINT32_MAX rate disables a limit. */
   uint32_t rate_global, burst_global, rate_ip, burst_ip;
@@ -118,6 +118,7 @@ typedef struct dht_stats {
   uint64_t requests_in, replies_in;
   uint64_t dropped_malformed, dropped_unexpected, dropped_rate, dropped_martian;
   uint64_t rpcs_sent, rpc_timeouts, records_rejected, lookups_done;
+  uint64_t client_senders; /* messages from nodes marked client: never added to the table */
 } dht_stats;
 
 int dht_new(const dht_config *cfg, uint64_t now_ms, dht **out);
@@ -151,6 +152,16 @@ const gw_id *dht_id(const dht *d);
 void dht_get_stats(const dht *d, dht_stats *out);
 /* Up to max good contacts, most recently seen first (for the contacts file). */
 size_t dht_contacts(const dht *d, gw_peer *out, size_t max);
+/* Client mode (a node the p2p reachability check found private, see
+ * p2p/reach.h): every message we send is marked `client`, so other nodes
+ * never put us in their routing tables (and drop us where we are), while we
+ * still look up, fetch, publish and store our own records, and still answer
+ * requests. Switching on pings our contacts once so that nodes that had
+ * added us drop us now. Nodes receiving a `client` message never add its
+ * sender and remove it if present (a node that went private). */
+void dht_set_client_mode(dht *d, bool on, uint64_t now_ms);
+bool dht_client_mode(const dht *d);
+
 /* Our address as other nodes see it (most common answer in recent PONGs).
  * GW_ENOENT when nobody told us yet. */
 int dht_observed_addr(const dht *d, gw_addr *out);

@@ -114,6 +114,7 @@ struct dht {
   uint64_t boot_at, boot_backoff;
   uint64_t rejoin_at, rejoin_backoff; /* self-lookup again while the table is thin */
   bool joined;
+  bool client_mode; /* dht_set_client_mode: our messages are marked `client` */
   bool seed_answered; /* until one has, joining through newcomers may be an island */
   uint64_t last_seq;
   uint64_t armed_at; /* the tick we asked for; UINT64_MAX: none */

@@ -277,7 +277,9 @@ void dht_lookup_on_reply(dht *d, dht_lookup *lk, const dht_rpc *rpc, const gw_pe
       c->has_cookie = true;
     }
     if (lk->kind == LK_VALUES) again = take_records(d, lk, c, m, now_ms);
-    c->state = CAND_DONE;
+    /* A client's answer is used (its contacts and records) but it is not a
+     * result: nobody should store on, or route to, a node others cannot reach. */
+    c->state = m->client ? CAND_FAILED : CAND_DONE;
   }
   for (size_t i = 0; i < m->n_nodes; i++) {
     gw_peer p;
@@ -286,7 +288,7 @@ void dht_lookup_on_reply(dht *d, dht_lookup *lk, const dht_rpc *rpc, const gw_pe
   /* The node holds more records: ask for the next page (with the cookie it
    * just gave us, so the page can be full size). */
   c = again ? cand_find(lk, &from->id) : NULL;
-  if (c && ask(d, lk, c, now_ms) != 0) c->state = CAND_DONE;
+  if (c && ask(d, lk, c, now_ms) != 0) c->state = m->client ? CAND_FAILED : CAND_DONE;
   progress(d, lk, now_ms);
 }
 

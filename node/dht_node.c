@@ -156,6 +156,14 @@ const node_component dht_component = {
     .stop = comp_stop,
 };
 
+void dht_node_set_client_mode(node *n, bool on) {
+  dht_runtime *rt = node_dht(n);
+  if (!rt || dht_client_mode(dht_runtime_dht(rt)) == on) return;
+  /* Stage announcements of a private node should carry relay addresses
+   * instead of its direct one: that is the relay work's (issue 16). */
+  dht_set_client_mode(dht_runtime_dht(rt), on, dht_runtime_now(rt));
+}
+
 dht_runtime *node_dht(node *n) {
   dht_node *s = node_component_state(n, "dht");
   return s ? s->rt : NULL;

@@ -20,6 +20,11 @@ extern const node_component dht_component;
 /* The node's DHT runtime, NULL before the component started. */
 dht_runtime *node_dht(node *n);
 
+/* Client mode on or off (dht_set_client_mode): node.c switches it on when
+ * the reachability check (p2p/reach.h) says this node is private, and off
+ * when it says public. No-op before the component started. */
+void dht_node_set_client_mode(node *n, bool on);
+
 /* Parses an --announce value "RUN:STAGE" into run (room for run_len bytes)
  * and stage. Returns 0 or GW_EINVAL. */
 int dht_node_parse_announce(const char *spec, char *run, size_t run_len, uint32_t *stage);

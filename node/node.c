@@ -313,6 +313,13 @@ static void on_message(void *ud, const gw_id *from, p2p_msg *msg) {
   GW_DEBUG(&n->log, "msg.unrouted", "peer=\"%s\" type=%u bytes=%zu", id, msg->type, msg->body_len + msg->data_len);
 }
 
+/* Reachability decides the DHT's mode: a node others cannot dial stays
+ * out of their routing tables (p2p/reach.h, dht_set_client_mode). */
+static void on_reachability(void *ud, const p2p_reachability *r) {
+  node *n = ud;
+  if (r->status != P2P_REACH_UNKNOWN) dht_node_set_client_mode(n, r->status == P2P_REACH_PRIVATE);
+}
+
 static void on_writable(void *ud, const gw_id *id) {
   node *n = ud;
   for (size_t i = 0; i < n->comp_started; i++)
@@ -366,6 +373,8 @@ static void on_nat(void *ud, const p2p_portmap_status *st) {
     snprintf(where, sizeof(where), " (internet, via %s)", st->proto ? st->proto : "port mapping");
     print_join(n, &st->external_tcp, where);
   }
+  if (n->host && !n->stopping) /* a new or lost mapping: reachability is measured again */
+    p2p_host_recheck_reachability(n->host, st->state == P2P_PORTMAP_MAPPED ? &st->external_tcp : NULL);
 }
 
 static void start_nat(node *n, const gw_addr *bound) {
@@ -476,7 +485,7 @@ static int start_host(node *n, gw_addr *bound) {
   hc.agent = "gwtf/" GWTF_VERSION;
   relay_wire(n, &hc);
   p2p_host_cbs cbs = {.ud = n, .peer_up = on_peer_up, .peer_down = on_peer_down, .message = on_message,
-                      .writable = on_writable};
+                      .writable = on_writable, .reachability = on_reachability};
   int rc = p2p_host_new(&n->loop, &hc, &cbs, &n->host);
   if (rc != 0) {
     char addr[GW_ADDR_STRLEN];

@@ -334,6 +334,89 @@ static void test_free_cancels(void **state) {
   tn_free(&t);
 }
 
+/* Whether node i's routing table lists `who`. */
+static bool holds(testnet *t, size_t i, const gw_id *who) {
+  gw_peer got[256];
+  size_t n = dht_contacts(t->nodes[i], got, 256);
+  for (size_t j = 0; j < n && j < 256; j++)
+    if (gw_id_eq(&got[j].id, who)) return true;
+  return false;
+}
+
+/* DHT client mode (private nodes, p2p/reach.h): 30 public nodes and 6
+ * clients that join, look up, publish and fetch, yet are in nobody's table
+ * and never a lookup's answer. Then a public node turns client and every
+ * node that had it drops it. */
+static void test_client_mode(void **state) {
+  (void)state;
+  testnet t;
+  const size_t pub = 30, clients = 6;
+  tn_init(&t, pub, SEED + 7, NULL, NULL);
+  tn_join_all(&t, 20, 60000);
+  for (size_t i = 0; i < clients; i++) {
+    size_t c = tn_add(&t, SEED + 7);
+    dht_set_client_mode(t.nodes[c], true, sim_now(t.s));
+    tn_bootstrap(&t, c, (size_t)gw_rng_below(sim_rng(t.s), pub), false);
+  }
+  tn_all all = {&t, pub, pub + clients};
+  assert_true(sim_run_while_not(t.s, tn_all_joined, &all, sim_now(t.s) + 60000));
+  /* Everyone publishes; the network keeps working for a while (refreshes,
+   * republication). */
+  gw_id key;
+  gw_id_hash_str("run/private/stage/0", &key);
+  for (size_t i = 0; i < t.n; i++) {
+    char v[32];
+    snprintf(v, sizeof(v), "node-%zu", i);
+    assert_int_equal(dht_publish(t.nodes[i], &key, (const uint8_t *)v, strlen(v), NULL, NULL, sim_now(t.s)), 0);
+  }
+  sim_run_until(t.s, sim_now(t.s) + 11 * 60 * 1000);
+  for (size_t c = pub; c < t.n; c++) {
+    for (size_t i = 0; i < t.n; i++)
+      if (i != c) assert_false(holds(&t, i, &t.ids[c]->id));
+    /* A client still knows the network. */
+    dht_stats st;
+    dht_get_stats(t.nodes[c], &st);
+    assert_true(st.good_contacts >= 10);
+  }
+  /* Lookups from public nodes and from clients find the closest public
+   * node, never a client. */
+  gw_rng *rng = sim_rng(t.s);
+  for (int q = 0; q < 20; q++) {
+    gw_id target;
+    gw_rng_bytes(rng, target.b, sizeof(target.b));
+    size_t from = q % 2 ? pub + (size_t)gw_rng_below(rng, clients) : (size_t)gw_rng_below(rng, pub);
+    tn_nodes_result r = {0};
+    assert_int_equal(dht_find_node(t.nodes[from], &target, tn_on_nodes, &r, sim_now(t.s)), 0);
+    run_until_flag(&t, &r.done, 10000);
+    assert_int_equal(r.status, 0);
+    for (size_t k = 0; k < r.n; k++)
+      for (size_t c = pub; c < t.n; c++) assert_false(gw_id_eq(&r.closest[k].id, &t.ids[c]->id));
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < pub; i++)
+      if (i != from && (best == SIZE_MAX || dht_dist_cmp(&target, &t.ids[i]->id, &t.ids[best]->id) < 0)) best = i;
+    assert_true(gw_id_eq(&r.closest[0].id, &t.ids[best]->id));
+  }
+  /* Every record is there, clients' included, fetched by a public node
+   * and by a client. */
+  size_t readers[2] = {3, pub + 1};
+  for (size_t k = 0; k < 2; k++) {
+    tn_records_result r = fetch(&t, readers[k], &key);
+    assert_int_equal(r.status, 0);
+    assert_int_equal(r.n, t.n);
+  }
+  /* A public node goes private: the nodes that had it drop it. */
+  size_t x = 5;
+  size_t had = 0;
+  for (size_t i = 0; i < t.n; i++) had += i != x && holds(&t, i, &t.ids[x]->id);
+  assert_true(had > 0);
+  dht_set_client_mode(t.nodes[x], true, sim_now(t.s));
+  sim_run_until(t.s, sim_now(t.s) + 11 * 60 * 1000);
+  for (size_t i = 0; i < t.n; i++)
+    if (i != x) assert_false(holds(&t, i, &t.ids[x]->id));
+  assert_int_equal(sim_get_stats(t.s)->refused_size, 0);
+  tn_free(&t);
+}
+
 int main(void) {
   if (p2p_crypto_init() != 0) return 1;
   const struct CMUnitTest tests[] = {
@@ -345,6 +428,7 @@ int main(void) {
       cmocka_unit_test(test_stage_keys),
       cmocka_unit_test(test_stage_directory),
       cmocka_unit_test(test_free_cancels),
+      cmocka_unit_test(test_client_mode),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -511,6 +511,135 @@ static void test_client_only_and_martians(void **state) {
   probe_free(&p);
 }
 
+/* Client mode (a node the reachability check found private): its messages
+ * are marked `client`, and nobody puts it in a routing table. */
+static void test_client_senders_stay_out(void **state) {
+  (void)state;
+  probe p;
+  probe_init(&p, 12, NULL);
+  p2p_identity u_id = tn_identity(13, 1);
+  gw_peer u = tn_peer(&u_id, 7);
+  /* 1. An unknown client's request is answered, but it is not asked to
+   * prove its address (that is how a node enters a table). */
+  dht_msg ping = GWTF__DHT_MESSAGE__INIT;
+  ping.kind = GWTF__DHT_KIND__DHT_PING;
+  ping.txid = 77;
+  ping.client = true;
+  uint8_t pad[64] = {0};
+  ping.padding = (ProtobufCBinaryData){sizeof(pad), pad};
+  probe_feed(&p, &u, &ping, 0);
+  assert_true(find_sent(&p, 0, GWTF__DHT_KIND__DHT_PONG, &u.addr) >= 0);
+  assert_int_equal(find_sent(&p, 0, GWTF__DHT_KIND__DHT_PING, &u.addr), -1);
+  dht_stats st;
+  dht_get_stats(p.d, &st);
+  assert_int_equal(st.contacts, 0);
+  assert_int_equal(st.client_senders, 1);
+  probe_free(&p);
+
+  /* 2. A reply marked `client` to our own request: it serves the request
+   * (the seed's answer completes the bootstrap) but the sender is no contact. */
+  probe_init(&p, 12, NULL);
+  gw_peer seed = u;
+  memset(&seed.id, 0, sizeof(seed.id));
+  assert_int_equal(dht_bootstrap(p.d, &seed, 1, 0), 0);
+  probe_tick(&p, 0);
+  int at = find_sent(&p, 0, GWTF__DHT_KIND__DHT_FIND_NODE, &u.addr);
+  assert_true(at >= 0);
+  dht_msg *req = probe_msg(&p, (size_t)at);
+  dht_msg r = tn_reply_to(req);
+  r.client = true;
+  p2p_identity w_id = tn_identity(13, 2);
+  gw_peer w = tn_peer(&w_id, 8);
+  Gwtf__DhtContact wc, *wcp = &wc;
+  dht_wire_contact(&wc, &w, true);
+  r.n_nodes = 1;
+  r.nodes = &wcp;
+  size_t mark = p.n_sent;
+  probe_feed(&p, &u, &r, 1);
+  dht_wire_free(req);
+  dht_get_stats(p.d, &st);
+  assert_int_equal(st.contacts, 0);
+  assert_int_equal(st.client_senders, 1);
+  /* The contact it named is asked next (the lookup went on), and it is a
+   * normal node: its answer puts it in the table. */
+  probe_tick(&p, 2);
+  at = find_sent(&p, mark, GWTF__DHT_KIND__DHT_FIND_NODE, &w.addr);
+  assert_true(at >= 0);
+  answer(&p, (size_t)at, &w, NULL, 0, 3);
+  gw_peer got[4];
+  assert_int_equal(dht_contacts(p.d, got, 4), 1);
+  assert_true(gw_id_eq(&got[0].id, &w.id));
+
+  /* 3. A contact that turns client (it found itself private) is dropped
+   * the first time we hear the flag from it. */
+  ping.txid = 78;
+  ping.client = true;
+  probe_feed(&p, &w, &ping, 4);
+  assert_int_equal(dht_contacts(p.d, got, 4), 0);
+  dht_get_stats(p.d, &st);
+  assert_int_equal(st.contacts, 0);
+  probe_free(&p);
+}
+
+/* A node switching to client mode marks everything it sends, still looks
+ * up and publishes, and pings its contacts once so they drop it. */
+static void test_client_mode_marks_messages(void **state) {
+  (void)state;
+  probe p;
+  probe_init(&p, 14, NULL);
+  p2p_identity ids[6];
+  gw_peer peers[6];
+  fill_table(&p, ids, peers, 6, 300);
+  assert_false(dht_client_mode(p.d));
+  size_t mark = p.n_sent;
+  dht_set_client_mode(p.d, true, 10);
+  assert_true(dht_client_mode(p.d));
+  /* One ping to each contact, marked. */
+  for (size_t i = 0; i < 6; i++) {
+    int at = find_sent(&p, mark, GWTF__DHT_KIND__DHT_PING, &peers[i].addr);
+    assert_true(at >= 0);
+    dht_msg *m = probe_msg(&p, (size_t)at);
+    assert_true(m->client);
+    dht_wire_free(m);
+  }
+  /* Lookups go on, marked; and so do our answers to others. */
+  mark = p.n_sent;
+  gw_id target;
+  gw_id_hash_str("somewhere", &target);
+  tn_nodes_result res = {0};
+  assert_int_equal(dht_find_node(p.d, &target, tn_on_nodes, &res, 20), 0);
+  probe_tick(&p, 20);
+  int at = find_sent(&p, mark, GWTF__DHT_KIND__DHT_FIND_NODE, NULL);
+  assert_true(at >= 0);
+  dht_msg *m = probe_msg(&p, (size_t)at);
+  assert_true(m->client);
+  dht_wire_free(m);
+  p2p_identity u_id = tn_identity(15, 1);
+  gw_peer u = tn_peer(&u_id, 900);
+  dht_msg ping = GWTF__DHT_MESSAGE__INIT;
+  ping.kind = GWTF__DHT_KIND__DHT_PING;
+  ping.txid = 5;
+  uint8_t pad[64] = {0};
+  ping.padding = (ProtobufCBinaryData){sizeof(pad), pad};
+  mark = p.n_sent;
+  probe_feed(&p, &u, &ping, 21);
+  at = find_sent(&p, mark, GWTF__DHT_KIND__DHT_PONG, &u.addr);
+  assert_true(at >= 0);
+  m = probe_msg(&p, (size_t)at);
+  assert_true(m->client);
+  dht_wire_free(m);
+  /* Back to normal: unmarked again. */
+  dht_set_client_mode(p.d, false, 30);
+  mark = p.n_sent;
+  ping.txid = 6;
+  probe_feed(&p, &u, &ping, 31);
+  at = find_sent(&p, mark, GWTF__DHT_KIND__DHT_PONG, &u.addr);
+  m = probe_msg(&p, (size_t)at);
+  assert_false(m->client);
+  dht_wire_free(m);
+  probe_free(&p);
+}
+
 int main(void) {
   if (p2p_crypto_init() != 0) return 1;
   const struct CMUnitTest tests[] = {
@@ -523,6 +652,8 @@ int main(void) {
       cmocka_unit_test(test_timeout_retries_elsewhere),
       cmocka_unit_test(test_slow_reply_still_counts),
       cmocka_unit_test(test_client_only_and_martians),
+      cmocka_unit_test(test_client_senders_stay_out),
+      cmocka_unit_test(test_client_mode_marks_messages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
