@@ -112,7 +112,13 @@ static void cpu_close(gpu_backend *be) {
 }
 
 static bool have_v3(void) {
-#if defined(GWTF_CPU_V3)
+#if defined(GWTF_CPU_V3) && defined(__clang__)
+  /* clang 14 names neither the "x86-64-v3" level nor f16c, movbe and
+   * lzcnt; every CPU with these five has those three too. */
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+#elif defined(GWTF_CPU_V3)
   return __builtin_cpu_supports("x86-64-v3");
 #else
   return false;

@@ -457,20 +457,23 @@ int cmd_sim_join(int argc, char **argv) {
     const char *bad = NULL;
     switch (c) {
     case 'k':
-      if (parse_int(optarg, 1, 5, &v) != 0) bad = "--setting must be 1..5";
-      o.setting = (int)v;
-      have_setting = true;
+      if (parse_int(optarg, 1, 5, &v) != 0) {
+        bad = "--setting must be 1..5";
+      } else {
+        o.setting = (int)v;
+        have_setting = true;
+      }
       break;
     case 's':
       if (parse_u64(optarg, &o.seed) != 0) bad = "--seed must be a non-negative integer";
       break;
     case 'n':
       if (parse_int(optarg, 1, 1000, &v) != 0) bad = "--candidates must be 1..1000";
-      o.candidates = (int)v;
+      else o.candidates = (int)v;
       break;
     case 'b':
       if (parse_int(optarg, 1, 8, &v) != 0) bad = "--batch must be 1..8";
-      o.batch = (int)v;
+      else o.batch = (int)v;
       break;
     case 'x': o.optimal = false; break;
     case 'j': json = true; break;

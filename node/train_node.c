@@ -620,14 +620,6 @@ static void on_peer_event(void *ud, const train_event *ev) {
     }
     break;
   case TRAIN_EV_ITERATION_DONE:
-    /* The peer's iteration.done line prints loss=nan when nothing finished;
-     * say what happened instead, and keep non-finite for a real divergence. */
-    if (ev->done == 0)
-      GW_WARN(&rt->log, "iteration.empty", "iter=%llu msg=\"no microbatch finished\" deferred=%u%s",
-              (unsigned long long)ev->iteration, ev->deferred, ev->deferred ? " reason=all_deferred" : "");
-    else if (!isfinite(ev->loss))
-      GW_ERROR(&rt->log, "loss.nonfinite", "iter=%llu loss=%f done=%u", (unsigned long long)ev->iteration, ev->loss,
-               ev->done);
     if (rt->flow) {
       size_t flows, probed;
       double sum;

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # scripts/setup.sh — install what is missing, configure and build gwtf.
 #
-#   scripts/setup.sh [--build-dir DIR] [--sanitize] [--cuda AUTO|ON|OFF] [--werror] [--test-deps]
+#   scripts/setup.sh [--build-dir DIR] [--sanitize] [--cuda AUTO|ON|OFF] [--werror] [--cc gcc|clang]
+#                    [--test-deps]
 #
 # --werror turns compiler warnings into errors (the suite and CI use it).
+# --cc builds with another C compiler (the suite builds once with clang).
 # Run as root on a fresh Debian 12 machine (or with sudo available). Installs
 # only the Debian packages that are missing, then builds into DIR (default
 # build/). Quiet when everything is already there; on failure it prints the
@@ -16,6 +18,7 @@ sanitize=OFF
 cuda=AUTO
 test_deps=0
 werror=OFF
+cc=
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir=$2; shift 2 ;;
@@ -23,7 +26,8 @@ while [ $# -gt 0 ]; do
     --cuda) cuda=$2; shift 2 ;;
     --test-deps) test_deps=1; shift ;;
     --werror) werror=ON; shift ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    --cc) cc=$2; shift 2 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +36,7 @@ packages=(build-essential cmake pkg-config libuv1-dev libsodium-dev libprotobuf-
           protobuf-c-compiler libnatpmp-dev libminiupnpc-dev libopenblas-dev libjansson-dev libcmocka-dev
           python3 dpkg-dev)
 if [ "$test_deps" = 1 ]; then
-  packages+=(valgrind debootstrap iproute2 iptables miniupnpd-iptables)
+  packages+=(valgrind clang debootstrap iproute2 iptables miniupnpd-iptables)
 fi
 
 missing=()
@@ -61,8 +65,10 @@ fi
 
 mkdir -p "$build_dir"
 log="$build_dir/setup.log"
+cc_args=()
+[ -n "$cc" ] && cc_args=(-DCMAKE_C_COMPILER="$cc")
 if ! { cmake -S "$here" -B "$build_dir" -DGWTF_SANITIZE="$sanitize" -DGWTF_CUDA="$cuda" \
-         -DGWTF_WERROR="$werror" &&
+         -DGWTF_WERROR="$werror" "${cc_args[@]}" &&
        cmake --build "$build_dir" -j "$(nproc)"; } >"$log" 2>&1; then
   grep -E 'error|Error' "$log" | head -n 20 >&2 || true
   tail -n 20 "$log" >&2

@@ -4,7 +4,10 @@
 # 1. a normal build (build/), every ctest test;
 # 2. an ASan+UBSan build (build-san/), every ctest test again;
 # 3. the unit tests of the normal build under valgrind (no leaks allowed);
-# 4. a Release build for /usr (build-rel/) made into the Debian package, which
+# 4. a clang build (build-clang/) and its unit tests: a second
+#    compiler's warnings, and its floating-point defaults (clang contracts
+#    a*b+c into FMA unless told not to, which split weights across CPUs);
+# 5. a Release build for /usr (build-rel/) made into the Debian package, which
 #    is installed into a clean Debian 12 root (test/ship/deb_install.sh).
 # Every build has -DGWTF_WERROR=ON: a compiler warning fails the suite.
 # GPU tests print a skip reason when no GPU is present. Exits non-zero on the
@@ -32,6 +35,11 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 
 echo "== unit tests under valgrind (build/)"
 (cd build && ctest --output-on-failure -j "$jobs" -L unit -LE novalgrind -T memcheck)
+
+echo "== setup and build (build-clang/, clang)"
+scripts/setup.sh --test-deps --werror --cc clang --build-dir "$here/build-clang" --cuda OFF
+echo "== unit tests (build-clang/)"
+(cd build-clang && ctest --output-on-failure -j "$jobs" -L unit)
 
 echo "== Release build and Debian package (build-rel/)"
 deb=$(scripts/package.sh --build-dir "$here/build-rel" --werror | tail -n 1)

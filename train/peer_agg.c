@@ -445,10 +445,20 @@ static void summary(train_peer *p) {
     off += (size_t)snprintf(peers + off, sizeof(peers) - off, "%s%zu", s > 1 ? "," : "", p->members[s].n);
   double loss = p->iter_done ? p->iter_loss_sum / p->iter_done : NAN;
   double tokens = (double)p->iter_done * p->cfg.shape.B * p->cfg.shape.T;
-  GW_INFO(&p->log, "iteration.done",
-          "iter=%llu loss=%.6f done=%u deferred=%u secs=%.3f time_per_mb_s=%.4f tokens_per_s=%.1f peers=%s",
-          (unsigned long long)p->agg.iteration, loss, p->iter_done, p->iter_deferred, secs,
-          p->iter_done ? secs / p->iter_done : 0.0, secs > 0 ? tokens / secs : 0.0, peers);
+  unsigned long long it = (unsigned long long)p->agg.iteration;
+  if (p->iter_done == 0) {
+    /* No loss to show: "loss=nan" here read like a diverged model. */
+    GW_WARN(&p->log, "iteration.done",
+            "iter=%llu msg=\"no microbatch finished\" reason=%s done=0 deferred=%u secs=%.3f peers=%s", it,
+            p->iter_deferred ? "all_deferred" : "none_started", p->iter_deferred, secs, peers);
+  } else {
+    GW_INFO(&p->log, "iteration.done",
+            "iter=%llu loss=%.6f done=%u deferred=%u secs=%.3f time_per_mb_s=%.4f tokens_per_s=%.1f peers=%s", it,
+            loss, p->iter_done, p->iter_deferred, secs, secs / p->iter_done, secs > 0 ? tokens / secs : 0.0, peers);
+    if (!isfinite(loss))
+      GW_ERROR(&p->log, "loss.nonfinite", "iter=%llu loss=%f done=%u msg=\"the model diverged\"", it, loss,
+               p->iter_done);
+  }
   if (p->io.event) {
     train_event ev = {.kind = TRAIN_EV_ITERATION_DONE, .stage = 0, .iteration = p->agg.iteration,
                       .loss = loss, .seconds = secs, .done = p->iter_done, .deferred = p->iter_deferred};

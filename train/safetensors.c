@@ -30,16 +30,19 @@ static const struct {
 const char *st_dtype_name(st_dtype d) { return (unsigned)d < ST_DTYPE_COUNT ? dtypes[d].name : "?"; }
 size_t st_dtype_size(st_dtype d) { return (unsigned)d < ST_DTYPE_COUNT ? dtypes[d].size : 0; }
 
-static int st_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int st_fail(char *err, size_t len, const char *fmt, ...) {
+static void st_fail_message(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void st_fail_message(char *err, size_t len, const char *fmt, ...) {
   if (err && len) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, len, fmt, ap);
     va_end(ap);
   }
-  return GW_EINVAL;
 }
+/* Writes the reason and evaluates to GW_EINVAL, visibly to the compiler:
+ * callers that read an out-parameter only on success then compile without
+ * maybe-uninitialized warnings in optimised builds. */
+#define st_fail(err, len, ...) (st_fail_message((err), (len), __VA_ARGS__), GW_EINVAL)
 
 static int parse_dtype(const char *s, st_dtype *out) {
   for (int i = 0; s && i < ST_DTYPE_COUNT; i++)

@@ -225,7 +225,8 @@ void gw_log_event(const gw_log *lg, gw_log_level level, const char *event, const
   char line[LOG_LINE_MAX + 1];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(fields, sizeof(fields), fmt ? fmt : "", ap);
+  if (fmt) vsnprintf(fields, sizeof(fields), fmt, ap);
+  else fields[0] = '\0';
   va_end(ap);
   format_time(ts, sizeof(ts));
   size_t len = lg->sink->format == GW_LOG_JSON ? render_json(lg, level, event, ts, fields, line)
