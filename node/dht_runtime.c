@@ -140,11 +140,11 @@ static void log_stats(dht_runtime *rt) {
   dht_get_stats(rt->d, &st);
   GW_INFO(rt->log, "dht.stats",
           "contacts=%zu good=%zu buckets=%zu records=%zu record_keys=%zu publications=%zu lookups=%zu "
-          "dgrams_in=%llu dgrams_out=%llu rejected=%llu rate_limited=%llu",
+          "dgrams_in=%llu dgrams_out=%llu rejected=%llu rate_limited=%llu client_msgs=%llu client_mode=%d",
           st.contacts, st.good_contacts, st.buckets, st.records, st.record_keys, st.publications,
           st.lookups_active, (unsigned long long)u->dgrams_in, (unsigned long long)u->dgrams_out,
           (unsigned long long)(u->rejected_auth + u->rejected_malformed + u->rejected_oversize),
-          (unsigned long long)st.dropped_rate);
+          (unsigned long long)st.dropped_rate, (unsigned long long)st.client_senders, (int)dht_client_mode(rt->d));
 }
 
 static void schedule_chore(dht_runtime *rt);

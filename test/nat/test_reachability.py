@@ -1,0 +1,138 @@
+"""Reachability by dial-back through a real NAT router (network namespaces).
+
+Three `gwtf node`s on the public segment (p1, p2, p3) and one (h1) behind a
+home router r1 (iptables MASQUERADE, no port mapping, no miniupnpd). p2 and
+p3 join through p1; h1 joins through p1 and p2. Asserted:
+  - p1, dialled back by p2 and p3, logs
+      nat.reachability status=public addr=<p1>:7447 checked_by=2;
+  - h1, whose peers can only dial the router (which forwards nothing), logs
+      nat.reachability status=private addr=<r1's public IP>:7447 checked_by=2
+    and the plain sentence (nat.advice: UPnP / NAT-PMP, or forward port
+    7447), switches its DHT to client mode and keeps its sessions;
+  - the public nodes hear h1's DHT messages marked client and, when they
+    stop, h1 is not among the contacts they save (it never entered, or
+    left, their routing tables).
+
+Needs root, `ip netns` and iptables-legacy (test/nat/netlab.py): where any
+is missing it prints "SKIPPED: <why>" and exits 77 (ctest SKIP_RETURN_CODE).
+No sleeps: every wait is on a log event, with a timeout."""
+
+import os
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "node"))
+
+from gwtfproc import check  # noqa: E402
+
+PORT = 7447
+WAIT = 30.0
+
+
+def node_class():
+    """test_portmap's namespaced node (0.0.0.0:PORT), plus what this test needs."""
+    from test_portmap import NsNode
+
+    class RNode(NsNode):
+        def __init__(self, name, workdir, netns, extra=(), bootstrap=()):
+            extra = ["--port-mapping", "off"] + list(extra)
+            for b in bootstrap:
+                extra += ["--bootstrap", b]
+            super().__init__(name, workdir, netns, extra)
+
+        @property
+        def spec(self):
+            return f"{self.id}@{self.netns.addr}:{self.port}"
+
+        def wait_where(self, event, pred, since=0, timeout=WAIT):
+            """Waits for a line of `event` for which pred(line) holds."""
+            deadline = time.monotonic() + timeout
+            with self.cond:
+                while True:
+                    for e in self.events[since:]:
+                        if e.get("event") == event and pred(e):
+                            return e
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise AssertionError(f"{self.name}: no matching {event} within {timeout}s")
+                    self.cond.wait(left)
+
+    return RNode
+
+
+def test():
+    try:
+        import netlab
+        NsNode = node_class()
+    except ImportError as e:
+        print(f"SKIPPED: {e}")
+        sys.exit(77)
+    why = netlab.skip_reason()
+    if why:
+        print(f"SKIPPED: {why}")
+        sys.exit(77)
+    workdir = tempfile.mkdtemp(prefix="gwtf-reach-")
+    nodes = []
+    with netlab.Lab() as lab:
+        r1 = lab.router("r1", nat="cone")
+        h1ns = lab.host("h1", r1)
+        pns = [lab.host(f"p{i}") for i in (1, 2, 3)]
+        try:
+            p1 = NsNode("p1", workdir, pns[0], ["--dht-stats", "1"]).start()
+            nodes.append(p1)
+            p2 = NsNode("p2", workdir, pns[1], ["--dht-stats", "1"], [p1.spec]).start()
+            p3 = NsNode("p3", workdir, pns[2], bootstrap=[p1.spec]).start()
+            nodes += [p2, p3]
+
+            ev = p1.wait("nat.reachability", timeout=WAIT)
+            print(f"  p1: status={ev['status']} addr={ev['addr']} checked_by={ev['checked_by']}")
+            check(ev["status"] == "public", f"p1 on the public segment is {ev['status']}")
+            check(ev["addr"] == f"{pns[0].addr}:{PORT}", f"p1 checked at {ev['addr']}")
+            check(str(ev["checked_by"]) == "2", f"p1 checked_by={ev['checked_by']}")
+            check(not p1.find("nat.advice"), "p1 got advice although it is public")
+
+            h1 = NsNode("h1", workdir, h1ns, ["--dht-stats", "1"], [p1.spec, p2.spec]).start()
+            nodes.append(h1)
+            ev = h1.wait("nat.reachability", timeout=WAIT)
+            print(f"  h1: status={ev['status']} addr={ev['addr']} checked_by={ev['checked_by']}")
+            check(ev["status"] == "private", f"h1 behind r1 without a mapping is {ev['status']}")
+            check(ev["addr"] == f"{r1.wan_ip}:{PORT}", f"h1 checked at {ev['addr']}, want the router's")
+            check(str(ev["checked_by"]) == "2", f"h1 checked_by={ev['checked_by']}")
+            advice = h1.wait("nat.advice", timeout=1)["msg"]
+            print(f"  h1: {advice}")
+            check("UPnP or NAT-PMP" in advice and f"forward TCP and UDP port {PORT}" in advice,
+                  f"advice: {advice}")
+            mode = h1.wait("dht.client_mode", timeout=WAIT)
+            check(mode["on"] in (True, "true"), f"dht.client_mode {mode}")
+            check(len(h1.find("peer.connected")) >= 2, "h1 lost its sessions")
+            check(not h1.find("peer.lost"), "a dial-back cost h1 a session")
+
+            # The public nodes hear h1 as a client, then save contacts without it.
+            for p in (p1, p2):
+                p.wait_where("dht.stats", lambda e: int(e.get("client_msgs", 0)) >= 1)
+            for p in (p1, p2):
+                p.stop()
+                path = os.path.join(p.data_dir, "dht-contacts")
+                text = open(path).read() if os.path.exists(path) else ""
+                check(h1.id not in text, f"{p.name} saved h1 as a DHT contact:\n{text}")
+                print(f"  {p.name}: h1 not among its saved DHT contacts")
+            check(h1.alive(), "h1 died")
+            h1.stop()
+            p3.stop()
+        finally:
+            for n in nodes:
+                if n.alive():
+                    n.proc.kill()
+                    n.proc.wait()
+    print("PASS")
+
+
+if __name__ == "__main__":
+    try:
+        test()
+    except AssertionError as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        sys.exit(1)
