@@ -3,15 +3,18 @@
  *
  *   fuzz_replay CORPUS_DIR
  *
- * runs every file in CORPUS_DIR/dht_payload through fuzz_dht_payload and
- * every file in CORPUS_DIR/datagram through fuzz_datagram. A crash or sanitizer report
- * fails the test; so does an empty corpus (a wrong path must not pass). */
+ * runs every file in CORPUS_DIR/dht_payload through fuzz_dht_payload,
+ * every file in CORPUS_DIR/datagram through fuzz_datagram, and the
+ * port-mapping replies in CORPUS_DIR/{pcp,natpmp,upnp}_reply through their
+ * targets (fuzz_portmap.h). A crash or sanitizer report fails the test; so
+ * does an empty corpus (a wrong path must not pass). */
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fuzz_harness.h"
+#include "fuzz_portmap.h"
 #include "util/file.h"
 
 #define REPLAY_MAX_INPUT (64 * 1024)
@@ -52,10 +55,14 @@ int main(int argc, char **argv) {
   }
   long a = replay_dir(argv[1], "dht_payload", fuzz_dht_payload);
   long b = replay_dir(argv[1], "datagram", fuzz_datagram);
-  if (a <= 0 || b <= 0) {
+  long c = replay_dir(argv[1], "pcp_reply", fuzz_pcp_reply);
+  long d = replay_dir(argv[1], "natpmp_reply", fuzz_natpmp_reply);
+  long e = replay_dir(argv[1], "upnp_reply", fuzz_upnp_reply);
+  if (a <= 0 || b <= 0 || c <= 0 || d <= 0 || e <= 0) {
     fprintf(stderr, "fuzz_replay: missing or empty corpus under %s\n", argv[1]);
     return 1;
   }
-  printf("fuzz_replay: %ld payloads, %ld datagrams replayed\n", a, b);
+  printf("fuzz_replay: %ld payloads, %ld datagrams, %ld PCP, %ld NAT-PMP, %ld UPnP replies replayed\n", a, b, c, d,
+         e);
   return 0;
 }

@@ -19,6 +19,9 @@ own network: traffic to any address stays inside the lab.
         r1.mapped_ports()                            # {(proto, ext_port): "ip:port"} from miniupnpd's chain
         lab.stop_miniupnpd(r1)
 
+To run `gwtf node` in a namespace and wait on its log lines, use
+test/nat/nsnode.py (NsNode, built on test/node/gwtfproc.py).
+
 Addresses: the public segment is PUBLIC_NET.0/24 (routers .2, .3, ...;
 public hosts from .100); router k's LAN is 10.77.k.0/24 with the router at
 .1 and its hosts from .2. The public segment must not be a private or

@@ -13,41 +13,20 @@ Needs root, `ip netns`, iptables-legacy and miniupnpd: where any is missing
 it prints "SKIPPED: <why>" and exits 77 (ctest SKIP_RETURN_CODE)."""
 
 import os
-import signal
-import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node"))
 
 import netlab  # noqa: E402
-from gwtfproc import GWTF, Node, check  # noqa: E402
+from nsnode import PORT, NsNode  # noqa: E402
+from gwtfproc import check  # noqa: E402
 
-PORT = 7447
 # Routable-looking on purpose, see netlab.py: miniupnpd forwards nothing for
 # a private WAN address. Assigned only inside the lab's namespaces.
 PUBLIC_NET = "11.77.0"
 WAIT = 20.0
-
-
-class NsNode(Node):
-    """A `gwtf node` inside a namespace, listening on 0.0.0.0:PORT."""
-
-    def __init__(self, name, workdir, netns, extra=()):
-        super().__init__(name, workdir, extra)
-        self.netns = netns
-
-    def start(self, port=PORT, bootstrap=()):
-        args = [GWTF, "node", "--listen", f"0.0.0.0:{port}", "--data-dir", self.data_dir,
-                "--log-format", "json"] + self.extra
-        self.proc = self.netns.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        import threading
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
-        ev = self.wait("node.listening", timeout=WAIT)
-        self.port = int(ev["addr"].rsplit(":", 1)[1])
-        self.id = ev["id"]
-        return self
 
 
 def tcp_connect(ns, ip, port):
@@ -100,7 +79,6 @@ def test():
     if why:
         print(f"SKIPPED: {why}")
         sys.exit(77)
-    import tempfile
     workdir = tempfile.mkdtemp(prefix="gwtf-portmap-")
     with netlab.Lab(public_net=PUBLIC_NET) as lab:
         r1 = lab.router("r1", nat="cone")
