@@ -73,6 +73,7 @@ int p2p_upnp_check_entry(const char *int_client, const char *int_port, const cha
 #define UPNP_CONFLICT (718)
 #define UPNP_ONLY_PERMANENT (725)
 #define SSDP_TTL (2)
+#define IGD_DEVICE "urn:schemas-upnp-org:device:InternetGatewayDevice:1"
 
 typedef enum job { JOB_MAP, JOB_DELETE } job;
 
@@ -137,7 +138,12 @@ static void do_map(upnp_client *c) {
   c->step = NULL;
   if (!c->have_igd) {
     int err = 0;
-    struct UPNPDev *devs = upnpDiscover((int)c->cfg.upnp_discover_ms, NULL, NULL, UPNP_LOCAL_PORT_ANY, 0, SSDP_TTL, &err);
+    /* One search, for IGD:1 (an IGD:2 router answers it too): upnpDiscover
+     * would search four device types one after another, each waiting the
+     * full delay when nobody answers, and a node stopping meanwhile waits
+     * for the thread. */
+    struct UPNPDev *devs = upnpDiscoverDevice(IGD_DEVICE, (int)c->cfg.upnp_discover_ms, NULL, NULL,
+                                              UPNP_LOCAL_PORT_ANY, 0, SSDP_TTL, &err);
     if (!devs) {
       c->res = (p2p_pm_result){.rc = GW_ENOENT, .absent = true, .why = "no-upnp-device"};
       return;
