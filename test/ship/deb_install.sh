@@ -79,7 +79,7 @@ echo "ok: man page, node.conf, gwtf-node.service and docs installed"
 # No CUDA in this root: the CPU-only machine case, with the same package.
 in_root gwtf data synth --out /tmp/data.txt --bytes 20000 >/dev/null 2>&1 || fail "gwtf data synth exited $?"
 set +e
-said=$(in_root gwtf node --listen 127.0.0.1:0 --nat-pmp off --data-dir /tmp/n --device cuda \
+said=$(in_root gwtf node --listen 127.0.0.1:0 --port-mapping off --data-dir /tmp/n --device cuda \
         --create-run x --dataset /tmp/data.txt 2>&1)
 rc=$?
 set -e

@@ -149,11 +149,11 @@ def check_service(build, src):
             fail(f"empty node.conf gives {got}, want {want}")
         full = dict(base, GWTF_RUN="myrun", GWTF_BOOTSTRAP=f"{'ab' * 32}@192.0.2.1:7447  198.51.100.2:7000",
                     GWTF_DEVICE="cuda:1", GWTF_LISTEN="0.0.0.0:9000", GWTF_THREADS="6",
-                    GWTF_EXTRA_ARGS="--log-format json --nat-pmp off")
+                    GWTF_EXTRA_ARGS="--log-format json --port-mapping off")
         got = run([script], env=full).stdout.split("\n")[:-1]
         want = ["node", "--data-dir", "/var/lib/gwtf", "--listen", "0.0.0.0:9000", "--device", "cuda:1",
                 "--run", "myrun", "--bootstrap", f"{'ab' * 32}@192.0.2.1:7447", "--bootstrap",
-                "198.51.100.2:7000", "--threads", "6", "--log-format", "json", "--nat-pmp", "off"]
+                "198.51.100.2:7000", "--threads", "6", "--log-format", "json", "--port-mapping", "off"]
         if got != want:
             fail(f"node.conf settings give {got}, want {want}")
         # The options it passes are gwtf node's.
@@ -195,7 +195,7 @@ def check_startup(build, src):
         if not os.path.exists(data):
             with open(data, "w") as f:
                 f.write("the quick brown fox jumps over the lazy dog. " * 500)
-        args = [GWTF, "node", "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "n"), "--nat-pmp", "off",
+        args = [GWTF, "node", "--listen", "127.0.0.1:0", "--data-dir", os.path.join(tmp, "n"), "--port-mapping", "off",
                 "--create-run", "shiptest", "--dataset", data, "--iterations", "1"]
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines, found = [], threading.Event()
