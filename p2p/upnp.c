@@ -31,17 +31,14 @@ int p2p_upnp_parse_ipv4(const char *s, uint8_t out[4]) {
   if (!s) return GW_EINVAL;
   const char *p = s;
   for (int i = 0; i < 4; i++) {
-    char part[4];
+    uint32_t v = 0;
     size_t n = 0;
     while (p[n] >= '0' && p[n] <= '9') {
       if (n == 3) return GW_EINVAL;
-      part[n] = p[n];
+      v = v * 10 + (uint32_t)(p[n] - '0');
       n++;
     }
-    if (n == 0 || (n > 1 && part[0] == '0')) return GW_EINVAL;
-    part[n] = '\0';
-    uint32_t v;
-    if (p2p_upnp_parse_uint(part, 0, 255, &v) != 0) return GW_EINVAL;
+    if (n == 0 || (n > 1 && p[0] == '0') || v > 255) return GW_EINVAL;
     out[i] = (uint8_t)v;
     p += n;
     if (i < 3 && *p++ != '.') return GW_EINVAL;
