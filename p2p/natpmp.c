@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "p2p/pm_req.h"
 #include "p2p/portmap.h"
 #include "util/err.h"
 
@@ -43,37 +44,17 @@ int p2p_natpmp_parse_reply(const uint8_t *buf, size_t len, p2p_natpmp_reply *out
 /* One request to the gateway. */
 typedef enum op { OP_PUBADDR, OP_MAP_TCP, OP_MAP_UDP, OP_DEL_TCP, OP_DEL_UDP } op;
 
-typedef enum phase { PH_IDLE, PH_MAP, PH_STOP } phase;
-
 #define MAX_OPS (3)
 
 typedef struct np_client {
-  uv_loop_t *loop;
-  p2p_portmap_config cfg;
-  p2p_pm_done_fn done;
-  void *ud;
+  p2p_pm_req req; /* first: the run of requests (pm_req.h) */
   natpmp_t np;
   bool np_open;
-  const char *setup_error;
   uv_poll_t poll;
   bool poll_ready;
-  uv_timer_t retry;    /* libnatpmp's own resend schedule */
-  uv_timer_t deadline; /* give up / stop timeout; 0 ms to report a failure from the loop */
-  int open_handles;
-  phase ph;
   op ops[MAX_OPS];
-  int n_ops, cur;
   uint8_t public_ip[4];
-  bool tcp_mapped, udp_mapped;
-  bool heard; /* the gateway answered something well-formed */
-  p2p_pm_result res;
-  const char *fail_why;
-  bool fail_absent;
-  p2p_pm_closed_fn closed;
-  void *closed_ud;
 } np_client;
-
-static void run_op(np_client *c);
 
 static const char *natpmp_reason(int r) {
   switch (r) {
@@ -94,137 +75,56 @@ static const char *natpmp_reason(int r) {
   }
 }
 
-/* ---- teardown ---- */
-
-static void on_closed(uv_handle_t *h) {
-  np_client *c = h->data;
-  if (--c->open_handles > 0) return;
-  if (c->np_open) closenatpmp(&c->np);
-  p2p_pm_closed_fn closed = c->closed;
-  void *ud = c->closed_ud;
-  bool all = !c->tcp_mapped && !c->udp_mapped;
-  free(c);
-  if (closed) closed(ud, all);
-}
-
-static void quiesce(np_client *c) {
-  if (c->poll_ready) uv_poll_stop(&c->poll);
-  uv_timer_stop(&c->retry);
-  uv_timer_stop(&c->deadline);
-}
-
-static void finish_close(np_client *c) {
-  quiesce(c);
-  c->ph = PH_IDLE;
-  /* The poll handle goes before libnatpmp closes its socket (on_closed). */
-  if (c->poll_ready) uv_close((uv_handle_t *)&c->poll, on_closed);
-  uv_close((uv_handle_t *)&c->retry, on_closed);
-  uv_close((uv_handle_t *)&c->deadline, on_closed);
-}
-
-/* A run of requests failed with reason (why). */
-static void failed(np_client *c, const char *why, bool absent) {
-  phase ph = c->ph;
-  quiesce(c);
-  if (ph == PH_STOP) {
-    finish_close(c);
-    return;
-  }
-  c->ph = PH_IDLE;
-  if (ph != PH_MAP || !c->done) return;
-  c->res.rc = absent ? GW_ENOENT : GW_EPROTO;
-  c->res.why = why;
-  c->res.absent = absent;
-  c->done(c->ud, &c->res);
-}
-
-static void on_deferred_fail(uv_timer_t *t) {
-  np_client *c = t->data;
-  failed(c, c->fail_why, c->fail_absent);
-}
-
-static void fail_later(np_client *c, const char *why, bool absent) {
-  quiesce(c);
-  c->fail_why = why;
-  c->fail_absent = absent;
-  uv_timer_start(&c->deadline, on_deferred_fail, 0, 0);
-}
-
-static void next_op(np_client *c) {
-  if (++c->cur < c->n_ops) {
-    run_op(c);
-    return;
-  }
-  quiesce(c);
-  if (c->ph == PH_STOP) {
-    finish_close(c);
-    return;
-  }
-  c->ph = PH_IDLE;
-  c->res.rc = 0;
-  c->res.why = NULL;
-  c->done(c->ud, &c->res);
-}
-
 /* ---- one request ---- */
 
 static bool response_matches(const np_client *c, const natpmpresp_t *r) {
-  switch (c->ops[c->cur]) {
+  switch (c->ops[c->req.cur]) {
   case OP_PUBADDR: return r->type == NATPMP_RESPTYPE_PUBLICADDRESS;
   case OP_MAP_TCP:
   case OP_DEL_TCP:
-    return r->type == NATPMP_RESPTYPE_TCPPORTMAPPING && r->pnu.newportmapping.privateport == c->cfg.tcp_port;
+    return r->type == NATPMP_RESPTYPE_TCPPORTMAPPING && r->pnu.newportmapping.privateport == c->req.base.cfg.tcp_port;
   case OP_MAP_UDP:
   case OP_DEL_UDP:
-    return r->type == NATPMP_RESPTYPE_UDPPORTMAPPING && r->pnu.newportmapping.privateport == c->cfg.udp_port;
+    return r->type == NATPMP_RESPTYPE_UDPPORTMAPPING && r->pnu.newportmapping.privateport == c->req.base.cfg.udp_port;
   default: return false;
   }
 }
 
 /* A grant we can use: a port and a lease. */
-static bool record_mapping(np_client *c, gw_addr *ext, const natpmpresp_t *r) {
+static bool record_mapping(np_client *c, bool tcp, const natpmpresp_t *r) {
   uint32_t lease = r->pnu.newportmapping.lifetime;
   uint16_t port = r->pnu.newportmapping.mappedpublicport;
   if (lease == 0 || port == 0) return false;
-  memset(ext, 0, sizeof(*ext));
-  ext->family = 4;
-  memcpy(ext->ip, c->public_ip, 4);
-  ext->port = port;
-  if (c->res.lease_s == 0 || lease < c->res.lease_s) c->res.lease_s = lease;
+  p2p_pm_req_granted(&c->req, tcp, c->public_ip, port, lease);
   return true;
 }
 
 static void got_response(np_client *c, const natpmpresp_t *r) {
   static const uint8_t zero[4] = {0};
-  switch (c->ops[c->cur]) {
+  op o = c->ops[c->req.cur];
+  switch (o) {
   case OP_PUBADDR:
     memcpy(c->public_ip, &r->pnu.publicaddress.addr, 4);
     if (memcmp(c->public_ip, zero, 4) == 0) {
-      failed(c, "no-public-address", false);
+      p2p_pm_req_failed(&c->req, "no-public-address", false);
       return;
     }
     break;
   case OP_MAP_TCP:
-    if (!record_mapping(c, &c->res.external_tcp, r)) {
-      failed(c, "bad-reply", false);
-      return;
-    }
-    c->tcp_mapped = true;
-    break;
   case OP_MAP_UDP:
-    if (!record_mapping(c, &c->res.external_udp, r)) {
-      failed(c, "bad-reply", false);
+    if (!record_mapping(c, o == OP_MAP_TCP, r)) {
+      p2p_pm_req_failed(&c->req, "bad-reply", false);
       return;
     }
-    c->udp_mapped = true;
     break;
-  case OP_DEL_TCP: c->tcp_mapped = false; break;
-  case OP_DEL_UDP: c->udp_mapped = false; break;
+  case OP_DEL_TCP:
+  case OP_DEL_UDP: p2p_pm_req_deleted(&c->req, o == OP_DEL_TCP); break;
   default: break;
   }
-  next_op(c);
+  p2p_pm_req_next(&c->req);
 }
 
+static void run_op(p2p_pm_req *req);
 static void on_retry(uv_timer_t *t);
 static void on_poll(uv_poll_t *p, int status, int events);
 
@@ -232,7 +132,7 @@ static void wait_response(np_client *c) {
   struct timeval tv;
   if (getnatpmprequesttimeout(&c->np, &tv) != 0) return;
   int64_t ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-  uv_timer_start(&c->retry, on_retry, ms > 0 ? (uint64_t)ms : 0, 0);
+  uv_timer_start(&c->req.resend, on_retry, ms > 0 ? (uint64_t)ms : 0, 0);
   if (c->poll_ready) uv_poll_start(&c->poll, UV_READABLE, on_poll);
 }
 
@@ -247,36 +147,36 @@ static bool gate(np_client *c) {
     /* Peeking consumed the socket error (ICMP port unreachable): report it
      * here, since libnatpmp will not see it again. */
     if (errno == ECONNREFUSED) {
-      failed(c, "no-gateway", !c->heard);
+      p2p_pm_req_failed(&c->req, "no-gateway", !c->req.heard);
       return false;
     }
     return true;
   }
   p2p_natpmp_reply rep;
   if ((size_t)n <= sizeof(buf) && p2p_natpmp_parse_reply(buf, (size_t)n, &rep) == 0) {
-    c->heard = true;
+    c->req.heard = true;
     return true;
   }
   (void)!recv(c->np.s, buf, sizeof(buf), MSG_DONTWAIT); /* drop it */
-  GW_WARN(c->cfg.log, "nat.bad_reply", "proto=natpmp reason=malformed bytes=%zd", n);
+  GW_WARN(c->req.base.cfg.log, "nat.bad_reply", "proto=natpmp reason=malformed bytes=%zd", n);
   wait_response(c);
   return false;
 }
 
 /* Reads what the gateway said, or lets libnatpmp resend when it is time. */
 static void service(np_client *c) {
-  if (c->ph == PH_IDLE) return;
+  if (c->req.ph == P2P_PM_IDLE) return;
   if (!gate(c)) return;
   natpmpresp_t r;
   int rc = readnatpmpresponseorretry(&c->np, &r);
   if (rc == NATPMP_TRYAGAIN)
     wait_response(c);
   else if (rc < 0)
-    failed(c, natpmp_reason(rc), rc == NATPMP_ERR_NOGATEWAYSUPPORT && !c->heard);
+    p2p_pm_req_failed(&c->req, natpmp_reason(rc), rc == NATPMP_ERR_NOGATEWAYSUPPORT && !c->req.heard);
   else if (response_matches(c, &r))
     got_response(c, &r);
   else
-    run_op(c); /* a late answer to an earlier request, taken for the pending one: ask again */
+    run_op(&c->req); /* a late answer to an earlier request, taken for the pending one: ask again */
 }
 
 static void on_retry(uv_timer_t *t) { service(t->data); }
@@ -286,118 +186,94 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   service(p->data);
 }
 
-static void run_op(np_client *c) {
+/* ---- the hooks of the run (pm_req.h) ---- */
+
+static void run_op(p2p_pm_req *req) {
+  np_client *c = (np_client *)req;
+  const p2p_portmap_config *cfg = &req->base.cfg;
+  uint32_t life = req->ph == P2P_PM_STOP ? 0 : cfg->lifetime_s;
   int rc;
-  uint32_t life = c->ph == PH_STOP ? 0 : c->cfg.lifetime_s;
-  switch (c->ops[c->cur]) {
+  switch (c->ops[req->cur]) {
   case OP_PUBADDR: rc = sendpublicaddressrequest(&c->np); break;
   case OP_MAP_TCP:
   case OP_DEL_TCP:
-    rc = sendnewportmappingrequest(&c->np, NATPMP_PROTOCOL_TCP, c->cfg.tcp_port, life ? c->cfg.tcp_port : 0, life);
+    rc = sendnewportmappingrequest(&c->np, NATPMP_PROTOCOL_TCP, cfg->tcp_port, life ? cfg->tcp_port : 0, life);
     break;
   case OP_MAP_UDP:
   case OP_DEL_UDP:
-    rc = sendnewportmappingrequest(&c->np, NATPMP_PROTOCOL_UDP, c->cfg.udp_port, life ? c->cfg.udp_port : 0, life);
+    rc = sendnewportmappingrequest(&c->np, NATPMP_PROTOCOL_UDP, cfg->udp_port, life ? cfg->udp_port : 0, life);
     break;
   default: rc = NATPMP_ERR_INVALIDARGS;
   }
   if (rc < 0) {
-    fail_later(c, natpmp_reason(rc), rc == NATPMP_ERR_NOGATEWAYSUPPORT);
+    p2p_pm_req_fail_later(req, natpmp_reason(rc), rc == NATPMP_ERR_NOGATEWAYSUPPORT);
     return;
   }
   wait_response(c);
 }
 
-static void on_deadline(uv_timer_t *t) {
-  np_client *c = t->data;
-  if (c->ph == PH_STOP)
-    finish_close(c);
-  else
-    failed(c, "no-answer", !c->heard);
+/* map:  public address (every time: it may have changed), TCP, UDP;
+ * stop: delete what is held. */
+static int plan(p2p_pm_req *req, p2p_pm_phase ph) {
+  np_client *c = (np_client *)req;
+  const p2p_pm_client *b = &req->base;
+  int k = 0;
+  if (ph == P2P_PM_MAP) {
+    c->ops[k++] = OP_PUBADDR;
+    if (b->cfg.tcp_port) c->ops[k++] = OP_MAP_TCP;
+    if (b->cfg.udp_port) c->ops[k++] = OP_MAP_UDP;
+  } else {
+    if (b->tcp_mapped) c->ops[k++] = OP_DEL_TCP;
+    if (b->udp_mapped) c->ops[k++] = OP_DEL_UDP;
+  }
+  return k;
 }
 
-static void begin(np_client *c, phase ph, const op *ops, int n_ops, uint32_t deadline_ms) {
-  c->ph = ph;
-  memcpy(c->ops, ops, sizeof(op) * (size_t)n_ops);
-  c->n_ops = n_ops;
-  c->cur = 0;
-  if (ph == PH_MAP) memset(&c->res, 0, sizeof(c->res));
-  uv_timer_start(&c->deadline, on_deadline, deadline_ms, 0);
-  if (n_ops == 0) {
-    c->cur = -1;
-    next_op(c);
-    return;
-  }
-  run_op(c);
+static void quiet(p2p_pm_req *req) {
+  np_client *c = (np_client *)req;
+  if (c->poll_ready) uv_poll_stop(&c->poll);
 }
+
+static void close_io(p2p_pm_req *req, uv_close_cb cb) {
+  np_client *c = (np_client *)req;
+  if (c->poll_ready) uv_close((uv_handle_t *)&c->poll, cb);
+}
+
+static void release(p2p_pm_req *req) {
+  np_client *c = (np_client *)req;
+  if (c->np_open) closenatpmp(&c->np);
+}
+
+static const p2p_pm_req_ops np_ops = {
+    .plan = plan, .start = run_op, .quiet = quiet, .close_io = close_io, .release = release};
 
 /* ---- the interface ---- */
 
 static int np_open(uv_loop_t *loop, const p2p_portmap_config *cfg, p2p_pm_done_fn done, void *ud, void **out) {
   np_client *c = calloc(1, sizeof(*c));
   if (!c) return GW_ENOMEM;
-  c->loop = loop;
-  c->cfg = *cfg;
-  p2p_pm_config_defaults(&c->cfg);
-  c->done = done;
-  c->ud = ud;
-  uv_timer_init(loop, &c->retry);
-  uv_timer_init(loop, &c->deadline);
-  c->retry.data = c->deadline.data = c->poll.data = c;
-  c->open_handles = 2;
+  p2p_pm_req_init(&c->req, &np_ops, loop, cfg, done, ud);
+  c->poll.data = c;
   *out = c;
 
   in_addr_t gw = 0;
   if (cfg->gateway && inet_pton(AF_INET, cfg->gateway, &gw) != 1) {
-    c->setup_error = "bad-gateway-address";
+    c->req.setup_error = "bad-gateway-address";
     return 0;
   }
   /* initnatpmp opens and connects a non-blocking UDP socket; with no
    * forced gateway it reads the default route from /proc (no I/O wait). */
   int rc = initnatpmp(&c->np, cfg->gateway != NULL, gw);
   if (rc < 0) {
-    c->setup_error = natpmp_reason(rc);
+    c->req.setup_error = natpmp_reason(rc);
     return 0;
   }
   c->np_open = true;
   if (uv_poll_init_socket(loop, &c->poll, c->np.s) == 0) {
     c->poll_ready = true;
-    c->open_handles++;
+    c->req.open_handles++;
   }
   return 0;
 }
 
-static void np_map(void *client) {
-  np_client *c = client;
-  if (c->setup_error) {
-    c->ph = PH_MAP;
-    fail_later(c, c->setup_error, true);
-    return;
-  }
-  op ops[MAX_OPS];
-  int k = 0;
-  ops[k++] = OP_PUBADDR; /* every time: the public address may have changed */
-  if (c->cfg.tcp_port) ops[k++] = OP_MAP_TCP;
-  if (c->cfg.udp_port) ops[k++] = OP_MAP_UDP;
-  begin(c, PH_MAP, ops, k, c->cfg.give_up_ms);
-}
-
-static void np_close(void *client, bool unmap, p2p_pm_closed_fn closed, void *ud) {
-  np_client *c = client;
-  c->closed = closed;
-  c->closed_ud = ud;
-  c->done = NULL;
-  quiesce(c);
-  op ops[MAX_OPS];
-  int k = 0;
-  if (c->tcp_mapped) ops[k++] = OP_DEL_TCP;
-  if (c->udp_mapped) ops[k++] = OP_DEL_UDP;
-  if (!unmap || k == 0 || !c->np_open) {
-    if (!unmap) c->tcp_mapped = c->udp_mapped = false;
-    finish_close(c);
-    return;
-  }
-  begin(c, PH_STOP, ops, k, c->cfg.stop_timeout_ms);
-}
-
-const p2p_pm_proto p2p_pm_natpmp = {.name = "natpmp", .open = np_open, .map = np_map, .close = np_close};
+const p2p_pm_proto p2p_pm_natpmp = {.name = "natpmp", .open = np_open, .map = p2p_pm_req_map, .close = p2p_pm_req_close};

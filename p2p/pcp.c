@@ -1,8 +1,8 @@
 /* PCP MAP (RFC 6887): the wire codec (pcp.h) and the client behind the
  * port-mapping interface (p2p_pm_pcp, portmap.h).
  *
- * The client has the NAT-PMP client's shape (natpmp.c): one request in
- * flight, resent on a timer, a deadline for the whole run of requests.
+ * The client is a run of requests (pm_req.h, shared with natpmp.c): one
+ * request in flight, resent on a timer, a deadline for the whole run.
  *
  *   map:   MAP TCP -> MAP UDP   (same nonce every time, so a renewal
  *                                refreshes the mapping instead of adding one)
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "p2p/pm_req.h"
 #include "p2p/portmap.h"
 #include "util/err.h"
 
@@ -141,153 +142,53 @@ bool p2p_pcp_epoch_ok(uint64_t prev_client_s, uint32_t prev_epoch, uint64_t now_
 #define RESEND_FIRST_MS (250)
 #define RESEND_MAX_MS (4000)
 
-typedef enum phase { PH_IDLE, PH_MAP, PH_STOP } phase;
-
 typedef struct pcp_client {
-  uv_loop_t *loop;
-  p2p_portmap_config cfg;
-  p2p_pm_done_fn done;
-  void *ud;
+  p2p_pm_req req; /* first: the run of requests (pm_req.h) */
   uv_udp_t udp;
-  uv_timer_t resend, deadline;
-  int open_handles;
   bool udp_ready;
-  const char *setup_error; /* the socket could not be set up: every map() fails with this */
   uint8_t nonce[P2P_PCP_NONCE_LEN];
   uint8_t client_ip[16];
   uint8_t server_ip[4];
-  phase ph;
   p2p_pcp_map_req reqs[2];
-  int n_reqs, cur;
   uint64_t resend_ms;
-  bool tcp_mapped, udp_mapped;
-  bool heard;              /* the server answered something well-formed */
   bool have_epoch;
   uint32_t prev_epoch;
   uint64_t prev_client_s;
-  p2p_pm_result res;
-  const char *fail_why;    /* a failure waiting to be reported from the loop */
-  bool fail_absent;
-  p2p_pm_closed_fn closed;
-  void *closed_ud;
-  bool closing;
 } pcp_client;
 
-static void pcp_send(pcp_client *c);
-
-static void on_handle_closed(uv_handle_t *h) {
-  pcp_client *c = h->data;
-  if (--c->open_handles > 0) return;
-  p2p_pm_closed_fn closed = c->closed;
-  void *ud = c->closed_ud;
-  bool all = !c->tcp_mapped && !c->udp_mapped;
-  free(c);
-  if (closed) closed(ud, all);
-}
-
-static void finish_close(pcp_client *c) {
-  c->ph = PH_IDLE;
-  uv_timer_stop(&c->resend);
-  uv_timer_stop(&c->deadline);
-  if (c->udp_ready) uv_close((uv_handle_t *)&c->udp, on_handle_closed);
-  uv_close((uv_handle_t *)&c->resend, on_handle_closed);
-  uv_close((uv_handle_t *)&c->deadline, on_handle_closed);
-}
-
-static void quiesce(pcp_client *c) {
-  uv_timer_stop(&c->resend);
-  uv_timer_stop(&c->deadline);
-}
-
-static void fail(pcp_client *c, const char *why, bool absent) {
-  quiesce(c);
-  if (c->ph == PH_STOP) {
-    finish_close(c);
-    return;
-  }
-  c->ph = PH_IDLE;
-  c->res.rc = absent ? GW_ENOENT : GW_EPROTO;
-  c->res.why = why;
-  c->res.absent = absent;
-  c->done(c->ud, &c->res);
-}
-
-static void on_deferred_fail(uv_timer_t *t) {
-  pcp_client *c = t->data;
-  fail(c, c->fail_why, c->fail_absent);
-}
-
-/* Failures found inside a call are reported from the loop, like the rest. */
-static void fail_later(pcp_client *c, const char *why, bool absent) {
-  c->fail_why = why;
-  c->fail_absent = absent;
-  uv_timer_stop(&c->resend);
-  uv_timer_start(&c->deadline, on_deferred_fail, 0, 0);
-}
-
-static void next_req(pcp_client *c) {
-  uv_timer_stop(&c->resend);
-  if (++c->cur < c->n_reqs) {
-    c->resend_ms = RESEND_FIRST_MS;
-    pcp_send(c);
-    return;
-  }
-  quiesce(c);
-  if (c->ph == PH_STOP) {
-    finish_close(c);
-    return;
-  }
-  c->ph = PH_IDLE;
-  c->res.rc = 0;
-  c->res.why = NULL;
-  c->done(c->ud, &c->res);
-}
-
 static void got_reply(pcp_client *c, const p2p_pcp_reply *r) {
-  const p2p_pcp_map_req *req = &c->reqs[c->cur];
-  uint64_t now_s = uv_now(c->loop) / 1000;
+  const p2p_pcp_map_req *req = &c->reqs[c->req.cur];
+  const gw_log *log = c->req.base.cfg.log;
+  uint64_t now_s = uv_now(c->req.base.loop) / 1000;
   if (c->have_epoch && !p2p_pcp_epoch_ok(c->prev_client_s, c->prev_epoch, now_s, r->epoch))
-    GW_INFO(c->cfg.log, "nat.pcp_server_restarted", "epoch=%u prev_epoch=%u msg=\"the router lost its mappings\"",
-            r->epoch, c->prev_epoch);
+    GW_INFO(log, "nat.pcp_server_restarted", "epoch=%u prev_epoch=%u msg=\"the router lost its mappings\"", r->epoch,
+            c->prev_epoch);
   c->have_epoch = true;
   c->prev_epoch = r->epoch;
   c->prev_client_s = now_s;
   if (r->opcode != P2P_PCP_OP_MAP) return; /* ANNOUNCE and others: nothing pending on them */
   if (!r->has_map) {
     /* An error without opcode data answers the only request in flight. */
-    if (r->result != P2P_PCP_SUCCESS) fail(c, p2p_pcp_result_name(r->result), false);
+    if (r->result != P2P_PCP_SUCCESS) p2p_pm_req_failed(&c->req, p2p_pcp_result_name(r->result), false);
     return;
   }
   if (!p2p_pcp_reply_matches(r, req)) return; /* a late answer to an earlier request */
   if (r->result != P2P_PCP_SUCCESS) {
-    fail(c, p2p_pcp_result_name(r->result), false);
+    p2p_pm_req_failed(&c->req, p2p_pcp_result_name(r->result), false);
     return;
   }
   if (!p2p_pcp_reply_usable(r, req)) {
-    GW_WARN(c->cfg.log, "nat.bad_reply", "proto=pcp reason=unusable-grant lifetime=%u port=%u", r->lifetime,
+    GW_WARN(log, "nat.bad_reply", "proto=pcp reason=unusable-grant lifetime=%u port=%u", r->lifetime,
             r->external_port);
-    fail(c, "bad-reply", false);
+    p2p_pm_req_failed(&c->req, "bad-reply", false);
     return;
   }
   bool tcp = req->protocol == P2P_PCP_PROTO_TCP;
-  if (req->lifetime == 0) {
-    if (tcp)
-      c->tcp_mapped = false;
-    else
-      c->udp_mapped = false;
-  } else {
-    gw_addr *ext = tcp ? &c->res.external_tcp : &c->res.external_udp;
-    memset(ext, 0, sizeof(*ext));
-    ext->family = 4;
-    memcpy(ext->ip, r->external_ip + 12, 4);
-    ext->port = r->external_port;
-    if (c->res.lease_s == 0 || r->lifetime < c->res.lease_s) c->res.lease_s = r->lifetime;
-    if (tcp)
-      c->tcp_mapped = true;
-    else
-      c->udp_mapped = true;
-  }
-  next_req(c);
+  if (req->lifetime == 0)
+    p2p_pm_req_deleted(&c->req, tcp);
+  else
+    p2p_pm_req_granted(&c->req, tcp, r->external_ip + 12, r->external_port, r->lifetime);
+  p2p_pm_req_next(&c->req);
 }
 
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
@@ -299,30 +200,32 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 
 static void on_recv(uv_udp_t *u, ssize_t n, const uv_buf_t *buf, const struct sockaddr *from, unsigned flags) {
   pcp_client *c = u->data;
-  if (c->ph == PH_IDLE) return;
+  if (c->req.ph == P2P_PM_IDLE) return;
   if (n < 0) {
     /* ICMP port unreachable on the connected socket: nobody serves PCP */
-    if (n == UV_ECONNREFUSED) fail(c, "no-gateway", !c->heard);
+    if (n == UV_ECONNREFUSED) p2p_pm_req_failed(&c->req, "no-gateway", !c->req.heard);
     return;
   }
   if (n == 0 || !from) return;
   if (flags & UV_UDP_PARTIAL) {
-    GW_DEBUG(c->cfg.log, "nat.bad_reply", "proto=pcp reason=oversize");
+    GW_DEBUG(c->req.base.cfg.log, "nat.bad_reply", "proto=pcp reason=oversize");
     return;
   }
   p2p_pcp_reply r;
   int rc = p2p_pcp_parse_reply((const uint8_t *)buf->base, (size_t)n, &r);
   if (rc == GW_EUNSUPPORTED) {
-    fail(c, "unsupported-version", true); /* a NAT-PMP-only router: auto tries NAT-PMP next */
+    p2p_pm_req_failed(&c->req, "unsupported-version", true); /* a NAT-PMP-only router: auto tries NAT-PMP next */
     return;
   }
   if (rc != 0) {
-    GW_WARN(c->cfg.log, "nat.bad_reply", "proto=pcp reason=malformed bytes=%zd", n);
+    GW_WARN(c->req.base.cfg.log, "nat.bad_reply", "proto=pcp reason=malformed bytes=%zd", n);
     return; /* keep waiting: a garbled datagram must not end the attempt */
   }
-  c->heard = true;
+  c->req.heard = true;
   got_reply(c, &r);
 }
+
+static void pcp_send(pcp_client *c);
 
 static void on_resend(uv_timer_t *t) {
   pcp_client *c = t->data;
@@ -332,71 +235,74 @@ static void on_resend(uv_timer_t *t) {
 
 static void pcp_send(pcp_client *c) {
   uint8_t pkt[P2P_PCP_MAP_LEN];
-  p2p_pcp_encode_map(&c->reqs[c->cur], pkt);
+  p2p_pcp_encode_map(&c->reqs[c->req.cur], pkt);
   uv_buf_t b = uv_buf_init((char *)pkt, sizeof(pkt));
   int rc = uv_udp_try_send(&c->udp, &b, 1, NULL);
   if (rc == UV_ECONNREFUSED) {
-    fail_later(c, "no-gateway", !c->heard);
+    p2p_pm_req_fail_later(&c->req, "no-gateway", !c->req.heard);
     return;
   }
   /* Other errors (EAGAIN, ENETUNREACH while the link comes up) are retried. */
-  uv_timer_start(&c->resend, on_resend, c->resend_ms, 0);
+  uv_timer_start(&c->req.resend, on_resend, c->resend_ms, 0);
 }
 
-static void on_deadline(uv_timer_t *t) {
-  pcp_client *c = t->data;
-  if (c->ph == PH_STOP)
-    finish_close(c);
-  else
-    fail(c, "no-answer", !c->heard);
-}
+/* ---- the hooks of the run (pm_req.h) ---- */
 
-static void begin(pcp_client *c, phase ph, uint32_t lifetime, uint32_t deadline_ms) {
-  c->ph = ph;
-  c->n_reqs = 0;
-  c->cur = 0;
-  bool want_tcp = ph == PH_MAP ? c->cfg.tcp_port != 0 : c->tcp_mapped;
-  bool want_udp = ph == PH_MAP ? c->cfg.udp_port != 0 : c->udp_mapped;
+/* map:  MAP TCP, MAP UDP with cfg.lifetime_s;
+ * stop: the same for what is held, with lifetime 0. */
+static int plan(p2p_pm_req *req, p2p_pm_phase ph) {
+  pcp_client *c = (pcp_client *)req;
+  const p2p_pm_client *b = &req->base;
+  uint32_t lifetime = ph == P2P_PM_MAP ? b->cfg.lifetime_s : 0;
+  bool want_tcp = ph == P2P_PM_MAP ? b->cfg.tcp_port != 0 : b->tcp_mapped;
+  bool want_udp = ph == P2P_PM_MAP ? b->cfg.udp_port != 0 : b->udp_mapped;
+  int n = 0;
   for (int i = 0; i < 2; i++) {
     bool tcp = i == 0;
     if (tcp ? !want_tcp : !want_udp) continue;
-    p2p_pcp_map_req *r = &c->reqs[c->n_reqs++];
+    p2p_pcp_map_req *r = &c->reqs[n++];
     memset(r, 0, sizeof(*r));
     r->lifetime = lifetime;
     memcpy(r->client_ip, c->client_ip, 16);
     memcpy(r->nonce, c->nonce, P2P_PCP_NONCE_LEN);
     r->protocol = tcp ? P2P_PCP_PROTO_TCP : P2P_PCP_PROTO_UDP;
-    r->internal_port = tcp ? c->cfg.tcp_port : c->cfg.udp_port;
+    r->internal_port = tcp ? b->cfg.tcp_port : b->cfg.udp_port;
     r->suggested_port = lifetime ? r->internal_port : 0;
     static const uint8_t any4[4] = {0};
     p2p_pcp_ip_map4(any4, r->suggested_ip);
   }
-  if (ph == PH_MAP) {
-    memset(&c->res, 0, sizeof(c->res));
-  }
-  uv_timer_start(&c->deadline, on_deadline, deadline_ms, 0);
-  if (c->n_reqs == 0) {
-    c->cur = -1;
-    next_req(c);
-    return;
-  }
+  return n;
+}
+
+static void start(p2p_pm_req *req) {
+  pcp_client *c = (pcp_client *)req;
   c->resend_ms = RESEND_FIRST_MS;
   pcp_send(c);
 }
 
+static void close_io(p2p_pm_req *req, uv_close_cb cb) {
+  pcp_client *c = (pcp_client *)req;
+  if (c->udp_ready) uv_close((uv_handle_t *)&c->udp, cb);
+}
+
+static const p2p_pm_req_ops pcp_ops = {.plan = plan, .start = start, .close_io = close_io};
+
+/* ---- the interface ---- */
+
 /* Opens the socket to SERVER:5351 and learns our address on that route. */
 static const char *setup_socket(pcp_client *c) {
   uint32_t gw_be;
-  if (c->cfg.gateway) {
-    if (inet_pton(AF_INET, c->cfg.gateway, &gw_be) != 1) return "bad-gateway-address";
+  const char *gateway = c->req.base.cfg.gateway;
+  if (gateway) {
+    if (inet_pton(AF_INET, gateway, &gw_be) != 1) return "bad-gateway-address";
   } else if (p2p_pm_default_gateway(&gw_be) != 0) {
     return "no-default-gateway";
   }
   memcpy(c->server_ip, &gw_be, 4);
-  if (uv_udp_init(c->loop, &c->udp) != 0) return "socket";
+  if (uv_udp_init(c->req.base.loop, &c->udp) != 0) return "socket";
   c->udp.data = c;
   c->udp_ready = true;
-  c->open_handles++;
+  c->req.open_handles++;
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(P2P_PCP_PORT)};
   memcpy(&sa.sin_addr, &gw_be, 4);
   if (uv_udp_connect(&c->udp, (const struct sockaddr *)&sa) != 0) return "no-route";
@@ -411,46 +317,13 @@ static const char *setup_socket(pcp_client *c) {
 static int pcp_open(uv_loop_t *loop, const p2p_portmap_config *cfg, p2p_pm_done_fn done, void *ud, void **out) {
   pcp_client *c = calloc(1, sizeof(*c));
   if (!c) return GW_ENOMEM;
-  c->loop = loop;
-  c->cfg = *cfg;
-  p2p_pm_config_defaults(&c->cfg);
-  c->done = done;
-  c->ud = ud;
-  uv_timer_init(loop, &c->resend);
-  uv_timer_init(loop, &c->deadline);
-  c->resend.data = c->deadline.data = c;
-  c->open_handles = 2;
+  p2p_pm_req_init(&c->req, &pcp_ops, loop, cfg, done, ud);
   /* One nonce for the client's life: renewals and deletions must carry the
    * nonce that created the mapping (RFC 6887 §11.1). */
   randombytes_buf(c->nonce, sizeof(c->nonce));
-  c->setup_error = setup_socket(c);
+  c->req.setup_error = setup_socket(c);
   *out = c;
   return 0;
 }
 
-static void pcp_map(void *client) {
-  pcp_client *c = client;
-  if (c->setup_error) {
-    c->ph = PH_MAP;
-    fail_later(c, c->setup_error, true);
-    return;
-  }
-  begin(c, PH_MAP, c->cfg.lifetime_s, c->cfg.give_up_ms);
-}
-
-static void pcp_close(void *client, bool unmap, p2p_pm_closed_fn closed, void *ud) {
-  pcp_client *c = client;
-  c->closed = closed;
-  c->closed_ud = ud;
-  c->done = NULL;
-  c->closing = true;
-  quiesce(c);
-  if (!unmap || c->setup_error || (!c->tcp_mapped && !c->udp_mapped)) {
-    if (!unmap) c->tcp_mapped = c->udp_mapped = false; /* not asked to delete: nothing left undone */
-    finish_close(c);
-    return;
-  }
-  begin(c, PH_STOP, 0, c->cfg.stop_timeout_ms);
-}
-
-const p2p_pm_proto p2p_pm_pcp = {.name = "pcp", .open = pcp_open, .map = pcp_map, .close = pcp_close};
+const p2p_pm_proto p2p_pm_pcp = {.name = "pcp", .open = pcp_open, .map = p2p_pm_req_map, .close = p2p_pm_req_close};

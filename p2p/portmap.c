@@ -58,6 +58,29 @@ void p2p_pm_config_defaults(p2p_portmap_config *cfg) {
   if (!cfg->upnp_discover_ms) cfg->upnp_discover_ms = P2P_PM_UPNP_DISCOVER_DEFAULT_MS;
 }
 
+void p2p_pm_client_init(p2p_pm_client *b, uv_loop_t *loop, const p2p_portmap_config *cfg, p2p_pm_done_fn done,
+                        void *ud) {
+  b->loop = loop;
+  b->cfg = *cfg;
+  p2p_pm_config_defaults(&b->cfg);
+  b->done = done;
+  b->ud = ud;
+}
+
+void p2p_pm_client_closing(p2p_pm_client *b, p2p_pm_closed_fn closed, void *ud) {
+  b->closed = closed;
+  b->closed_ud = ud;
+  b->done = NULL;
+}
+
+void p2p_pm_client_free(p2p_pm_client *b) {
+  p2p_pm_closed_fn closed = b->closed;
+  void *ud = b->closed_ud;
+  bool all = !b->tcp_mapped && !b->udp_mapped;
+  free(b);
+  if (closed) closed(ud, all);
+}
+
 int p2p_pm_default_gateway(uint32_t *gw_be) {
   FILE *f = fopen("/proc/net/route", "r");
   if (!f) return GW_ENOENT;

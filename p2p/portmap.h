@@ -145,6 +145,27 @@ static inline void p2p_pm_put32(uint8_t *p, uint32_t v) {
 }
 /* Fills the defaults into the zero fields of cfg. */
 void p2p_pm_config_defaults(p2p_portmap_config *cfg);
+
+/* What every protocol's client keeps: its configuration, whom to tell, and
+ * which mappings it holds. The first member of each client struct. */
+typedef struct p2p_pm_client {
+  uv_loop_t *loop;
+  p2p_portmap_config cfg; /* a copy, defaults filled in */
+  p2p_pm_done_fn done;    /* NULL once close() was called */
+  void *ud;
+  bool tcp_mapped, udp_mapped;
+  p2p_pm_closed_fn closed;
+  void *closed_ud;
+} p2p_pm_client;
+
+/* Fills b in for open(): cfg copied with its defaults. */
+void p2p_pm_client_init(p2p_pm_client *b, uv_loop_t *loop, const p2p_portmap_config *cfg, p2p_pm_done_fn done,
+                        void *ud);
+/* For close(): closed() is whom to tell at the end; no done() from now on. */
+void p2p_pm_client_closing(p2p_pm_client *b, p2p_pm_closed_fn closed, void *ud);
+/* Frees the client that b starts (one allocation), then calls closed(),
+ * if any, with whether every mapping is gone. */
+void p2p_pm_client_free(p2p_pm_client *b);
 /* The IPv4 gateway of the default route (from /proc/net/route), network
  * byte order. Returns 0 or GW_ENOENT. */
 int p2p_pm_default_gateway(uint32_t *gw_be);

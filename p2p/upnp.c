@@ -75,10 +75,7 @@ int p2p_upnp_check_entry(const char *int_client, const char *int_port, const cha
 typedef enum job { JOB_MAP, JOB_DELETE } job;
 
 typedef struct upnp_client {
-  uv_loop_t *loop;
-  p2p_portmap_config cfg;
-  p2p_pm_done_fn done;
-  void *ud;
+  p2p_pm_client base; /* first; its mapped flags are touched by the worker thread only while busy */
   uv_work_t work;
   bool busy;
   /* Touched by the worker thread only while busy. */
@@ -87,14 +84,11 @@ typedef struct upnp_client {
   struct UPNPUrls urls;
   struct IGDdatas data;
   char lanaddr[64];
-  bool tcp_mapped, udp_mapped;
   p2p_pm_result res;
   int upnp_err;       /* the router's error code behind res.why, for the log line */
   const char *step;   /* which call failed */
   /* Loop side. */
   bool closing, unmap;
-  p2p_pm_closed_fn closed;
-  void *closed_ud;
 } upnp_client;
 
 /* One mapping: add (or refresh) it, then read it back. Thread side. */
@@ -102,7 +96,7 @@ static int add_one(upnp_client *c, const char *proto, uint16_t port, gw_addr *ex
                    uint32_t *lease) {
   char sport[8], life[16];
   snprintf(sport, sizeof(sport), "%u", (unsigned)port);
-  snprintf(life, sizeof(life), "%u", (unsigned)c->cfg.lifetime_s);
+  snprintf(life, sizeof(life), "%u", (unsigned)c->base.cfg.lifetime_s);
   const char *ctl = c->urls.controlURL, *st = c->data.first.servicetype;
   int r = UPNP_AddPortMapping(ctl, st, sport, sport, c->lanaddr, "gwtf", proto, NULL, life);
   if (r == UPNP_ONLY_PERMANENT) r = UPNP_AddPortMapping(ctl, st, sport, sport, c->lanaddr, "gwtf", proto, NULL, "0");
@@ -139,7 +133,7 @@ static void do_map(upnp_client *c) {
      * would search four device types one after another, each waiting the
      * full delay when nobody answers, and a node stopping meanwhile waits
      * for the thread. */
-    struct UPNPDev *devs = upnpDiscoverDevice(IGD_DEVICE, (int)c->cfg.upnp_discover_ms, NULL, NULL,
+    struct UPNPDev *devs = upnpDiscoverDevice(IGD_DEVICE, (int)c->base.cfg.upnp_discover_ms, NULL, NULL,
                                               UPNP_LOCAL_PORT_ANY, 0, SSDP_TTL, &err);
     if (!devs) {
       c->res = (p2p_pm_result){.rc = GW_ENOENT, .absent = true, .why = "no-upnp-device"};
@@ -164,13 +158,13 @@ static void do_map(upnp_client *c) {
     return;
   }
   uint32_t lease = UINT32_MAX;
-  if (c->cfg.tcp_port) {
-    if ((c->res.rc = add_one(c, "TCP", c->cfg.tcp_port, &c->res.external_tcp, ip, &lease)) != 0) return;
-    c->tcp_mapped = true;
+  if (c->base.cfg.tcp_port) {
+    if ((c->res.rc = add_one(c, "TCP", c->base.cfg.tcp_port, &c->res.external_tcp, ip, &lease)) != 0) return;
+    c->base.tcp_mapped = true;
   }
-  if (c->cfg.udp_port) {
-    if ((c->res.rc = add_one(c, "UDP", c->cfg.udp_port, &c->res.external_udp, ip, &lease)) != 0) return;
-    c->udp_mapped = true;
+  if (c->base.cfg.udp_port) {
+    if ((c->res.rc = add_one(c, "UDP", c->base.cfg.udp_port, &c->res.external_udp, ip, &lease)) != 0) return;
+    c->base.udp_mapped = true;
   }
   c->res.lease_s = lease == UINT32_MAX ? 0 : lease;
 }
@@ -178,15 +172,15 @@ static void do_map(upnp_client *c) {
 static void do_delete(upnp_client *c) {
   char sport[8];
   const char *ctl = c->urls.controlURL, *st = c->data.first.servicetype;
-  if (c->tcp_mapped) {
-    snprintf(sport, sizeof(sport), "%u", (unsigned)c->cfg.tcp_port);
+  if (c->base.tcp_mapped) {
+    snprintf(sport, sizeof(sport), "%u", (unsigned)c->base.cfg.tcp_port);
     int r = UPNP_DeletePortMapping(ctl, st, sport, "TCP", NULL);
-    if (r == 0 || r == UPNP_NO_SUCH_ENTRY) c->tcp_mapped = false;
+    if (r == 0 || r == UPNP_NO_SUCH_ENTRY) c->base.tcp_mapped = false;
   }
-  if (c->udp_mapped) {
-    snprintf(sport, sizeof(sport), "%u", (unsigned)c->cfg.udp_port);
+  if (c->base.udp_mapped) {
+    snprintf(sport, sizeof(sport), "%u", (unsigned)c->base.cfg.udp_port);
     int r = UPNP_DeletePortMapping(ctl, st, sport, "UDP", NULL);
-    if (r == 0 || r == UPNP_NO_SUCH_ENTRY) c->udp_mapped = false;
+    if (r == 0 || r == UPNP_NO_SUCH_ENTRY) c->base.udp_mapped = false;
   }
 }
 
@@ -204,7 +198,7 @@ static void queue(upnp_client *c, job j) {
   c->job = j;
   c->busy = true;
   c->work.data = c;
-  int rc = uv_queue_work(c->loop, &c->work, work_cb, after_work);
+  int rc = uv_queue_work(c->base.loop, &c->work, work_cb, after_work);
   if (rc != 0) {
     c->busy = false;
     c->res = (p2p_pm_result){.rc = rc, .why = "thread-pool"};
@@ -213,11 +207,7 @@ static void queue(upnp_client *c, job j) {
 
 static void finish(upnp_client *c) {
   if (c->have_igd) FreeUPNPUrls(&c->urls);
-  p2p_pm_closed_fn closed = c->closed;
-  void *ud = c->closed_ud;
-  bool all = !c->tcp_mapped && !c->udp_mapped;
-  free(c);
-  if (closed) closed(ud, all);
+  p2p_pm_client_free(&c->base);
 }
 
 static void after_work(uv_work_t *w, int status) {
@@ -226,30 +216,39 @@ static void after_work(uv_work_t *w, int status) {
   c->busy = false;
   if (c->closing) {
     /* Deleting is done, or a map finished after close: delete what it made. */
-    if (c->job == JOB_MAP && c->unmap && c->have_igd && (c->tcp_mapped || c->udp_mapped)) {
+    if (c->job == JOB_MAP && c->unmap && c->have_igd && (c->base.tcp_mapped || c->base.udp_mapped)) {
       queue(c, JOB_DELETE);
       if (c->busy) return;
     }
-    if (!c->unmap) c->tcp_mapped = c->udp_mapped = false;
+    if (!c->unmap) c->base.tcp_mapped = c->base.udp_mapped = false;
     finish(c);
     return;
   }
   if (c->res.rc != 0 && c->step)
-    GW_INFO(c->cfg.log, "nat.upnp_error", "step=%s code=%d msg=\"%s\"", c->step, c->upnp_err,
+    GW_INFO(c->base.cfg.log, "nat.upnp_error", "step=%s code=%d msg=\"%s\"", c->step, c->upnp_err,
             c->upnp_err > 0 ? strupnperror(c->upnp_err) ? strupnperror(c->upnp_err) : "-" : "-");
-  c->done(c->ud, &c->res);
+  c->base.done(c->base.ud, &c->res);
 }
 
 static int upnp_open(uv_loop_t *loop, const p2p_portmap_config *cfg, p2p_pm_done_fn done, void *ud, void **out) {
   upnp_client *c = calloc(1, sizeof(*c));
   if (!c) return GW_ENOMEM;
-  c->loop = loop;
-  c->cfg = *cfg;
-  p2p_pm_config_defaults(&c->cfg);
-  c->done = done;
-  c->ud = ud;
+  p2p_pm_client_init(&c->base, loop, cfg, done, ud);
   *out = c;
   return 0;
+}
+
+static void free_timer(uv_handle_t *h) { free(h); }
+
+/* Runs cb(c) from the loop on a one-shot timer (cb closes it with
+ * free_timer); false when out of memory. */
+static bool from_loop(upnp_client *c, uv_timer_cb cb) {
+  uv_timer_t *t = malloc(sizeof(*t));
+  if (!t) return false;
+  uv_timer_init(c->base.loop, t);
+  t->data = c;
+  uv_timer_start(t, cb, 0, 0);
+  return true;
 }
 
 static void on_queue_failed(uv_timer_t *t);
@@ -257,22 +256,14 @@ static void on_queue_failed(uv_timer_t *t);
 static void upnp_map(void *client) {
   upnp_client *c = client;
   queue(c, JOB_MAP);
-  if (!c->busy) {
-    /* The done() must come from the loop: hand it over on a one-shot timer. */
-    uv_timer_t *t = malloc(sizeof(*t));
-    if (!t) return;
-    uv_timer_init(c->loop, t);
-    t->data = c;
-    uv_timer_start(t, on_queue_failed, 0, 0);
-  }
+  /* The done() must come from the loop: hand it over on a one-shot timer. */
+  if (!c->busy) (void)from_loop(c, on_queue_failed);
 }
-
-static void free_timer(uv_handle_t *h) { free(h); }
 
 static void on_queue_failed(uv_timer_t *t) {
   upnp_client *c = t->data;
   uv_close((uv_handle_t *)t, free_timer);
-  if (!c->closing) c->done(c->ud, &c->res);
+  if (!c->closing) c->base.done(c->base.ud, &c->res);
 }
 
 static void on_finish_timer(uv_timer_t *t) {
@@ -285,27 +276,19 @@ static void upnp_close(void *client, bool unmap, p2p_pm_closed_fn closed, void *
   upnp_client *c = client;
   c->closing = true;
   c->unmap = unmap;
-  c->closed = closed;
-  c->closed_ud = ud;
+  p2p_pm_client_closing(&c->base, closed, ud);
   if (c->busy) {
     uv_cancel((uv_req_t *)&c->work); /* if it has not started; after_work runs either way */
     return;
   }
-  if (unmap && c->have_igd && (c->tcp_mapped || c->udp_mapped)) {
+  if (unmap && c->have_igd && (c->base.tcp_mapped || c->base.udp_mapped)) {
     queue(c, JOB_DELETE);
     if (c->busy) return;
   }
-  if (!unmap) c->tcp_mapped = c->udp_mapped = false;
+  if (!unmap) c->base.tcp_mapped = c->base.udp_mapped = false;
   /* closed() must come from the loop, and the caller may still be inside
    * a callback of ours: finish on a one-shot timer. */
-  uv_timer_t *t = malloc(sizeof(*t));
-  if (!t) {
-    finish(c);
-    return;
-  }
-  uv_timer_init(c->loop, t);
-  t->data = c;
-  uv_timer_start(t, on_finish_timer, 0, 0);
+  if (!from_loop(c, on_finish_timer)) finish(c);
 }
 
 const p2p_pm_proto p2p_pm_upnp = {.name = "upnp", .open = upnp_open, .map = upnp_map, .close = upnp_close};
