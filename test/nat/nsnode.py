@@ -5,12 +5,16 @@ with a timeout, stop() = SIGTERM and a clean exit 0.
     from nsnode import NsNode
     n = NsNode("h1", workdir, lab_host, ["--port-mapping", "off"]).start()
     n.wait("nat.mapped", timeout=20)
+
+and the scaffolding of a netns test script: skip(why) (exit 77, a skip for
+ctest) and main(test) (an AssertionError is a FAIL, exit 1).
 """
 
 import os
 import subprocess
 import sys
 import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "node"))
 
@@ -18,6 +22,7 @@ from gwtfproc import GWTF, Node  # noqa: E402
 
 PORT = 7447
 START_TIMEOUT = 20.0
+WAIT_TIMEOUT = 30.0
 
 
 class NsNode(Node):
@@ -42,3 +47,36 @@ class NsNode(Node):
     @property
     def addr(self):
         return f"{self.netns.addr}:{self.port}"
+
+    @property
+    def spec(self):
+        """ID@IP:PORT, for another node's --bootstrap."""
+        return f"{self.id}@{self.addr}"
+
+    def wait_where(self, event, pred, since=0, timeout=WAIT_TIMEOUT):
+        """Waits for a line of `event` for which pred(line) holds."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for e in self.events[since:]:
+                    if e.get("event") == event and pred(e):
+                        return e
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"{self.name}: no matching {event} within {timeout}s")
+                self.cond.wait(left)
+
+
+def skip(why):
+    """Ends the test as skipped: ctest's SKIP_RETURN_CODE 77."""
+    print(f"SKIPPED: {why}")
+    sys.exit(77)
+
+
+def main(test):
+    """Runs test(); a failed check prints FAIL and exits 1."""
+    try:
+        test()
+    except AssertionError as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -20,7 +20,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import netlab  # noqa: E402
-from nsnode import PORT, NsNode  # noqa: E402
+from nsnode import PORT, NsNode, main, skip  # noqa: E402
 from gwtfproc import check  # noqa: E402
 
 # Routable-looking on purpose, see netlab.py: miniupnpd forwards nothing for
@@ -77,8 +77,7 @@ def map_once(lab, workdir, router, home, public, mode, want_proto):
 def test():
     why = netlab.skip_reason(need_miniupnpd=True)
     if why:
-        print(f"SKIPPED: {why}")
-        sys.exit(77)
+        skip(why)
     workdir = tempfile.mkdtemp(prefix="gwtf-portmap-")
     with netlab.Lab(public_net=PUBLIC_NET) as lab:
         r1 = lab.router("r1", nat="cone")
@@ -125,8 +124,4 @@ def test():
 
 
 if __name__ == "__main__":
-    try:
-        test()
-    except AssertionError as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-        sys.exit(1)
+    main(test)

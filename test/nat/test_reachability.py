@@ -20,60 +20,29 @@ No sleeps: every wait is on a log event, with a timeout."""
 import os
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "node"))
 
+from nsnode import PORT, NsNode, main, skip  # noqa: E402
 from gwtfproc import check  # noqa: E402
 
-PORT = 7447
 WAIT = 30.0
 
 
-def node_class():
-    """test_portmap's namespaced node (0.0.0.0:PORT), plus what this test needs."""
-    from test_portmap import NsNode
-
-    class RNode(NsNode):
-        def __init__(self, name, workdir, netns, extra=(), bootstrap=()):
-            extra = ["--port-mapping", "off"] + list(extra)
-            for b in bootstrap:
-                extra += ["--bootstrap", b]
-            super().__init__(name, workdir, netns, extra)
-
-        @property
-        def spec(self):
-            return f"{self.id}@{self.netns.addr}:{self.port}"
-
-        def wait_where(self, event, pred, since=0, timeout=WAIT):
-            """Waits for a line of `event` for which pred(line) holds."""
-            deadline = time.monotonic() + timeout
-            with self.cond:
-                while True:
-                    for e in self.events[since:]:
-                        if e.get("event") == event and pred(e):
-                            return e
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise AssertionError(f"{self.name}: no matching {event} within {timeout}s")
-                    self.cond.wait(left)
-
-    return RNode
+def start_node(name, workdir, netns, extra=(), bootstrap=()):
+    """A node without port mapping (the router has none to give)."""
+    return NsNode(name, workdir, netns, ["--port-mapping", "off"] + list(extra)).start(bootstrap=bootstrap)
 
 
 def test():
     try:
         import netlab
-        NsNode = node_class()
     except ImportError as e:
-        print(f"SKIPPED: {e}")
-        sys.exit(77)
+        skip(e)
     why = netlab.skip_reason()
     if why:
-        print(f"SKIPPED: {why}")
-        sys.exit(77)
+        skip(why)
     workdir = tempfile.mkdtemp(prefix="gwtf-reach-")
     nodes = []
     with netlab.Lab() as lab:
@@ -81,10 +50,10 @@ def test():
         h1ns = lab.host("h1", r1)
         pns = [lab.host(f"p{i}") for i in (1, 2, 3)]
         try:
-            p1 = NsNode("p1", workdir, pns[0], ["--dht-stats", "1"]).start()
+            p1 = start_node("p1", workdir, pns[0], ["--dht-stats", "1"])
             nodes.append(p1)
-            p2 = NsNode("p2", workdir, pns[1], ["--dht-stats", "1"], [p1.spec]).start()
-            p3 = NsNode("p3", workdir, pns[2], bootstrap=[p1.spec]).start()
+            p2 = start_node("p2", workdir, pns[1], ["--dht-stats", "1"], [p1.spec])
+            p3 = start_node("p3", workdir, pns[2], bootstrap=[p1.spec])
             nodes += [p2, p3]
 
             ev = p1.wait("nat.reachability", timeout=WAIT)
@@ -94,7 +63,7 @@ def test():
             check(str(ev["checked_by"]) == "2", f"p1 checked_by={ev['checked_by']}")
             check(not p1.find("nat.advice"), "p1 got advice although it is public")
 
-            h1 = NsNode("h1", workdir, h1ns, ["--dht-stats", "1"], [p1.spec, p2.spec]).start()
+            h1 = start_node("h1", workdir, h1ns, ["--dht-stats", "1"], [p1.spec, p2.spec])
             nodes.append(h1)
             ev = h1.wait("nat.reachability", timeout=WAIT)
             print(f"  h1: status={ev['status']} addr={ev['addr']} checked_by={ev['checked_by']}")
@@ -112,7 +81,7 @@ def test():
 
             # The public nodes hear h1 as a client, then save contacts without it.
             for p in (p1, p2):
-                p.wait_where("dht.stats", lambda e: int(e.get("client_msgs", 0)) >= 1)
+                p.wait_where("dht.stats", lambda e: int(e.get("client_msgs", 0)) >= 1, timeout=WAIT)
             for p in (p1, p2):
                 p.stop()
                 path = os.path.join(p.data_dir, "dht-contacts")
@@ -131,8 +100,4 @@ def test():
 
 
 if __name__ == "__main__":
-    try:
-        test()
-    except AssertionError as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-        sys.exit(1)
+    main(test)

@@ -16,6 +16,7 @@
 
 #include "p2p/frame.h"
 #include "p2p/handshake.h"
+#include "p2p/host.h"
 #include "p2p/sockaddr.h"
 #include "proto/gwtf.pb-c.h"
 #include "proto/p2p.pb-c.h"
@@ -118,6 +119,89 @@ static inline bool logrec_wait(logrec *r, const char *event, const char *needle,
   }
   uv_mutex_unlock(&r->mu);
   return ok;
+}
+
+/* ---- a test program's group setup ---- */
+
+/* cmocka group setup for tests with hosts: SIGPIPE ignored (a peer that
+ * hangs up must not end the test), rec records from DEBUG up, libsodium
+ * ready. p2ptest_teardown frees rec. */
+static inline int p2ptest_setup(logrec *rec) {
+  signal(SIGPIPE, SIG_IGN);
+  logrec_init(rec, GW_LOG_DEBUG);
+  return p2p_crypto_init();
+}
+
+static inline int p2ptest_teardown(logrec *rec) {
+  logrec_free(rec);
+  return 0;
+}
+
+/* ---- a host for tests ---- */
+
+/* Gives a test host its identity (a copy of id, or a new one when NULL)
+ * and a log into rec, and fills hc: the defaults, that identity and log,
+ * and a short reconnect backoff (50 to 400 ms). The caller sets the rest
+ * (listen address, ping and handshake timers, ...). */
+static inline void p2ptest_host_config(p2p_host_config *hc, p2p_identity *me, const p2p_identity *id, gw_log *log,
+                                       logrec *rec) {
+  if (id)
+    *me = *id;
+  else
+    p2p_identity_generate(me);
+  gw_log_init(log, &rec->sink, &me->id);
+  p2p_host_config_defaults(hc);
+  hc->me = me;
+  hc->log = log;
+  hc->backoff_min_ms = 50;
+  hc->backoff_max_ms = 400;
+}
+
+/* ---- hosts served on a loop in another thread ---- */
+
+/* The test's thread plays a hand-written peer with blocking sockets while
+ * the hosts run on their own loop here. */
+typedef struct p2ptest_served {
+  uv_loop_t loop;
+  uv_async_t stop;
+  uv_sem_t ready;
+  uv_thread_t tid;
+  void (*start)(struct p2ptest_served *s); /* on the thread: starts the hosts on s->loop */
+} p2ptest_served;
+
+static void p2ptest_served_stop(uv_async_t *as) {
+  uv_close((uv_handle_t *)as, NULL);
+  uv_stop(as->loop);
+}
+
+static void p2ptest_served_thread(void *arg) {
+  p2ptest_served *s = arg;
+  s->start(s);
+  uv_sem_post(&s->ready);
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+}
+
+/* Starts the thread and returns once start() has run there. */
+static inline void p2ptest_serve(p2ptest_served *s, void (*start)(p2ptest_served *s)) {
+  uv_loop_init(&s->loop);
+  uv_async_init(&s->loop, &s->stop, p2ptest_served_stop);
+  uv_sem_init(&s->ready, 0);
+  s->start = start;
+  uv_thread_create(&s->tid, p2ptest_served_thread, s);
+  uv_sem_wait(&s->ready);
+}
+
+/* Stops the loop and joins the thread: the hosts are the caller's again
+ * (to look at, then to close before p2ptest_serve_free). */
+static inline void p2ptest_serve_join(p2ptest_served *s) {
+  uv_async_send(&s->stop);
+  uv_thread_join(&s->tid);
+}
+
+/* After the hosts were closed: drains and closes the loop. */
+static inline void p2ptest_serve_free(p2ptest_served *s) {
+  drain_loop(&s->loop);
+  uv_sem_destroy(&s->ready);
 }
 
 /* ---- a peer that writes the wire format by hand (blocking sockets) ---- */

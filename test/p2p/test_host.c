@@ -27,18 +27,8 @@ typedef struct tnode {
 
 static logrec rec;
 
-static int setup(void **state) {
-  (void)state;
-  signal(SIGPIPE, SIG_IGN);
-  logrec_init(&rec, GW_LOG_DEBUG);
-  return p2p_crypto_init();
-}
-
-static int teardown(void **state) {
-  (void)state;
-  logrec_free(&rec);
-  return 0;
-}
+static int setup(void **state) { return (void)state, p2ptest_setup(&rec); }
+static int teardown(void **state) { return (void)state, p2ptest_teardown(&rec); }
 
 static void on_up(void *ud, const gw_peer *peer, bool back) {
   tnode *n = ud;
@@ -84,24 +74,15 @@ static void on_writable(void *ud, const gw_id *id) {
 static void node_start(tnode *n, uv_loop_t *loop, const char *name, uint16_t port, const p2p_identity *id) {
   memset(n, 0, sizeof(*n));
   n->name = name;
-  if (id)
-    n->id = *id;
-  else
-    p2p_identity_generate(&n->id);
-  gw_log_init(&n->log, &rec.sink, &n->id.id);
   p2p_host_config hc;
-  p2p_host_config_defaults(&hc);
-  hc.me = &n->id;
+  p2ptest_host_config(&hc, &n->id, id, &n->log, &rec);
   char addr[32];
   snprintf(addr, sizeof(addr), "127.0.0.1:%u", (unsigned)port);
   gw_addr_parse(addr, &hc.listen);
   hc.ping_interval_ms = 100;
   hc.handshake_timeout_ms = 400;
-  hc.backoff_min_ms = 50;
-  hc.backoff_max_ms = 400;
   hc.low_water = 64 << 10;
   hc.max_frame = 4 << 20;
-  hc.log = &n->log;
   hc.agent = name;
   p2p_host_cbs cbs = {.ud = n, .peer_up = on_up, .peer_down = on_down, .message = on_msg, .writable = on_writable};
   assert_int_equal(p2p_host_new(loop, &hc, &cbs, &n->h), 0);
@@ -385,24 +366,16 @@ static void test_lost_on_crash(void **state) {
 /* ---- hostile bytes against a host served from another thread ---- */
 
 typedef struct served {
-  uv_loop_t loop;
-  uv_async_t stop;
+  p2ptest_served t; /* first */
   tnode a, good;
-  uv_sem_t ready;
 } served;
 
-static void served_stop(uv_async_t *as) {
-  uv_close((uv_handle_t *)as, NULL);
-  uv_stop(as->loop);
-}
-
-static void served_thread(void *arg) {
-  served *s = arg;
-  node_start(&s->a, &s->loop, "a", 0, NULL);
-  node_start(&s->good, &s->loop, "good", 0, NULL);
-  connect_ab(&s->loop, &s->a, &s->good);
-  uv_sem_post(&s->ready);
-  uv_run(&s->loop, UV_RUN_DEFAULT);
+/* On the served thread: A, and a good peer connected to it. */
+static void served_start(p2ptest_served *t) {
+  served *s = (served *)t;
+  node_start(&s->a, &t->loop, "a", 0, NULL);
+  node_start(&s->good, &t->loop, "good", 0, NULL);
+  connect_ab(&t->loop, &s->a, &s->good);
 }
 
 static size_t rejected_count(const char *reason) {
@@ -489,12 +462,7 @@ static bool good_msg(void *ud) { return ((served *)ud)->a.msgs > 0; }
 static void test_hostile_peers(void **state) {
   (void)state;
   served *s = calloc(1, sizeof(*s));
-  uv_loop_init(&s->loop);
-  uv_async_init(&s->loop, &s->stop, served_stop);
-  uv_sem_init(&s->ready, 0);
-  uv_thread_t tid;
-  uv_thread_create(&tid, served_thread, s);
-  uv_sem_wait(&s->ready);
+  p2ptest_serve(&s->t, served_start);
   gw_addr a = addr_of(&s->a);
   gw_id aid = s->a.id.id;
 
@@ -510,8 +478,7 @@ static void test_hostile_peers(void **state) {
   assert_int_equal(rawpeer_handshake(&r, &wrong), GW_EPERM);
   rawpeer_close(&r);
 
-  uv_async_send(&s->stop);
-  uv_thread_join(&tid);
+  p2ptest_serve_join(&s->t);
   /* The good peer never noticed: still connected, and a frame gets through. */
   assert_int_equal(s->good.downs_lost + s->good.downs_left, 0);
   /* The six attackers that authenticated first were each reported lost. */
@@ -520,11 +487,10 @@ static void test_hostile_peers(void **state) {
   assert_true(p2p_host_is_connected(s->a.h, &s->good.id.id));
   p2p_msg m = {.type = APP_TYPE, .request_id = 9};
   assert_int_equal(p2p_host_send(s->good.h, &aid, &m), 0);
-  assert_true(run_until(&s->loop, good_msg, s, WAIT_MS));
+  assert_true(run_until(&s->t.loop, good_msg, s, WAIT_MS));
   node_stop(&s->a);
   node_stop(&s->good);
-  drain_loop(&s->loop);
-  uv_sem_destroy(&s->ready);
+  p2ptest_serve_free(&s->t);
   free(s);
 }
 

@@ -22,18 +22,8 @@
 
 static logrec rec;
 
-static int setup(void **state) {
-  (void)state;
-  signal(SIGPIPE, SIG_IGN);
-  logrec_init(&rec, GW_LOG_DEBUG);
-  return p2p_crypto_init();
-}
-
-static int teardown(void **state) {
-  (void)state;
-  logrec_free(&rec);
-  return 0;
-}
+static int setup(void **state) { return (void)state, p2ptest_setup(&rec); }
+static int teardown(void **state) { return (void)state, p2ptest_teardown(&rec); }
 
 static gw_addr addr_of_str(const char *s) {
   gw_addr a;
@@ -344,19 +334,13 @@ static void rn_reach(void *ud, const p2p_reachability *r) {
 
 static void rn_start(rnode *n, uv_loop_t *loop, const char *listen, uint32_t dial_back_timeout_ms) {
   memset(n, 0, sizeof(*n));
-  p2p_identity_generate(&n->id);
-  gw_log_init(&n->log, &rec.sink, &n->id.id);
   p2p_host_config hc;
-  p2p_host_config_defaults(&hc);
-  hc.me = &n->id;
+  p2ptest_host_config(&hc, &n->id, NULL, &n->log, &rec);
   hc.listen = addr_of_str(listen);
   hc.ping_interval_ms = 200;
   hc.handshake_timeout_ms = 2000;
-  hc.backoff_min_ms = 50;
-  hc.backoff_max_ms = 400;
   if (dial_back_timeout_ms) hc.dial_back_timeout_ms = dial_back_timeout_ms;
   hc.log_rtt = false;
-  hc.log = &n->log;
   hc.agent = "reach-test";
   p2p_host_cbs cbs = {.ud = n, .peer_up = rn_up, .peer_down = rn_down, .reachability = rn_reach};
   assert_int_equal(p2p_host_new(loop, &hc, &cbs, &n->h), 0);
@@ -486,42 +470,28 @@ static void test_loopback_private(void **state) {
 /* ================= hostile peers against a host in another thread ================= */
 
 typedef struct served {
-  uv_loop_t loop;
-  uv_async_t stop;
+  p2ptest_served t; /* first */
   rnode p;
   uint32_t dial_back_timeout_ms;
-  uv_sem_t ready;
 } served;
 
-static void served_stop(uv_async_t *as) {
-  uv_close((uv_handle_t *)as, NULL);
-  uv_stop(as->loop);
+static void served_start(p2ptest_served *t) {
+  served *s = (served *)t;
+  rn_start(&s->p, &t->loop, "127.0.0.1:0", s->dial_back_timeout_ms);
 }
 
-static void served_thread(void *arg) {
-  served *s = arg;
-  rn_start(&s->p, &s->loop, "127.0.0.1:0", s->dial_back_timeout_ms);
-  uv_sem_post(&s->ready);
-  uv_run(&s->loop, UV_RUN_DEFAULT);
-}
-
-static served *serve(uv_thread_t *tid, uint32_t dial_back_timeout_ms) {
+static served *serve(uint32_t dial_back_timeout_ms) {
   served *s = calloc(1, sizeof(*s));
-  uv_loop_init(&s->loop);
-  uv_async_init(&s->loop, &s->stop, served_stop);
-  uv_sem_init(&s->ready, 0);
   s->dial_back_timeout_ms = dial_back_timeout_ms;
-  uv_thread_create(tid, served_thread, s);
-  uv_sem_wait(&s->ready);
+  p2ptest_serve(&s->t, served_start);
   return s;
 }
 
-static void serve_end(served *s, uv_thread_t *tid) {
-  uv_async_send(&s->stop);
-  uv_thread_join(tid);
+/* Joins the thread (unless the caller did), closes the host, frees s. */
+static void serve_end(served *s, bool joined) {
+  if (!joined) p2ptest_serve_join(&s->t);
   rn_stop(&s->p);
-  drain_loop(&s->loop);
-  uv_sem_destroy(&s->ready);
+  p2ptest_serve_free(&s->t);
   free(s);
 }
 
@@ -619,8 +589,7 @@ static int listen_on(const char *ip, uint16_t *port) {
 
 static void test_forged_requests(void **state) {
   (void)state;
-  uv_thread_t tid;
-  served *s = serve(&tid, 1000);
+  served *s = serve(1000);
 
   /* 1. A request cannot name an IP. An attacker adds one anyway (field 3,
    * 127.0.0.2) and asks for a port that is open only on 127.0.0.2: the
@@ -653,8 +622,7 @@ static void test_forged_requests(void **state) {
 
   /* 2. The port of another node: the prober's handshake expects the
    * requester's node ID, so another process answering is a failure. */
-  uv_thread_t tid2;
-  served *other = serve(&tid2, 0);
+  served *other = serve(0);
   rawpeer r2;
   raw_session(&r2, s, NULL);
   size_t unexpected = logrec_count(&rec, "session.rejected", "reason=unexpected-id");
@@ -665,13 +633,9 @@ static void test_forged_requests(void **state) {
   gwtf__dial_back_result__free_unpacked(res2, NULL);
   assert_int_equal(logrec_count(&rec, "session.rejected", "reason=unexpected-id"), unexpected + 1);
   rawpeer_close(&r2);
-  uv_async_send(&other->stop);
-  uv_thread_join(&tid2);
+  p2ptest_serve_join(&other->t);
   assert_int_equal(other->p.ups, 0); /* it never had a session */
-  rn_stop(&other->p);
-  drain_loop(&other->loop);
-  uv_sem_destroy(&other->ready);
-  free(other);
+  serve_end(other, true);
 
   /* 3. Rate limit per requester: a burst of requests, then refusals. */
   rawpeer r3;
@@ -696,7 +660,7 @@ static void test_forged_requests(void **state) {
   gwtf__dial_back_result__free_unpacked(res3, NULL);
   rawpeer_close(&r3);
 
-  serve_end(s, &tid);
+  serve_end(s, false);
 }
 
 /* Two hand-written peers that answer "ok" with the right nonce but never
@@ -704,8 +668,7 @@ static void test_forged_requests(void **state) {
  * learns nothing from them. */
 static void test_lying_probers(void **state) {
   (void)state;
-  uv_thread_t tid;
-  served *s = serve(&tid, 200); /* results are waited for 2 x 200 ms + 3 s */
+  served *s = serve(200); /* results are waited for 2 x 200 ms + 3 s */
   gw_addr spoof = addr_of_str("192.0.2.66:4444");
   rawpeer r1, r2;
   size_t conn_before = logrec_count(&rec, "peer.connected", "agent=rawpeer");
@@ -744,8 +707,7 @@ static void test_lying_probers(void **state) {
   size_t timeouts = logrec_count(&rec, "nat.dial_back_timeout", "said_ok=1");
   assert_true(logrec_wait(&rec, "nat.dial_back_timeout", "said_ok=1", timeouts + 2, WAIT_MS));
   assert_true(logrec_count(&rec, "nat.dial_back_ignored", NULL) >= 1); /* the unsolicited one */
-  uv_async_send(&s->stop);
-  uv_thread_join(&tid);
+  p2ptest_serve_join(&s->t);
   assert_int_equal(s->p.verdicts, 0);
   p2p_reachability got;
   p2p_host_reachability(s->p.h, &got);
@@ -754,10 +716,7 @@ static void test_lying_probers(void **state) {
   assert_int_equal(p2p_host_observed_addr(s->p.h, &obs), GW_ENOENT); /* one claim, one silence */
   rawpeer_close(&r1);
   rawpeer_close(&r2);
-  rn_stop(&s->p);
-  drain_loop(&s->loop);
-  uv_sem_destroy(&s->ready);
-  free(s);
+  serve_end(s, true);
 }
 
 int main(void) {

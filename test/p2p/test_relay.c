@@ -25,18 +25,8 @@ typedef struct rnode {
 
 static logrec rec;
 
-static int setup(void **state) {
-  (void)state;
-  signal(SIGPIPE, SIG_IGN);
-  logrec_init(&rec, GW_LOG_DEBUG);
-  return p2p_crypto_init();
-}
-
-static int teardown(void **state) {
-  (void)state;
-  logrec_free(&rec);
-  return 0;
-}
+static int setup(void **state) { return (void)state, p2ptest_setup(&rec); }
+static int teardown(void **state) { return (void)state, p2ptest_teardown(&rec); }
 
 static uint8_t pat(size_t i) { return (uint8_t)(i * 13 + 5); }
 
@@ -67,18 +57,12 @@ static void r_msg(void *ud, const gw_id *from, p2p_msg *msg) {
 /* listen: a public node (relays); else dial-only, like a node behind NAT. */
 static void rstart(rnode *n, uv_loop_t *loop, bool listen, const p2p_relay_config *rc) {
   memset(n, 0, sizeof(*n));
-  p2p_identity_generate(&n->id);
-  gw_log_init(&n->log, &rec.sink, &n->id.id);
   p2p_host_config hc;
-  p2p_host_config_defaults(&hc);
-  hc.me = &n->id;
+  p2ptest_host_config(&hc, &n->id, NULL, &n->log, &rec);
   if (listen) gw_addr_parse("127.0.0.1:0", &hc.listen);
   hc.ping_interval_ms = 100;
   hc.handshake_timeout_ms = 2000;
-  hc.backoff_min_ms = 50;
-  hc.backoff_max_ms = 400;
   hc.max_frame = 4 << 20;
-  hc.log = &n->log;
   hc.log_rtt = false;
   if (rc) hc.relay = *rc;
   p2p_host_cbs cbs = {.ud = n, .peer_up = r_up, .peer_down = r_down, .message = r_msg};
