@@ -63,6 +63,7 @@ typedef struct conn {
   uint64_t probe_nonce;
   gw_addr probe_addr;
   bool probe_in; /* a peer's dial-back to us: closed once its Hello is seen */
+  bool punch;    /* a punched connection (p2p/punch.h), until it becomes the peer's session */
   struct conn *next;
 } conn;
 
@@ -83,6 +84,7 @@ struct p2p_host {
   size_t n_conns;
   unsigned handshakes;
   p2p_relay *relay; /* relay circuits, both roles (p2p/relay.h); NULL when out of memory */
+  p2p_punch *punch; /* hole punching (p2p/punch.h); NULL when off */
   bool closing;
   p2p_reach *reach;
   bool reach_report_due; /* a verdict to hand to cbs.reachability on the next tick */
@@ -112,6 +114,7 @@ void p2p_host_config_defaults(p2p_host_config *cfg) {
   cfg->dial_back_timeout_ms = P2P_REACH_DIAL_TIMEOUT_MS;
   cfg->log_rtt = true;
   p2p_relay_config_defaults(&cfg->relay);
+  p2p_punch_config_defaults(&cfg->punch);
 }
 
 /* ---- peers ---- */
@@ -263,6 +266,7 @@ static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const c
             (unsigned long long)(now - p->up_since_ms));
   schedule_redial(h, &p->id);
   if (h->relay) p2p_relay_on_peer_down(h->relay, &p->id);
+  if (h->punch) p2p_punch_peer_down(h->punch, &p->id);
   if (h->reach) p2p_reach_peer_down(h->reach, &p->id, now);
   if (h->cbs.peer_down) h->cbs.peer_down(h->cbs.ud, &p->id, reason);
 }
@@ -294,6 +298,7 @@ static void become_current(p2p_host *h, peer *p, p2p_session *s) {
             sess, info->agent[0] ? info->agent : "-", info->relayed ? " via=relay" : "");
   /* Over a relay the peer sees the relay, not us: no word on our address. */
   if (h->reach) p2p_reach_peer_up(h->reach, &p->id, info->relayed ? NULL : &info->observed, now);
+  if (h->punch && info->relayed) p2p_punch_relayed_up(h->punch, &p->id, s);
   if (h->cbs.peer_up) {
     gw_peer gp = {.id = p->id, .addr = p->addr};
     h->cbs.peer_up(h->cbs.ud, &gp, back);
@@ -482,6 +487,10 @@ static void on_session_up(p2p_session *s) {
     p2p_session_goodbye(s, GWTF__GOODBYE_REASON__GOODBYE_DIAL_BACK);
     return;
   }
+  if (c->punch) { /* a punched connection: p2p/punch.c decides whether it replaces the relayed session */
+    p2p_punch_on_up(h->punch, s);
+    return;
+  }
   peer *p = get_peer(h, &info->peer_id);
   if (!p) {
     p2p_session_close(s, P2P_END_CLOSED, GW_ENOMEM, "out-of-memory");
@@ -530,7 +539,7 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
   conn *c = conn_of(s);
   p2p_host *h = c->h;
   const gw_id *from = &p2p_session_get_info(s)->peer_id;
-  if (h->closing || c->probe_out || c->probe_in) return; /* a dial-back carries nothing */
+  if (h->closing || c->probe_out || c->probe_in || c->punch) return; /* a dial-back carries nothing */
   switch (msg->type) {
   case GWTF__MSG_TYPE__MSG_PING: send_pong(s, msg); return;
   case GWTF__MSG_TYPE__MSG_RELAY_RESERVE:
@@ -550,6 +559,11 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
     if (p && p->s == s) got_dial_back_result(h, from, msg);
     return;
   }
+  case GWTF__MSG_TYPE__MSG_PUNCH_CONNECT:
+  case GWTF__MSG_TYPE__MSG_PUNCH_SYNC:
+  case GWTF__MSG_TYPE__MSG_PUNCH_MIGRATE:
+    if (h->punch) p2p_punch_on_message(h->punch, s, from, msg);
+    return;
   case GWTF__MSG_TYPE__MSG_PONG: {
     peer *p = find_peer(h, from);
     if (p && p->s == s) got_pong(h, p, msg);
@@ -590,12 +604,13 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
   if (c->handshaking_in) h->handshakes--;
   if (p2p_session_is_pipe(s) && h->relay) p2p_relay_on_pipe_closed(h->relay, s, why);
   if (c->probe_out && !c->probe_reported) probe_done(h, c, false);
+  if (h->punch) p2p_punch_on_closed(h->punch, s);
   if (h->closing) {
     free(c);
     maybe_finish(h);
     return;
   }
-  if (c->probe_out || c->probe_in) {
+  if (c->probe_out || c->probe_in || c->punch) {
     free(c);
     return;
   }
@@ -678,6 +693,71 @@ int p2p_host_relay_send(p2p_host *h, const gw_id *to, const p2p_msg *msg) {
 
 bool p2p_host_relay_peer_up(const p2p_host *h, const gw_id *id) { return p2p_host_is_connected(h, id); }
 
+/* ---- hole punching (p2p/punch.h) ---- */
+
+static void on_session_punch(p2p_session *s, const uint8_t *preface) {
+  conn *c = conn_of(s);
+  p2p_host *h = c->h;
+  if (h->closing || !h->punch) {
+    p2p_session_close(s, P2P_END_CLOSED, 0, "shutdown");
+    return;
+  }
+  c->punch = true;
+  p2p_punch_on_preface(h->punch, s, preface);
+}
+
+int p2p_host_punch_dial(p2p_host *h, const gw_addr *local, const gw_addr *remote,
+                        const uint8_t preface[P2P_PUNCH_PREFACE_BYTES], p2p_role role, const gw_id *expect,
+                        p2p_session **out) {
+  if (h->closing) return GW_ECLOSED;
+  if (h->n_conns >= h->cfg.max_sessions) return GW_EFULL;
+  conn *c = calloc(1, sizeof(*c));
+  if (!c) return GW_ENOMEM;
+  c->h = h;
+  c->punch = true;
+  int rc = p2p_session_dial_punch(h->loop, local, remote, preface, role, expect, &h->scfg, &session_cbs, c, &c->s);
+  if (rc != 0) {
+    free(c);
+    return rc;
+  }
+  c->next = h->conns;
+  h->conns = c;
+  h->n_conns++;
+  *out = c->s;
+  return 0;
+}
+
+void p2p_host_punch_switch(p2p_host *h, const gw_id *id, p2p_session *s) {
+  peer *p = find_peer(h, id);
+  if (!p || h->closing) return;
+  const p2p_session_info *info = p2p_session_get_info(s);
+  conn_of(s)->punch = false; /* an ordinary peer session from now on */
+  p->s = s;
+  p->addr = info->listen.family ? info->listen : info->remote;
+  p->next_ping_ms = now_ms();
+  p->rtt_samples = 0; /* another path: its RTT starts afresh */
+  apply_links(h, p, s);
+}
+
+p2p_session *p2p_host_punch_current(const p2p_host *h, const gw_id *id) {
+  const peer *p = find_peer(h, id);
+  return p ? p->s : NULL;
+}
+
+size_t p2p_host_punch_observed(const p2p_host *h, gw_addr *local, gw_addr *observed, size_t max) {
+  size_t n = 0;
+  for (const peer *p = h->peers; p && n < max; p = p->next) {
+    if (!p->s || !p2p_session_is_up(p->s)) continue;
+    const p2p_session_info *info = p2p_session_get_info(p->s);
+    if (info->relayed || !info->observed.family || info->observed.family != info->local.family) continue;
+    local[n] = info->local;
+    observed[n++] = info->observed;
+  }
+  return n;
+}
+
+void p2p_host_punch_stats(const p2p_host *h, p2p_punch_stats *out) { p2p_punch_get_stats(h->punch, out); }
+
 int p2p_host_connect_via(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr, const gw_id *target_id) {
   (void)relay_id; /* the circuit's end-to-end handshake authenticates the target; the relay is just a pipe */
   if (h->closing) return GW_ECLOSED;
@@ -716,6 +796,7 @@ static const p2p_session_cbs session_cbs = {
     .closed = on_session_closed,
     .preface = on_session_preface,
     .pipe_data = on_session_pipe_data,
+    .punch = on_session_punch,
 };
 
 /* ---- housekeeping ---- */
@@ -832,6 +913,7 @@ static void maybe_finish(p2p_host *h) {
   }
   p2p_reach_free(h->reach);
   p2p_relay_free(h->relay);
+  p2p_punch_free(h->punch);
   void (*done)(void *) = h->done;
   void *ud = h->done_ud;
   free(h);
@@ -848,6 +930,7 @@ static int start_listening(p2p_host *h) {
   h->open_handles++;
   if ((rc = uv_tcp_bind(&h->listener, (struct sockaddr *)&ss, 0)) != 0) return rc;
   if ((rc = uv_listen((uv_stream_t *)&h->listener, LISTEN_BACKLOG, on_connection)) != 0) return rc;
+  if (h->cfg.punch.enabled && (rc = p2p_punch_share_port(&h->listener)) != 0) return rc; /* punches dial from it */
   int len = sizeof(ss);
   if ((rc = uv_tcp_getsockname(&h->listener, (struct sockaddr *)&ss, &len)) != 0) return rc;
   return p2p_addr_from_sockaddr((struct sockaddr *)&ss, &h->bound);
@@ -889,6 +972,8 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
   }
   h->scfg.listen_port = h->bound.port;
   if (p2p_relay_new(h, &cfg->relay, h->listening, cfg->log, &h->relay) != 0) h->relay = NULL; /* runs without */
+  if (cfg->punch.enabled && p2p_punch_new(h, loop, &cfg->punch, cfg->me, cfg->log, &h->punch) != 0)
+    h->punch = NULL; /* runs without */
   p2p_reach_config rcfg = {.port = h->bound.port, .log = cfg->log};
   p2p_reach_io io = {.ud = h, .request = reach_request, .decided = reach_decided};
   /* A peer's answer waits for its dial-back's connect and handshake. */
@@ -953,6 +1038,9 @@ int p2p_host_send(p2p_host *h, const gw_id *to, const p2p_msg *msg) {
   case GWTF__MSG_TYPE__MSG_RELAY_RESERVE:
   case GWTF__MSG_TYPE__MSG_RELAY_RESERVED:
   case GWTF__MSG_TYPE__MSG_RELAY_INCOMING:
+  case GWTF__MSG_TYPE__MSG_PUNCH_CONNECT:
+  case GWTF__MSG_TYPE__MSG_PUNCH_SYNC:
+  case GWTF__MSG_TYPE__MSG_PUNCH_MIGRATE:
   case GWTF__MSG_TYPE__MSG_HELLO: return GW_EINVAL; /* the host's own */
   default: break;
   }
@@ -1032,6 +1120,7 @@ void p2p_host_close(p2p_host *h, void (*done)(void *ud), void *ud) {
   h->closing = true;
   h->done = done;
   h->done_ud = ud;
+  p2p_punch_stop(h->punch);
   if (h->listening) uv_close((uv_handle_t *)&h->listener, on_handle_closed);
   uv_close((uv_handle_t *)&h->tick, on_handle_closed);
   while (h->targets) free_target(h, h->targets);

@@ -31,6 +31,7 @@
 #include "p2p/frame.h"
 #include "p2p/identity.h"
 #include "p2p/link.h"
+#include "p2p/punch.h"
 #include "p2p/relay.h"
 #include "p2p/reach.h"
 #include "util/addr.h"
@@ -83,6 +84,7 @@ typedef struct p2p_host_config {
   const gw_log *log;
   const char *agent;
   p2p_relay_config relay; /* serving as a relay (with a listener only) and its limits */
+  p2p_punch_config punch; /* hole punching of relayed sessions (p2p/punch.h); off by default */
 } p2p_host_config;
 
 typedef struct p2p_peer_stats {
@@ -163,6 +165,13 @@ int p2p_host_connect_via(p2p_host *h, const gw_id *relay_id, const gw_addr *rela
  * reach us at relay_id@relay_addr/p2p-circuit/our-id. */
 int p2p_host_relay_reserve(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr);
 void p2p_host_relay_stats(const p2p_host *h, p2p_relay_stats *out);
+
+/* ---- hole punching (p2p/punch.h, docs/PUNCH.md) ----
+ * With cfg.punch.enabled, a relayed session is upgraded to a direct one
+ * when the two ends can punch through their NATs; the peer's session is
+ * swapped without peer_down/peer_up and without losing or reordering a
+ * frame (p2p_peer_stats.relayed turns false). */
+void p2p_host_punch_stats(const p2p_host *h, p2p_punch_stats *out);
 
 /* Says goodbye on every session, waits for them to flush (bounded by the
  * goodbye timeout), closes everything and frees the host, then calls done.

@@ -2,7 +2,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "p2p/punch.h"
 #include "p2p/relay.h"
 #include "p2p/sockaddr.h"
 #include "proto/gwtf.pb-c.h"
@@ -23,7 +25,8 @@
 
 /* S_PREFACE: a relay leg waiting for the relay's status (p2p/relay.h).
  * S_PIPE: a relay leg on the relay itself: raw bytes in and out. */
-enum state { S_CONNECTING, S_PREFACE, S_HANDSHAKE, S_HEADER, S_HELLO, S_UP, S_PIPE, S_CLOSING };
+/* S_PUNCH: a punched connection waiting for the peer's punch preface (p2p/punch.h). */
+enum state { S_CONNECTING, S_PREFACE, S_PUNCH, S_HANDSHAKE, S_HEADER, S_HELLO, S_UP, S_PIPE, S_CLOSING };
 
 /* One sealed frame (or raw handshake bytes) waiting for the socket. */
 typedef struct txframe {
@@ -87,6 +90,14 @@ struct p2p_session {
   bool pipe;        /* became a relay pipe (stays true while closing) */
   bool pipe_paused; /* pipe mode: reading stopped (backpressure, rate limit) */
   uint8_t preface[P2P_RELAY_PREFACE_BYTES];
+
+  /* Hole punching (p2p/punch.h). */
+  bool punch;         /* a punched connection: preface both ways, then the handshake in a given role */
+  bool rx_held;       /* p2p_session_hold_rx: reading stopped, frames wait in the socket */
+  uint8_t *held;      /* bytes read before the hold and not yet fed (processed on release) */
+  size_t held_len;
+  uv_timer_t resume;  /* feeds `held` from the loop after a release */
+  bool resume_ready;
 };
 
 static void session_close_now(p2p_session *s, p2p_end end, int err, const char *why);
@@ -277,6 +288,7 @@ static void free_session(p2p_session *s) {
   p2p_hs_wipe(&s->hs);
   p2p_channel_wipe(&s->ch);
   free(s->staging);
+  free(s->held);
   free(s);
 }
 
@@ -304,6 +316,7 @@ static void session_close_now(p2p_session *s, p2p_end end, int err, const char *
   uv_close((uv_handle_t *)&s->tcp, on_handle_closed);
   uv_close((uv_handle_t *)&s->timer, on_handle_closed);
   if (s->pump_ready) uv_close((uv_handle_t *)&s->pump, on_handle_closed);
+  if (s->resume_ready) uv_close((uv_handle_t *)&s->resume, on_handle_closed);
 }
 
 void p2p_session_close(p2p_session *s, p2p_end end, int err, const char *why) { session_close_now(s, end, err, why); }
@@ -317,8 +330,8 @@ static void on_timer(uv_timer_t *t) {
   } else if (s->state < S_UP) {
     /* An inbound connection that never finished its handshake is a bad
      * peer; an outbound one is a failed dial the host reports. */
-    session_close_now(s, s->info.role == P2P_RESPONDER && !s->via ? P2P_END_REJECTED : P2P_END_LOST, GW_ETIMEDOUT,
-                      s->state == S_PREFACE ? "relay-timeout" : "handshake-timeout");
+    session_close_now(s, s->info.role == P2P_RESPONDER && !s->via && !s->punch ? P2P_END_REJECTED : P2P_END_LOST,
+                      GW_ETIMEDOUT, s->state == S_PREFACE ? "relay-timeout" : "handshake-timeout");
   }
 }
 
@@ -346,11 +359,12 @@ static int send_hello(p2p_session *s) {
 }
 
 static bool relay_preface(p2p_session *s, const uint8_t *rec);
+static bool punch_preface_in(p2p_session *s, const uint8_t *rec);
 
 static void handshake_step(p2p_session *s, const uint8_t *rec) {
   uint8_t out[P2P_HS_MAX_MSG_BYTES];
   size_t out_len = 0;
-  if (relay_preface(s, rec)) return;
+  if (relay_preface(s, rec) || punch_preface_in(s, rec)) return;
   int rc = p2p_hs_read(&s->hs, rec, out, &out_len);
   if (rc != 0) {
     s->info.peer_id = s->hs.peer_id; /* who answered, when we got that far: for the log line */
@@ -477,6 +491,7 @@ static void got_payload(p2p_session *s, uint8_t *rec, size_t len) {
 }
 
 static void got_relay_status(p2p_session *s, const uint8_t *rec);
+static void got_punch_preface(p2p_session *s, const uint8_t *rec);
 
 static void got_record(p2p_session *s) {
   uint8_t *rec;
@@ -484,6 +499,7 @@ static void got_record(p2p_session *s) {
   p2p_rx_record(&s->rx, &rec, &len);
   switch (s->state) {
   case S_PREFACE: got_relay_status(s, rec); break;
+  case S_PUNCH: got_punch_preface(s, rec); break;
   case S_HANDSHAKE: handshake_step(s, rec); break;
   case S_HEADER: got_stream_header(s, rec); break;
   case S_HELLO:
@@ -521,7 +537,7 @@ static void on_eof(p2p_session *s, int err) {
   if (s->state == S_PIPE && !s->finishing) {
     session_close_now(s, P2P_END_LOST, err, err == UV_EOF ? "eof" : "read");
   } else if (s->state < S_UP) {
-    bool inbound = s->info.role == P2P_RESPONDER && !s->via;
+    bool inbound = s->info.role == P2P_RESPONDER && !s->via && !s->punch;
     session_close_now(s, inbound ? P2P_END_REJECTED : P2P_END_LOST, err, "handshake-eof");
   } else if (s->finishing) {
     session_close_now(s, P2P_END_CLOSED, 0, "goodbye");
@@ -534,6 +550,7 @@ static void on_eof(p2p_session *s, int err) {
 
 static void pipe_read(p2p_session *s, ssize_t nread, const uv_buf_t *buf);
 static void pipe_leftover(p2p_session *s, const uint8_t *data, size_t n);
+static void hold_leftover(p2p_session *s, const uint8_t *data, size_t n);
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   p2p_session *s = stream->data;
@@ -556,7 +573,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   size_t off = 0;
-  while (off < (size_t)nread && s->state != S_CLOSING) {
+  while (off < (size_t)nread && s->state != S_CLOSING && !s->rx_held) {
     if (s->rx.kind == P2P_RX_HEAD && s->rx.in_len && s->rx.len_have == 0) s->rx_frame_start_ns = now;
     long used = p2p_rx_feed(&s->rx, s->staging + off, (size_t)nread - off);
     if (used < 0) {
@@ -570,6 +587,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       return;
     }
   }
+  if (s->rx_held && s->state != S_CLOSING && off < (size_t)nread) hold_leftover(s, s->staging + off, (size_t)nread - off);
 }
 
 /* ---- setup ---- */
@@ -604,6 +622,10 @@ static void discard(p2p_session *s, int rc) {
 }
 
 static int start_reading(p2p_session *s, uint32_t timeout_ms) {
+  struct sockaddr_storage local;
+  int local_len = sizeof(local);
+  if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&local, &local_len) == 0)
+    p2p_addr_from_sockaddr((struct sockaddr *)&local, &s->info.local);
   uv_tcp_nodelay(&s->tcp, 1); /* pings and control frames must not wait for Nagle */
   uv_timer_start(&s->timer, on_timer, timeout_ms, 0);
   return uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
@@ -634,6 +656,7 @@ int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const
 }
 
 static void relay_connected(p2p_session *s);
+static void punch_connected(p2p_session *s);
 
 static void on_connect(uv_connect_t *req, int status) {
   p2p_session *s = req->data;
@@ -644,6 +667,10 @@ static void on_connect(uv_connect_t *req, int status) {
   }
   if (s->via) {
     relay_connected(s);
+    return;
+  }
+  if (s->punch) {
+    punch_connected(s);
     return;
   }
   s->state = S_HANDSHAKE;
@@ -686,7 +713,8 @@ int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, 
  * target connecting back). */
 
 static bool relay_preface(p2p_session *s, const uint8_t *rec) {
-  if (s->via || s->info.role != P2P_RESPONDER || !s->cbs.preface || !p2p_relay_is_preface(rec)) return false;
+  if (s->via || s->punch || s->info.role != P2P_RESPONDER || !s->cbs.preface || !p2p_relay_is_preface(rec))
+    return false;
   s->state = S_PIPE;
   s->pipe = true;
   uv_timer_stop(&s->timer); /* the relay code owns this connection's deadlines now */
@@ -703,18 +731,10 @@ static void relay_connected(p2p_session *s) {
   if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
 }
 
-static void got_relay_status(p2p_session *s, const uint8_t *rec) {
-  int status = p2p_relay_status_parse(rec);
-  if (status < 0) {
-    session_close_now(s, P2P_END_LOST, GW_EPROTO, "relay-bad-status");
-    return;
-  }
-  if (status != 0) {
-    session_close_now(s, P2P_END_LOST, GW_EPERM, p2p_relay_status_name(status));
-    return;
-  }
+/* The handshake over a relay circuit or a punched connection, in the role
+ * the session was given (TCP's roles say nothing there). */
+static void handshake_in_role(p2p_session *s) {
   s->state = S_HANDSHAKE;
-  uv_timer_start(&s->timer, on_timer, s->cfg.handshake_timeout_ms, 0);
   if (s->info.role == P2P_INITIATOR) {
     uint8_t msg1[P2P_HS_MSG1_BYTES];
     p2p_hs_start(&s->hs, msg1);
@@ -725,6 +745,20 @@ static void got_relay_status(p2p_session *s, const uint8_t *rec) {
     }
   }
   p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
+}
+
+static void got_relay_status(p2p_session *s, const uint8_t *rec) {
+  int status = p2p_relay_status_parse(rec);
+  if (status < 0) {
+    session_close_now(s, P2P_END_LOST, GW_EPROTO, "relay-bad-status");
+    return;
+  }
+  if (status != 0) {
+    session_close_now(s, P2P_END_LOST, GW_EPERM, p2p_relay_status_name(status));
+    return;
+  }
+  uv_timer_start(&s->timer, on_timer, s->cfg.handshake_timeout_ms, 0);
+  handshake_in_role(s);
 }
 
 static void pipe_read(p2p_session *s, ssize_t nread, const uv_buf_t *buf) {
@@ -806,6 +840,141 @@ void p2p_session_pipe_pause(p2p_session *s, bool pause) {
 }
 
 bool p2p_session_is_pipe(const p2p_session *s) { return s->pipe; }
+
+/* ---- punched connections (p2p/punch.h) ----
+ *
+ * Both ends dial each other from their listen (or punch) port at the same
+ * moment. What results is one TCP connection that either both ends see as
+ * their own connect (simultaneous open) or one end accepted on its
+ * listener. Either way each end sends the same 40-byte preface (the punch's
+ * id) and reads the other's, then the handshake runs in the roles the punch
+ * code decided (the lower node ID initiates), not in the roles TCP gave. */
+
+static void punch_connected(p2p_session *s) {
+  s->state = S_PUNCH;
+  p2p_rx_expect_raw(&s->rx, P2P_PUNCH_PREFACE_BYTES);
+  int rc = enqueue_copy(s, s->preface, sizeof(s->preface));
+  if (rc == 0) rc = start_reading(s, s->cfg.handshake_timeout_ms);
+  if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
+}
+
+static void got_punch_preface(p2p_session *s, const uint8_t *rec) {
+  if (memcmp(rec, s->preface, sizeof(s->preface)) != 0) {
+    session_close_now(s, P2P_END_LOST, GW_EPROTO, "punch-preface");
+    return;
+  }
+  handshake_in_role(s);
+}
+
+static bool punch_preface_in(p2p_session *s, const uint8_t *rec) {
+  if (s->via || s->punch || s->info.role != P2P_RESPONDER || !s->cbs.punch || !p2p_punch_is_preface(rec))
+    return false;
+  s->punch = true;
+  memcpy(s->preface, rec, sizeof(s->preface));
+  s->cbs.punch(s, rec); /* p2p_session_punch_accept, or a close */
+  return true;
+}
+
+int p2p_session_punch_accept(p2p_session *s, p2p_role role, const gw_id *expect) {
+  if (!s->punch || s->state != S_HANDSHAKE) return GW_ECLOSED;
+  s->info.role = role;
+  p2p_hs_wipe(&s->hs);
+  p2p_hs_init(&s->hs, role, s->cfg.me, role == P2P_INITIATOR ? expect : NULL);
+  int rc = enqueue_copy(s, s->preface, sizeof(s->preface));
+  if (rc != 0) {
+    session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
+    return rc;
+  }
+  handshake_in_role(s);
+  return 0;
+}
+
+int p2p_session_dial_punch(uv_loop_t *loop, const gw_addr *local, const gw_addr *remote, const uint8_t *preface,
+                           p2p_role role, const gw_id *expect, const p2p_session_config *cfg,
+                           const p2p_session_cbs *cbs, void *ud, p2p_session **out) {
+  struct sockaddr_storage ls, rs;
+  if (p2p_addr_to_sockaddr(local, &ls) != 0 || p2p_addr_to_sockaddr(remote, &rs) != 0) return GW_EINVAL;
+  p2p_session *s;
+  int rc = session_new(loop, cfg, cbs, ud, role, &s);
+  if (rc != 0) return rc;
+  s->state = S_CONNECTING;
+  s->punch = true;
+  s->info.remote = *remote;
+  memcpy(s->preface, preface, sizeof(s->preface));
+  gw_addr_format(remote, s->addr_str);
+  p2p_hs_init(&s->hs, role, cfg->me, role == P2P_INITIATOR ? expect : NULL);
+  s->connect_req.data = s;
+  /* The socket shares the port with our listener (or punch anchor). */
+  int fd = p2p_punch_socket(local->family);
+  if (fd < 0) rc = fd;
+  if (rc == 0 && (rc = uv_tcp_open(&s->tcp, fd)) != 0) close(fd);
+  if (rc == 0) rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ls, 0);
+  if (rc == 0) rc = uv_tcp_connect(&s->connect_req, &s->tcp, (struct sockaddr *)&rs, on_connect);
+  if (rc != 0) {
+    discard(s, rc);
+    return rc;
+  }
+  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
+  *out = s;
+  return 0;
+}
+
+/* ---- holding reads (the migration from a relay, p2p/punch.h) ---- */
+
+static void hold_leftover(p2p_session *s, const uint8_t *data, size_t n) {
+  uint8_t *nb = realloc(s->held, s->held_len + n);
+  if (!nb) {
+    session_close_now(s, P2P_END_LOST, GW_ENOMEM, "out-of-memory");
+    return;
+  }
+  memcpy(nb + s->held_len, data, n);
+  s->held = nb;
+  s->held_len += n;
+}
+
+static void on_resume(uv_timer_t *t) {
+  p2p_session *s = t->data;
+  if (s->state == S_CLOSING || s->rx_held) return;
+  uint8_t *buf = s->held;
+  size_t n = s->held_len, off = 0;
+  s->held = NULL;
+  s->held_len = 0;
+  uint64_t now = gw_clock_mono_ns();
+  while (off < n && s->state != S_CLOSING && !s->rx_held) {
+    if (s->rx.kind == P2P_RX_HEAD && s->rx.in_len && s->rx.len_have == 0) s->rx_frame_start_ns = now;
+    long used = p2p_rx_feed(&s->rx, buf + off, n - off);
+    if (used < 0) {
+      session_close_now(s, P2P_END_REJECTED, (int)used, used == GW_ERANGE ? "oversize" : "bad-length");
+      break;
+    }
+    off += (size_t)used;
+    if (s->rx.ready) got_record(s);
+  }
+  if (s->rx_held && s->state != S_CLOSING && off < n) hold_leftover(s, buf + off, n - off);
+  free(buf);
+  if (s->state != S_CLOSING && !s->rx_held) {
+    int rc = uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+    if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "read");
+  }
+}
+
+void p2p_session_hold_rx(p2p_session *s, bool hold) {
+  if (s->state == S_CLOSING || s->pipe || hold == s->rx_held) return;
+  s->rx_held = hold;
+  if (hold) {
+    uv_read_stop((uv_stream_t *)&s->tcp);
+    return;
+  }
+  if (!s->resume_ready) {
+    uv_timer_init(s->tcp.loop, &s->resume);
+    s->resume.data = s;
+    s->resume_ready = true;
+    s->open_handles++;
+  }
+  uv_timer_start(&s->resume, on_resume, 0, 0); /* from the loop: callbacks never run inside this call */
+}
+
+bool p2p_session_is_punched(const p2p_session *s) { return s->punch; }
 
 /* ---- API ---- */
 

@@ -61,6 +61,9 @@ typedef struct p2p_session_cbs {
    * pipe_data: bytes read on a pipe; buf is malloc'd and the callee's. */
   void (*preface)(p2p_session *s, const uint8_t *preface);
   void (*pipe_data)(p2p_session *s, uint8_t *buf, size_t len);
+  /* Hole punching (p2p/punch.h); may be NULL. An accepted connection began
+   * with a punch preface: answer with p2p_session_punch_accept (or close). */
+  void (*punch)(p2p_session *s, const uint8_t *preface);
 } p2p_session_cbs;
 
 typedef struct p2p_session_config {
@@ -90,6 +93,7 @@ typedef struct p2p_session_info {
   bool relayed;              /* runs through a relay circuit; remote is the relay (p2p/relay.h) */
   gw_addr observed;          /* where the peer says it sees us (its word only); family 0: not told */
   uint64_t dial_back_nonce;  /* non-zero: the peer opened this session as a dial-back */
+  gw_addr local;             /* our end of the TCP connection (family 0: unknown) */
 } p2p_session_info;
 
 typedef struct p2p_session_stats {
@@ -129,6 +133,22 @@ void p2p_session_pipe_end(p2p_session *s);
 void p2p_session_pipe_pause(p2p_session *s, bool pause);
 /* True once the session became a pipe (also while it closes). */
 bool p2p_session_is_pipe(const p2p_session *s);
+
+/* Hole punching (p2p/punch.h). Dials remote from local (a socket with
+ * SO_REUSEADDR+SO_REUSEPORT sharing our listen or punch port), sends the
+ * 40-byte punch preface, reads the peer's (it must be the same bytes), then
+ * runs the handshake as role. */
+int p2p_session_dial_punch(uv_loop_t *loop, const gw_addr *local, const gw_addr *remote, const uint8_t *preface,
+                           p2p_role role, const gw_id *expect, const p2p_session_config *cfg,
+                           const p2p_session_cbs *cbs, void *ud, p2p_session **out);
+/* Answers the `punch` callback of an accepted connection: sends the same
+ * preface back and runs the handshake as role (expect: for the initiator). */
+int p2p_session_punch_accept(p2p_session *s, p2p_role role, const gw_id *expect);
+/* Stops reading frames (they wait in the socket: TCP flow control) or
+ * reads on, first what had been read past the hold. The host holds a
+ * punched session until the relayed one delivered its last frame. */
+void p2p_session_hold_rx(p2p_session *s, bool hold);
+bool p2p_session_is_punched(const p2p_session *s);
 
 /* Seals and queues one message. GW_ECLOSED when not up or closing,
  * GW_ERANGE when larger than the peer accepts, GW_EINVAL, GW_ENOMEM. */

@@ -25,6 +25,18 @@ START_TIMEOUT = 20.0
 WAIT_TIMEOUT = 30.0
 
 
+def sanitizer_env():
+    """The environment for a node, with ASan's strict_string_checks off:
+    libminiupnpc (Debian's 2.2.4) calls strtol on an HTTP buffer that is not
+    NUL-terminated, which that check reports as a read past its end although
+    strtol stops at the first non-digit of the header. Not our code; every
+    other ASan check stays on."""
+    env = dict(os.environ)
+    if "ASAN_OPTIONS" in env:
+        env["ASAN_OPTIONS"] = env["ASAN_OPTIONS"].replace("strict_string_checks=1", "strict_string_checks=0")
+    return env
+
+
 class NsNode(Node):
     """`gwtf node --listen 0.0.0.0:PORT` run with `ip netns exec` in netns."""
 
@@ -37,7 +49,8 @@ class NsNode(Node):
                 "--log-format", "json"] + self.extra
         for b in bootstrap:
             args += ["--bootstrap", b]
-        self.proc = self.netns.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = self.netns.popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     env=sanitizer_env())
         threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         ev = self.wait("node.listening", since=self.mark_before_start, timeout=START_TIMEOUT)
         self.port = int(ev["addr"].rsplit(":", 1)[1])

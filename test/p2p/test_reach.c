@@ -556,7 +556,7 @@ static void raw_request(rawpeer *r, uint32_t port, uint64_t nonce, const uint8_t
   rq.nonce = nonce;
   uint8_t body[128];
   size_t n = gwtf__dial_back_request__pack(&rq, body);
-  memcpy(body + n, extra, extra_len);
+  if (extra_len) memcpy(body + n, extra, extra_len);
   p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_DIAL_BACK, .body = body, .body_len = n + extra_len};
   assert_int_equal(rawpeer_send_msg(r, &m), 0);
 }
