@@ -59,43 +59,83 @@ int stage_dir_parse(const char *s, char *run, size_t run_len, int64_t *stage) {
 
 /* ---- member records ---- */
 
+static bool addr_ok(const gw_addr *a) { return (a->family == 4 || a->family == 6) && a->port != 0; }
+
 int stage_member_encode(const stage_member *m, uint8_t *out, size_t cap, size_t *len) {
-  if ((m->addr.family != 4 && m->addr.family != 6) || m->addr.port == 0) return GW_EINVAL;
-  if (m->extra_len > STAGE_DIR_EXTRA_MAX) return GW_ERANGE;
+  if (!addr_ok(&m->addr)) return GW_EINVAL;
+  if (m->extra_len > STAGE_DIR_EXTRA_MAX || m->n_relays > STAGE_DIR_MAX_RELAYS) return GW_ERANGE;
   Gwtf__DhtStageMember w = GWTF__DHT_STAGE_MEMBER__INIT;
+  Gwtf__DhtRelay rw[STAGE_DIR_MAX_RELAYS], *rp[STAGE_DIR_MAX_RELAYS];
+  for (size_t i = 0; i < m->n_relays; i++) {
+    const stage_relay *r = &m->relays[i];
+    if (!addr_ok(&r->addr)) return GW_EINVAL;
+    gwtf__dht_relay__init(&rw[i]);
+    rw[i].id = (ProtobufCBinaryData){sizeof(r->id.b), (uint8_t *)r->id.b};
+    rw[i].ip = (ProtobufCBinaryData){r->addr.family == 4 ? 4 : 16, (uint8_t *)r->addr.ip};
+    rw[i].port = r->addr.port;
+    rp[i] = &rw[i];
+  }
   w.ip = (ProtobufCBinaryData){m->addr.family == 4 ? 4 : 16, (uint8_t *)m->addr.ip};
   w.port = m->addr.port;
   w.capacity = m->capacity;
   w.load = m->load;
   w.extra = (ProtobufCBinaryData){m->extra_len, (uint8_t *)m->extra};
+  w.no_direct = m->no_direct;
+  w.n_relays = m->n_relays;
+  w.relays = m->n_relays ? rp : NULL;
   size_t n = gwtf__dht_stage_member__get_packed_size(&w);
   if (n > cap) return GW_ERANGE;
   *len = gwtf__dht_stage_member__pack(&w, out);
   return 0;
 }
 
-/* Decodes one record's value; *w must be freed by the caller on success. */
-static int member_decode(const dht_record *r, stage_member *out, Gwtf__DhtStageMember **w) {
-  *w = gwtf__dht_stage_member__unpack(NULL, r->value_len, r->value);
-  if (!*w) return GW_EPROTO;
-  const Gwtf__DhtStageMember *m = *w;
-  bool ok = (m->ip.len == 4 || m->ip.len == 16) && m->port > 0 && m->port <= 65535 &&
-            m->extra.len <= STAGE_DIR_EXTRA_MAX;
-  if (!ok) {
-    gwtf__dht_stage_member__free_unpacked(*w, NULL);
-    *w = NULL;
+static bool wire_addr(const ProtobufCBinaryData *ip, uint32_t port, gw_addr *out) {
+  if ((ip->len != 4 && ip->len != 16) || port == 0 || port > 65535) return false;
+  memset(out, 0, sizeof(*out));
+  out->family = ip->len == 4 ? 4 : 6;
+  memcpy(out->ip, ip->data, ip->len);
+  out->port = (uint16_t)port;
+  return true;
+}
+
+int stage_member_decode(const uint8_t *value, size_t len, stage_member *out, void **owned) {
+  *owned = NULL;
+  memset(out, 0, sizeof(*out));
+  Gwtf__DhtStageMember *m = gwtf__dht_stage_member__unpack(NULL, len, value);
+  if (!m) return GW_EPROTO;
+  if (!wire_addr(&m->ip, m->port, &out->addr) || m->extra.len > STAGE_DIR_EXTRA_MAX) {
+    gwtf__dht_stage_member__free_unpacked(m, NULL);
     return GW_EPROTO;
   }
-  memset(out, 0, sizeof(*out));
-  out->id = r->publisher;
-  out->addr.family = m->ip.len == 4 ? 4 : 6;
-  memcpy(out->addr.ip, m->ip.data, m->ip.len);
-  out->addr.port = (uint16_t)m->port;
   out->capacity = m->capacity;
   out->load = m->load;
-  out->remaining_ms = r->remaining_ms;
-  out->extra = m->extra.data;
+  out->extra = m->extra.len ? m->extra.data : NULL;
   out->extra_len = m->extra.len;
+  out->no_direct = m->no_direct;
+  /* The publisher's word on its relays: malformed entries are skipped, the
+   * count is capped, so a hostile record costs a reader nothing. */
+  for (size_t i = 0; i < m->n_relays && out->n_relays < STAGE_DIR_MAX_RELAYS; i++) {
+    const Gwtf__DhtRelay *r = m->relays[i];
+    stage_relay *o = &out->relays[out->n_relays];
+    if (!r || r->id.len != sizeof(o->id.b) || !wire_addr(&r->ip, r->port, &o->addr)) continue;
+    memcpy(o->id.b, r->id.data, sizeof(o->id.b));
+    if (gw_id_is_zero(&o->id)) continue;
+    out->n_relays++;
+  }
+  *owned = m;
+  return 0;
+}
+
+void stage_member_free_owned(void *owned) {
+  if (owned) gwtf__dht_stage_member__free_unpacked(owned, NULL);
+}
+
+/* Decodes one record's value; *w must be freed by the caller on success. */
+static int member_decode(const dht_record *r, stage_member *out, void **w) {
+  int rc = stage_member_decode(r->value, r->value_len, out, w);
+  if (rc != 0) return rc;
+  out->id = r->publisher;
+  out->remaining_ms = r->remaining_ms;
   return 0;
 }
 
@@ -148,13 +188,13 @@ static void on_member_records(void *ud, int status, const dht_record *recs, size
   discover_ctx *ctx = ud;
   (void)st;
   stage_member *out = calloc(n ? n : 1, sizeof(*out));
-  Gwtf__DhtStageMember **wire = calloc(n ? n : 1, sizeof(*wire));
+  void **wire = calloc(n ? n : 1, sizeof(*wire));
   size_t m = 0;
   if (!out || !wire) status = status ? status : GW_ENOMEM;
   for (size_t i = 0; status == 0 && i < n; i++)
     if (member_decode(&recs[i], &out[m], &wire[m]) == 0) m++;
   ctx->members_cb(ctx->ud, status, out, status ? 0 : m);
-  for (size_t i = 0; wire && i < m; i++) gwtf__dht_stage_member__free_unpacked(wire[i], NULL);
+  for (size_t i = 0; wire && i < m; i++) stage_member_free_owned(wire[i]);
   free(wire);
   free(out);
   free(ctx);

@@ -23,6 +23,7 @@
 #ifndef GWTF_DHT_STAGE_DIR_H
 #define GWTF_DHT_STAGE_DIR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,10 +32,24 @@
 #define STAGE_DIR_NAME_MAX (64)
 #define STAGE_DIR_KEY_MAX (STAGE_DIR_NAME_MAX + 32) /* "run/<name>/stage/<s>" and its NUL */
 #define STAGE_DIR_EXTRA_MAX (256)
+/* Relays a record names (a private node advertises one or two). A record
+ * with the most relays, IPv6 addresses and the largest extra stays under
+ * DHT_MAX_VALUE_BYTES, so a STORE fits the 1200-byte datagram. */
+#define STAGE_DIR_MAX_RELAYS (4)
+
+/* A relay a private member holds a reservation on: it is reached at the
+ * circuit address id@addr/p2p-circuit/member (p2p/relay.h). */
+typedef struct stage_relay {
+  gw_id id;
+  gw_addr addr;
+} stage_relay;
 
 typedef struct stage_member {
   gw_id id;      /* the peer's node ID (the publisher of the record) */
   gw_addr addr;  /* where its sessions and its DHT endpoint listen */
+  bool no_direct; /* addr is not dialable (reachability verdict private): use relays */
+  stage_relay relays[STAGE_DIR_MAX_RELAYS]; /* in the member's order of preference */
+  size_t n_relays;
   uint32_t capacity, load;
   uint64_t remaining_ms; /* until the announcement lapses unless renewed */
   const uint8_t *extra;  /* opaque to the directory; valid during the callback (NULL when empty) */
@@ -71,7 +86,16 @@ int stage_dir_discover(dht *d, const char *run, uint32_t stage, stage_members_cb
 int stage_dir_publish_run(dht *d, const char *run, const uint8_t *value, size_t len, uint64_t now_ms);
 int stage_dir_find_run(dht *d, const char *run, stage_runs_cb cb, void *ud, uint64_t now_ms);
 
-/* The value encoding of a member record (proto DhtStageMember). */
+/* The value encoding of a member record (proto DhtStageMember). Encoding
+ * refuses more than STAGE_DIR_MAX_RELAYS relays or a relay without an IP
+ * and port (GW_EINVAL / GW_ERANGE). */
 int stage_member_encode(const stage_member *m, uint8_t *out, size_t cap, size_t *len);
+/* Decodes a record's value; id and remaining_ms are left zero. Relays past
+ * STAGE_DIR_MAX_RELAYS and malformed relay entries (bad ID length, IP
+ * length, port 0 or > 65535) are skipped. out->extra points into *owned,
+ * which the caller frees with stage_member_free_owned (after using extra).
+ * GW_EPROTO on an undecodable or invalid record. */
+int stage_member_decode(const uint8_t *value, size_t len, stage_member *out, void **owned);
+void stage_member_free_owned(void *owned);
 
 #endif

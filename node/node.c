@@ -1,6 +1,7 @@
 #include "node/node.h"
 
 #include "node/dht_node.h"
+#include "node/relays.h"
 #include "node/train_node.h"
 
 #include <arpa/inet.h>
@@ -54,8 +55,9 @@ struct node {
   p2p_host *host;
   p2p_portmap *nat;
   bool nat_join_printed;
+  node_relays *relays; /* which relays a private node reserves on (node/relays.h) */
   uv_signal_t sigint, sigterm;
-  uv_timer_t resolve_timer;
+  uv_timer_t resolve_timer, relays_timer;
   bool handles_ready;
   bootstrap boot[NODE_MAX_BOOTSTRAP];
   void *comp_state[N_COMPONENTS + 1];
@@ -139,6 +141,7 @@ p2p_host *node_host(node *n) { return n->host; }
 const p2p_identity *node_identity(const node *n) { return &n->me; }
 const gw_log *node_log(const node *n) { return &n->log; }
 const node_config *node_get_config(const node *n) { return &n->cfg; }
+node_relays *node_get_relays(node *n) { return n->relays; }
 const p2p_portmap_status *node_portmap_status(const node *n) { return n->nat ? p2p_portmap_get_status(n->nat) : NULL; }
 
 static bool is_unspecified(const gw_addr *a) {
@@ -213,6 +216,7 @@ void node_destroy(node *n) {
     uv_loop_close(&n->loop);
   }
   p2p_links_free(n->links);
+  node_relays_free(n->relays);
   p2p_identity_wipe(&n->me);
   free(n);
 }
@@ -227,6 +231,7 @@ static void close_own_handles(node *n) {
   uv_close((uv_handle_t *)&n->sigint, on_handle_closed);
   uv_close((uv_handle_t *)&n->sigterm, on_handle_closed);
   uv_close((uv_handle_t *)&n->resolve_timer, on_handle_closed);
+  uv_close((uv_handle_t *)&n->relays_timer, on_handle_closed);
 }
 
 static void transport_stopped(void *ud) {
@@ -314,10 +319,17 @@ static void on_message(void *ud, const gw_id *from, p2p_msg *msg) {
 }
 
 /* Reachability decides the DHT's mode: a node others cannot dial stays
- * out of their routing tables (p2p/reach.h, dht_set_client_mode). */
+ * out of their routing tables (p2p/reach.h, dht_set_client_mode); and
+ * whether it keeps relay reservations (node/relays.h). */
 static void on_reachability(void *ud, const p2p_reachability *r) {
   node *n = ud;
   if (r->status != P2P_REACH_UNKNOWN) dht_node_set_client_mode(n, r->status == P2P_REACH_PRIVATE);
+  if (n->relays && !n->stopping) node_relays_set_status(n->relays, r->status, uv_now(&n->loop));
+}
+
+static void on_relays_timer(uv_timer_t *t) {
+  node *n = t->data;
+  if (n->relays && n->host && !n->stopping) node_relays_tick(n->relays, uv_now(&n->loop));
 }
 
 static void on_writable(void *ud, const gw_id *id) {
@@ -522,13 +534,16 @@ int node_run(node *n) {
   uv_signal_init(&n->loop, &n->sigint);
   uv_signal_init(&n->loop, &n->sigterm);
   uv_timer_init(&n->loop, &n->resolve_timer);
-  n->sigint.data = n->sigterm.data = n->resolve_timer.data = n;
+  uv_timer_init(&n->loop, &n->relays_timer);
+  n->sigint.data = n->sigterm.data = n->resolve_timer.data = n->relays_timer.data = n;
   n->handles_ready = true;
   uv_signal_start(&n->sigint, on_signal, SIGINT);
   uv_signal_start(&n->sigterm, on_signal, SIGTERM);
 
   gw_addr bound;
   int rc = start_host(n, &bound);
+  if (rc == 0 && node_relays_new(n->host, &n->me.id, &n->log, &n->relays) == 0)
+    uv_timer_start(&n->relays_timer, on_relays_timer, NODE_RELAYS_TICK_MS, NODE_RELAYS_TICK_MS);
   if (rc == 0) {
     log_started(n, &bound);
     print_join_lines(n, &bound);

@@ -93,6 +93,9 @@ const node_config *node_get_config(const node *n);
  * NULL when it is off or skipped (loopback listen). Changes are also
  * logged as nat.* events. */
 const p2p_portmap_status *node_portmap_status(const node *n);
+/* The relay reservations of a private node (node/relays.h); NULL before
+ * the host listens. */
+struct node_relays *node_get_relays(node *n);
 void node_component_stopped(node *n);
 /* The state a started component keeps (what its start() returned), by name;
  * NULL when there is no such component or it has not started. */

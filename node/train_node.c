@@ -15,6 +15,7 @@
 #include "flow/flow.h"
 #include "gwtf.pb-c.h"
 #include "node/dht_node.h"
+#include "node/relays.h"
 #include "node/worker.h"
 #include "train/compute.h"
 #include "train/data.h"
@@ -36,6 +37,9 @@
 #define DEFAULT_BW_BPS 125e6  /* 1 Gb/s until a throughput sample exists */
 #define DEFAULT_COMPUTE_S 0.01 /* a peer that has not measured itself yet */
 #define STOP_AFTER_DONE_MS 1000
+/* A private member not reached through its current relay within this long
+ * is tried through its next one. */
+#define VIA_FALLBACK_MS 6000
 
 void train_node_opts_default(train_node_opts *o) {
   memset(o, 0, sizeof(*o));
@@ -65,6 +69,12 @@ typedef struct known_peer {
   uint64_t remaining_ms; /* of its record at the last look: a rise means it re-announced */
   double compute_s;      /* from its HELLO; 0 = unknown */
   uint64_t seen_round;
+  /* A private member (its record says no_direct) is reached through one of
+   * its relays, the one at via (-1: directly at addr). */
+  stage_relay relays[STAGE_DIR_MAX_RELAYS];
+  size_t n_relays;
+  int via;
+  uint64_t via_since_ms; /* trying relays[via] since, or last connected */
 } known_peer;
 
 /* One DHT lookup in flight. Its callback may come after we stopped (the DHT
@@ -111,6 +121,8 @@ typedef struct train_rt {
   int ckpt_marker;       /* address marks the runtime's own snapshot jobs */
   char ckpt_path[PATH_MAX];
   bool announced;
+  bool want_announce; /* ready: announce, and again until it succeeds */
+  uint64_t relays_gen; /* node_relays_generation at the last announcement */
 } train_rt;
 
 static uint64_t now_ms(train_rt *rt) { return uv_now(rt->loop); }
@@ -333,16 +345,79 @@ static bool wanted_stage(const train_rt *rt, int s) {
   return s == rt->stage || s == next_stage(rt) || s == prev_stage(rt);
 }
 
-static known_peer *known_add(train_rt *rt, const gw_id *id, const gw_addr *addr, int stage) {
+/* Stops dialling k the way we do now (directly, or through relays[via]). */
+static void known_undial(train_rt *rt, known_peer *k) {
+  if (k->via < 0)
+    p2p_host_forget(rt->host, &k->addr);
+  else
+    p2p_host_forget_via(rt->host, &k->relays[k->via].addr, &k->id);
+}
+
+/* Dials k directly or through relays[via]; kept (and redialled) until it
+ * leaves the directory or its record names other relays. */
+static void known_dial(train_rt *rt, known_peer *k) {
+  char who[GW_ID_SHORT_LEN + 1];
+  gw_id_to_short(&k->id, who);
+  k->via_since_ms = now_ms(rt);
+  if (k->via < 0) {
+    p2p_host_connect(rt->host, &k->addr, &k->id);
+    return;
+  }
+  p2p_relay_addr ca = {.relay = k->relays[k->via].id, .relay_addr = k->relays[k->via].addr, .target = k->id};
+  char cs[P2P_RELAY_ADDR_STRLEN];
+  p2p_relay_addr_format(&ca, cs);
+  int rc = p2p_host_connect_via(rt->host, &ca.relay, &ca.relay_addr, &k->id);
+  GW_INFO(&rt->log, "train.dial_via", "peer=%s circuit=%s relay=%d/%zu rc=%d", who, cs, k->via + 1, k->n_relays, rc);
+}
+
+static bool same_relays(const known_peer *k, const stage_member *m) {
+  if (k->n_relays != m->n_relays) return false;
+  for (size_t i = 0; i < m->n_relays; i++)
+    if (!gw_id_eq(&k->relays[i].id, &m->relays[i].id) || !gw_addr_eq(&k->relays[i].addr, &m->relays[i].addr))
+      return false;
+  return true;
+}
+
+/* How to reach a member, from its record: a private one (no_direct) that
+ * names relays through the first of them, falling back to the next when a
+ * relay does not get us a session (follow_relays); anyone else directly.
+ * When the peer also dials us directly, the host keeps the direct session
+ * (p2p/host.c: a direct session beats a relayed one). */
+static void known_route(train_rt *rt, known_peer *k, const stage_member *m, bool fresh) {
+  bool relayed = m->no_direct && m->n_relays > 0;
+  if (!fresh && relayed == (k->via >= 0) && same_relays(k, m) && (relayed || gw_addr_eq(&k->addr, &m->addr))) return;
+  if (!fresh) known_undial(rt, k);
+  k->addr = m->addr;
+  k->n_relays = m->n_relays;
+  memcpy(k->relays, m->relays, sizeof(m->relays[0]) * m->n_relays);
+  k->via = relayed ? 0 : -1;
+  known_dial(rt, k);
+}
+
+/* A relayed member we are not connected to: try its next relay after a while. */
+static void follow_relays(train_rt *rt, known_peer *k) {
+  if (k->via < 0) return;
+  uint64_t now = now_ms(rt);
+  if (p2p_host_is_connected(rt->host, &k->id)) {
+    k->via_since_ms = now;
+    return;
+  }
+  if (k->n_relays < 2 || now - k->via_since_ms < VIA_FALLBACK_MS) return;
+  known_undial(rt, k);
+  k->via = (k->via + 1) % (int)k->n_relays;
+  known_dial(rt, k);
+}
+
+static known_peer *known_add(train_rt *rt, const stage_member *m, int stage) {
+  const gw_id *id = &m->id;
   known_peer *k = known_find(rt, id);
   if (!k) {
     if (rt->n_known == MAX_KNOWN) return NULL;
     k = &rt->known[rt->n_known++];
     memset(k, 0, sizeof(*k));
     k->id = *id;
-    k->addr = *addr;
     k->stage = stage;
-    p2p_host_connect(rt->host, addr, id); /* kept (and redialled) until it leaves the directory */
+    known_route(rt, k, m, true);
     if (rt->flow) {
       flow_add_peer(rt->flow, id, stage);
       /* its link cost at once, not at the next cost tick: a newcomer
@@ -351,6 +426,9 @@ static known_peer *known_add(train_rt *rt, const gw_id *id, const gw_addr *addr,
       if (stage == next_stage(rt)) flow_set_cost(rt->flow, id, FLOW_DIR_NEXT, c);
       if (stage == prev_stage(rt)) flow_set_cost(rt->flow, id, FLOW_DIR_PREV, c);
     }
+  } else {
+    known_route(rt, k, m, false);
+    follow_relays(rt, k);
   }
   k->stage = stage;
   return k;
@@ -364,7 +442,7 @@ static void known_sweep(train_rt *rt) {
       i++;
       continue;
     }
-    p2p_host_forget(rt->host, &k->addr);
+    known_undial(rt, k);
     if (rt->flow) flow_remove_peer(rt->flow, &k->id, now_ms(rt));
     rt->known[i] = rt->known[--rt->n_known];
   }
@@ -409,7 +487,7 @@ static void members_cb(void *ud, int status, const stage_member *members, size_t
     list[k] = (train_member){.id = m->id, .capacity = m->capacity, .load = m->load};
     ids[k++] = m->id;
     if (gw_id_eq(&m->id, me)) continue;
-    known_peer *kp = known_add(rt, &m->id, &m->addr, stage);
+    known_peer *kp = known_add(rt, m, stage);
     if (!kp) continue;
     /* SWARM lifts a ban when the peer announces itself again */
     if (rt->rs && m->remaining_ms > kp->remaining_ms + 1000) route_swarm_readmit(rt->rs, &m->id);
@@ -422,9 +500,20 @@ static void members_cb(void *ud, int status, const stage_member *members, size_t
 
 static void announce(train_rt *rt) {
   if (rt->stage < 0 || !rt->started) return;
+  rt->want_announce = true;
   stage_member me = {0};
   me.addr = p2p_host_listen_addr(rt->host);
   me.capacity = rt->capacity;
+  /* A private node names the relays it holds reservations on: others reach
+   * it through them (node/relays.h). */
+  node_relays *nr = node_get_relays(rt->n);
+  if (nr) {
+    p2p_relay_addr ra[STAGE_DIR_MAX_RELAYS];
+    size_t n = node_relays_get(nr, ra, STAGE_DIR_MAX_RELAYS, &me.no_direct);
+    for (size_t i = 0; i < n; i++) me.relays[i] = (stage_relay){ra[i].relay, ra[i].relay_addr};
+    me.n_relays = n;
+    rt->relays_gen = node_relays_generation(nr);
+  }
   if (rt->flow) {
     flow_counts c;
     flow_get_counts(rt->flow, &c);
@@ -433,7 +522,10 @@ static void announce(train_rt *rt) {
   int rc = stage_dir_announce(rt->d, rt->run.name, (uint32_t)rt->stage, &me, now_ms(rt));
   if (rc == 0 && !rt->announced) {
     rt->announced = true;
-    GW_INFO(&rt->log, "stage.announced", "run=%s capacity=%u", rt->run.name, rt->capacity);
+    GW_INFO(&rt->log, "stage.announced", "run=%s capacity=%u relays=%zu private=%d", rt->run.name, rt->capacity,
+            me.n_relays, (int)me.no_direct);
+  } else if (rc == 0 && nr && me.n_relays + me.no_direct > 0) {
+    GW_DEBUG(&rt->log, "stage.reannounced", "relays=%zu private=%d", me.n_relays, (int)me.no_direct);
   }
   rt->last_announce = now_ms(rt);
 }
@@ -481,7 +573,12 @@ static void disco_cb(uv_timer_t *t) {
   }
   known_sweep(rt);
   if (train_peer_is_leader(rt->peer) && rt->run.stages > 0) publish_run(rt);
-  if (rt->announced && now - rt->last_announce >= ANNOUNCE_MS) announce(rt);
+  node_relays *nr = node_get_relays(rt->n);
+  bool relays_moved = nr && node_relays_generation(nr) != rt->relays_gen; /* our circuit addresses changed */
+  /* A node listening on 0.0.0.0 learns the address it announces from its
+   * peers (stage_dir_announce: GW_EAGAIN until then): a first node asks
+   * again every round until it is announced. */
+  if (rt->want_announce && (!rt->announced || relays_moved || now - rt->last_announce >= ANNOUNCE_MS)) announce(rt);
 }
 
 static int sample(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs, int32_t *targets) {
@@ -863,6 +960,21 @@ static void comp_stop(node *n, void *state) {
   for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) uv_close((uv_handle_t *)timers[i], timer_closed);
 }
 
+/* A member whose session came back (a relay circuit replaced after its
+ * relay died, a redial after a network blip) is a live neighbour for the
+ * flow protocol again, with its link cost measured on the new session:
+ * flows re-form through it instead of staying on the fallback route. */
+static void comp_peer_up(void *state, const gw_peer *peer, bool back) {
+  train_rt *rt = state;
+  if (!rt || !rt->flow || rt->stopping || !back) return;
+  known_peer *k = known_find(rt, &peer->id);
+  if (!k) return;
+  flow_add_peer(rt->flow, &k->id, k->stage);
+  double c = link_cost(rt, &k->id);
+  if (k->stage == next_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
+  if (k->stage == prev_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_PREV, c);
+}
+
 static void comp_peer_down(void *state, const gw_id *id, p2p_down_reason reason) {
   train_rt *rt = state;
   if (!rt || !rt->peer) return;
@@ -907,6 +1019,7 @@ const node_component train_component = {
     .type_hi = 399,
     .start = comp_start,
     .stop = comp_stop,
+    .peer_up = comp_peer_up,
     .peer_down = comp_peer_down,
     .message = comp_message,
 };

@@ -172,6 +172,9 @@ static bool target_satisfied(const p2p_host *h, const target *t) {
   const gw_id *id = !gw_id_is_zero(&t->expect) ? &t->expect : &t->learned;
   if (gw_id_is_zero(id)) return false;
   const peer *p = find_peer(h, id);
+  /* A relayed session does not meet a direct target: the direct session,
+   * once up, replaces it (newer_wins). */
+  if (p && p->s && !t->via && p2p_session_get_info(p->s)->relayed) return false;
   return p && (p->s || p->switching);
 }
 
@@ -306,9 +309,11 @@ static void become_current(p2p_host *h, peer *p, p2p_session *s) {
 }
 
 /* Both sides apply the same rule to the same pair of sessions, so both
- * keep the same one: the session dialled by the lower node ID; when one node
- * dialled both, the newer (the older is most likely half-open). */
+ * keep the same one: a direct session over a relayed one (the relay's hop
+ * and limits cost); else the session dialled by the lower node ID; when one
+ * node dialled both, the newer (the older is most likely half-open). */
 static bool newer_wins(const p2p_host *h, const p2p_session_info *nw, const p2p_session_info *old) {
+  if (nw->relayed != old->relayed) return !nw->relayed;
   const gw_id *a = nw->role == P2P_INITIATOR ? &h->cfg.me->id : &nw->peer_id;
   const gw_id *b = old->role == P2P_INITIATOR ? &h->cfg.me->id : &old->peer_id;
   int c = gw_id_cmp(a, b);
@@ -787,6 +792,22 @@ void p2p_host_relay_stats(const p2p_host *h, p2p_relay_stats *out) {
     p2p_relay_get_stats(h->relay, out);
   else
     memset(out, 0, sizeof(*out));
+}
+
+void p2p_host_relay_unreserve(p2p_host *h, const gw_id *relay_id) {
+  if (h->relay) p2p_relay_unwant(h->relay, relay_id);
+}
+
+size_t p2p_host_relay_list(const p2p_host *h, p2p_relay_resv *out, size_t max) {
+  return h->relay ? p2p_relay_list(h->relay, out, max) : 0;
+}
+
+void p2p_host_forget_via(p2p_host *h, const gw_addr *relay_addr, const gw_id *target_id) {
+  for (target *t = h->targets; t; t = t->next)
+    if (t->via && gw_addr_eq(&t->addr, relay_addr) && gw_id_eq(&t->expect, target_id)) {
+      free_target(h, t);
+      return;
+    }
 }
 
 static const p2p_session_cbs session_cbs = {

@@ -172,6 +172,13 @@ void p2p_host_relay_stats(const p2p_host *h, p2p_relay_stats *out);
  * swapped without peer_down/peer_up and without losing or reordering a
  * frame (p2p_peer_stats.relayed turns false). */
 void p2p_host_punch_stats(const p2p_host *h, p2p_punch_stats *out);
+/* Stops keeping a reservation on relay_id (the session to it stays). */
+void p2p_host_relay_unreserve(p2p_host *h, const gw_id *relay_id);
+/* The relays we keep reservations on and where each stands, up to max;
+ * returns how many there are. */
+size_t p2p_host_relay_list(const p2p_host *h, p2p_relay_resv *out, size_t max);
+/* Stops redialling target_id through relay_addr (an open session stays). */
+void p2p_host_forget_via(p2p_host *h, const gw_addr *relay_addr, const gw_id *target_id);
 
 /* Says goodbye on every session, waits for them to flush (bounded by the
  * goodbye timeout), closes everything and frees the host, then calls done.

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "p2p/frame.h"
+#include "p2p/host.h"
 #include "p2p/session.h"
 #include "proto/gwtf.pb-c.h"
 #include "proto/p2p.pb-c.h"
@@ -58,6 +59,7 @@ typedef struct wanted {
   gw_id relay;
   gw_addr addr;
   int state;
+  int refused; /* the relay's last refusal (a gwtf.RelayStatus), 0 after a grant */
   uint64_t next_ms; /* ask (again) at */
   uint64_t expires_ms;
   struct wanted *next;
@@ -98,6 +100,7 @@ const char *p2p_relay_status_name(int status) {
   case GWTF__RELAY_STATUS__RELAY_TARGET_TIMEOUT: return "target-timeout";
   case GWTF__RELAY_STATUS__RELAY_BAD_TOKEN: return "bad-token";
   case GWTF__RELAY_STATUS__RELAY_BAD_PREFACE: return "bad-preface";
+  case GWTF__RELAY_STATUS__RELAY_PRIVATE: return "private";
   default: return "relay-refused";
   }
 }
@@ -237,8 +240,12 @@ static void got_reserve(p2p_relay *r, const gw_id *from) {
   uint64_t now = gw_clock_mono_ms();
   int status = GWTF__RELAY_STATUS__RELAY_OK;
   reservation *v = find_reservation(r, from);
+  p2p_reachability reach;
+  p2p_host_reachability(r->h, &reach);
   if (!r->serve)
     status = GWTF__RELAY_STATUS__RELAY_OFF;
+  else if (reach.status == P2P_REACH_PRIVATE) /* nobody could reach us to open a circuit */
+    status = GWTF__RELAY_STATUS__RELAY_PRIVATE;
   else if (!v && r->n_res >= r->cfg.max_reservations)
     status = GWTF__RELAY_STATUS__RELAY_TOO_MANY_RESERVATIONS;
   else if (!v && !(v = calloc(1, sizeof(*v))))
@@ -498,6 +505,27 @@ int p2p_relay_want(p2p_relay *r, const gw_id *relay, const gw_addr *relay_addr) 
   return 0;
 }
 
+void p2p_relay_unwant(p2p_relay *r, const gw_id *relay) {
+  for (wanted **pp = &r->want; *pp; pp = &(*pp)->next)
+    if (gw_id_eq(&(*pp)->relay, relay)) {
+      wanted *w = *pp;
+      *pp = w->next;
+      free(w);
+      return;
+    }
+}
+
+size_t p2p_relay_list(const p2p_relay *r, p2p_relay_resv *out, size_t max) {
+  size_t n = 0;
+  uint64_t now = gw_clock_mono_ms();
+  for (const wanted *w = r->want; w; w = w->next, n++)
+    if (n < max) /* a renewal in flight keeps the reservation it renews */
+      out[n] = (p2p_relay_resv){.relay = w->relay, .addr = w->addr,
+                                .reserved = w->state == W_RESERVED || (w->state == W_ASKED && w->expires_ms > now),
+                                .asked = w->state == W_ASKED, .refused = w->refused};
+  return n;
+}
+
 static void got_reserved(p2p_relay *r, const gw_id *from, const p2p_msg *msg) {
   wanted *w = find_wanted(r, from);
   Gwtf__RelayReserved *m = gwtf__relay_reserved__unpack(NULL, msg->body_len, msg->body);
@@ -512,6 +540,7 @@ static void got_reserved(p2p_relay *r, const gw_id *from, const p2p_msg *msg) {
   if (m->status == GWTF__RELAY_STATUS__RELAY_OK && m->expires_s > 0) {
     bool renewal = w->state == W_ASKED && w->expires_ms > now;
     w->state = W_RESERVED;
+    w->refused = 0;
     w->expires_ms = now + (uint64_t)m->expires_s * 1000;
     w->next_ms = now + (uint64_t)m->expires_s * 500; /* renew halfway */
     GW_INFO(r->log, "relay.reserved",
@@ -521,6 +550,7 @@ static void got_reserved(p2p_relay *r, const gw_id *from, const p2p_msg *msg) {
             (unsigned long long)m->max_bytes, m->lifetime_s, renewal ? "yes" : "no");
   } else {
     w->state = W_NONE;
+    w->refused = m->status == GWTF__RELAY_STATUS__RELAY_OK ? GWTF__RELAY_STATUS__RELAY_OFF : (int)m->status;
     w->next_ms = now + RESERVE_RETRY_MS;
     GW_WARN(r->log, "relay.reserve_refused", "relay=\"%s\" addr=%s reason=%s retry_ms=%u", relay, addr,
             p2p_relay_status_name((int)m->status), (unsigned)RESERVE_RETRY_MS);
@@ -563,6 +593,7 @@ void p2p_relay_on_peer_down(p2p_relay *r, const gw_id *id) {
     short_id(id, relay);
     GW_INFO(r->log, "relay.reservation_lost", "relay=\"%s\"", relay);
     w->state = W_NONE;
+    w->expires_ms = 0;
     w->next_ms = 0; /* ask again as soon as the session is back */
   }
 }

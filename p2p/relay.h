@@ -102,6 +102,15 @@ typedef struct p2p_relay_stats {
   uint32_t reserved_on;
 } p2p_relay_stats;
 
+/* Client side: one relay we keep (or try to keep) a reservation on. */
+typedef struct p2p_relay_resv {
+  gw_id relay;
+  gw_addr addr;
+  bool reserved; /* granted and not lost */
+  bool asked;    /* a request is waiting for its answer */
+  int refused;   /* the relay's last refusal (a gwtf.RelayStatus; p2p_relay_status_name), 0 if none */
+} p2p_relay_resv;
+
 /* ---- between p2p/host.c and p2p/relay.c (not for other layers) ---- */
 
 struct p2p_host;
@@ -115,6 +124,10 @@ void p2p_relay_free(p2p_relay *r);
 void p2p_relay_get_stats(const p2p_relay *r, p2p_relay_stats *out);
 /* Client: keep a reservation on this relay (the host keeps the session). */
 int p2p_relay_want(p2p_relay *r, const gw_id *relay, const gw_addr *relay_addr);
+/* Client: stop keeping it (the relay's slot lapses with the session or its expiry). */
+void p2p_relay_unwant(p2p_relay *r, const gw_id *relay);
+/* Client: the relays we want, up to max into out; returns how many there are. */
+size_t p2p_relay_list(const p2p_relay *r, p2p_relay_resv *out, size_t max);
 /* A MSG_RELAY_* message from an authenticated peer. */
 void p2p_relay_on_message(p2p_relay *r, const gw_id *from, const struct p2p_msg *msg);
 /* An accepted connection began with a relay preface; s is in pipe mode now. */
