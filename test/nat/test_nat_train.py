@@ -49,7 +49,7 @@ from gwtfproc import GWTF, check  # noqa: E402
 PUBLIC_NET = "11.77.0"
 RUN = "natrun"
 MICROBATCHES = 4
-ITERS = {"cone": 24, "symmetric": 6}
+ITERS = {"cone": 60, "symmetric": 6}  # cone: long enough to outlive the relay kill (~0.1 s an iteration)
 KILL_AFTER_ITER = 3  # cone: the relay dies once this many iterations are done
 WAIT = 40.0
 COMMON = ["--port-mapping", "off", "--threads", "1", "--flow-tick", "100", "--hop-timeout", "2000",
@@ -152,7 +152,8 @@ def run_case(nat, workdir, corpus):
                       f"{victim.name} re-reserved on {ev['relays']}")
                 print(f"  {victim.name}: re-reserved on another public peer, nat.relays relays={ev['relays']}"
                       f" (iteration {len(b.find('iteration.done'))})")
-                check(b.alive(), "the run ended before the relay was replaced: make it longer")
+                at_replace = len(b.find("iteration.done"))
+                check(b.alive() and at_replace < iters, "the run ended before the relay was replaced: make it longer")
 
             b.wait("iteration.done", count=iters, timeout=90)
             its = b.find("iteration.done")
@@ -172,6 +173,8 @@ def run_case(nat, workdir, corpus):
                 if killed is not None and not ok:
                     ok = int(e["iter"]) >= done_before and int(e["iter"]) < iters - 1
                 check(ok, f"iteration {e['iter']}: done={e.get('done')} deferred={e.get('deferred')}")
+            if killed is not None:
+                print(f"  training continued: iterations {at_replace}..{iters - 1} after the relay was replaced")
             if deferred:
                 print(f"  {len(deferred)} microbatches deferred while the relay was replaced, all done later")
             # weights agree within each stage: every aggregation.done of one (iter, stage) has one hash
