@@ -54,7 +54,9 @@ void cmd_node_help(void) {
          "  --relay-max-circuits N     circuits relayed at once (default 16)\n"
          "  --relay-max-bytes-per-s B  per circuit, both directions (default 16M; 0: no limit)\n"
          "  --relay-max-bytes B        per circuit, then it is closed (default 8G; 0: no limit)\n"
-         "  --relay-circuit-lifetime-s SEC  per circuit (default 21600; 0: no limit)\n",
+         "  --relay-circuit-lifetime-s SEC  per circuit (default 21600; 0: no limit)\n"
+         "  --hole-punch on|off        try to turn relayed sessions into direct ones\n"
+         "                             (default on; docs/PUNCH.md)\n",
          NODE_DEFAULT_PORT, dir, DHT_NODE_STATS_MS / 1000);
   train_node_print_help();
 }
@@ -82,6 +84,7 @@ enum {
   OPT_RELAY_MAX_BPS,
   OPT_RELAY_MAX_BYTES,
   OPT_RELAY_LIFETIME,
+  OPT_HOLE_PUNCH,
 };
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -202,6 +205,10 @@ static int apply(node_config *cfg, int c, const char *arg) {
   case OPT_RELAY_MAX_BPS:
   case OPT_RELAY_MAX_BYTES:
   case OPT_RELAY_LIFETIME: return apply_relay(&cfg->relay, c, arg);
+  case OPT_HOLE_PUNCH:
+    if (strcmp(arg, "on") && strcmp(arg, "off")) return bad("--hole-punch", arg, "on or off");
+    cfg->hole_punch = strcmp(arg, "on") == 0;
+    return 0;
   default: return 2;
   }
 }
@@ -231,6 +238,7 @@ int cmd_node(int argc, char **argv) {
       {"relay-max-bytes-per-s", required_argument, 0, OPT_RELAY_MAX_BPS},
       {"relay-max-bytes", required_argument, 0, OPT_RELAY_MAX_BYTES},
       {"relay-circuit-lifetime-s", required_argument, 0, OPT_RELAY_LIFETIME},
+      {"hole-punch", required_argument, 0, OPT_HOLE_PUNCH},
       {"help", no_argument, 0, 'h'},
       {0},
   };

@@ -134,6 +134,7 @@ void node_config_defaults(node_config *cfg) {
   cfg->ping_interval_ms = 5000;
   cfg->handshake_timeout_ms = 5000;
   p2p_relay_config_defaults(&cfg->relay);
+  cfg->hole_punch = true;
 }
 
 uv_loop_t *node_loop(node *n) { return &n->loop; }
@@ -496,6 +497,7 @@ static int start_host(node *n, gw_addr *bound) {
   hc.log = &n->log;
   hc.agent = "gwtf/" GWTF_VERSION;
   relay_wire(n, &hc);
+  hc.punch.enabled = n->cfg.hole_punch;
   p2p_host_cbs cbs = {.ud = n, .peer_up = on_peer_up, .peer_down = on_peer_down, .message = on_message,
                       .writable = on_writable, .reachability = on_reachability};
   int rc = p2p_host_new(&n->loop, &hc, &cbs, &n->host);

@@ -55,6 +55,7 @@ typedef struct node_config {
   size_t n_announce;
   uint32_t dht_stats_ms; /* period of the dht.stats log line (0: DHT_NODE_STATS_MS) */
   p2p_relay_config relay; /* --relay*: serving as a relay for private peers (p2p/relay.h) */
+  bool hole_punch;        /* --hole-punch: move relayed sessions to direct ones (p2p/punch.h) */
 } node_config;
 
 typedef struct node node;

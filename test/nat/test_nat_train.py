@@ -23,14 +23,20 @@ Asserted, from the nodes' JSON logs:
     R4) one private peer reserved on is killed: that peer drops it
     (nat.relay_dropped reason=session-down) and reserves on another public
     peer (nat.relays without it), and training continues to the end;
-  - case "symmetric": both routers MASQUERADE --random-fully; the run still
-    trains over the relay.
+  - case "punch": both routers MASQUERADE and, like a home router's
+    firewall, drop unsolicited SYNs to their WAN address (the "cone" case's
+    routers answer them with a reset, which kills a TCP simultaneous open).
+    H1 and H2 meet through a relay, then punch a direct connection and move
+    their session onto it (nat.direct); every microbatch of every iteration
+    is still done, none deferred: nothing was lost in the move;
+  - case "symmetric": both routers MASQUERADE --random-fully; the punch
+    fails (nat.punch_failed) and the run still trains over the relay.
 
 Needs root, `ip netns` and iptables-legacy: otherwise it prints "SKIPPED:
 <why>" and exits 77 (ctest SKIP_RETURN_CODE). No sleeps: every wait is on a
 log event, with a deadline.
 
-    test_nat_train.py [cone|symmetric]...   (default: both)"""
+    test_nat_train.py [cone|punch|symmetric]...   (default: all three)"""
 
 import os
 import shutil
@@ -49,7 +55,7 @@ from gwtfproc import GWTF, check  # noqa: E402
 PUBLIC_NET = "11.77.0"
 RUN = "natrun"
 MICROBATCHES = 4
-ITERS = {"cone": 60, "symmetric": 6}  # cone: long enough to outlive the relay kill (~0.1 s an iteration)
+ITERS = {"cone": 60, "punch": 12, "symmetric": 6}  # cone: long enough to outlive the relay kill (~0.1 s an iteration)
 KILL_AFTER_ITER = 3  # cone: the relay dies once this many iterations are done
 WAIT = 40.0
 COMMON = ["--port-mapping", "off", "--threads", "1", "--flow-tick", "100", "--hop-timeout", "2000",
@@ -72,8 +78,11 @@ def run_case(nat, workdir, corpus):
     print(f"== {nat}: B (data), Q, R3, R4 public; H1 behind r1, H2 behind r2 ({nat} NAT, no port mapping)")
     nodes = []
     with netlab.Lab(public_net=PUBLIC_NET) as lab:
-        r1 = lab.router("r1", nat=nat)
-        r2 = lab.router("r2", nat=nat)
+        r1 = lab.router("r1", nat="symmetric" if nat == "symmetric" else "cone")
+        r2 = lab.router("r2", nat="symmetric" if nat == "symmetric" else "cone")
+        if nat == "punch":
+            for r in (r1, r2):
+                r.run([netlab.IPT, "-A", "INPUT", "-i", "wan", "-p", "tcp", "--syn", "-j", "DROP"])
         ns = {name: lab.host(name) for name in ("b", "q", "r3", "r4")}
         ns["h1"] = lab.host("h1", r1)
         ns["h2"] = lab.host("h2", r2)
@@ -118,6 +127,12 @@ def run_case(nat, workdir, corpus):
             ev2 = h2.wait_where("peer.connected", lambda e: e.get("peer") == short(h1))
             check(ev2.get("via") == "relay", f"H2 reached H1 without a relay: {ev2}")
             print(f"  H1<->H2: peer.connected via=relay (session {ev['session']}, {ev2['session']})")
+            if nat == "punch":
+                ev = h1.wait_where("nat.direct", lambda e: e.get("peer") == short(h2))
+                print(f"  H1<->H2: nat.direct after_ms={ev.get('after_ms')} addr={ev.get('addr')}")
+            elif nat == "symmetric":
+                ev = h1.wait_where("nat.punch_failed", lambda e: e.get("peer") == short(h2))
+                print(f"  H1<->H2: nat.punch_failed nat={ev.get('nat')} reason={ev.get('reason')}: stays relayed")
             dials = [e for e in b.find("train.dial_via") if e.get("peer") in (short(h1), short(h2))]
             print(f"  B: {len(dials)} train.dial_via lines for H1/H2, e.g. circuit={dials[0]['circuit'] if dials else '-'}")
             first_mb = {}
@@ -173,6 +188,9 @@ def run_case(nat, workdir, corpus):
                 if killed is not None and not ok:
                     ok = int(e["iter"]) >= done_before and int(e["iter"]) < iters - 1
                 check(ok, f"iteration {e['iter']}: done={e.get('done')} deferred={e.get('deferred')}")
+            if nat == "punch":
+                lost = [e for h, o in ((h1, h2), (h2, h1)) for e in h.find("peer.lost") if e.get("peer") == short(o)]
+                check(not lost, f"the move to the direct path was seen as a lost peer: {lost}")
             if killed is not None:
                 print(f"  training continued: iterations {at_replace}..{iters - 1} after the relay was replaced")
             if deferred:
@@ -192,7 +210,7 @@ def run_case(nat, workdir, corpus):
             costs = [e for e in h1.find("flow.link_costs") + h2.find("flow.link_costs")]
             rtts = [e for e in h1.find("peer.rtt") if e.get("peer") == short(h2)]
             if rtts:
-                print(f"  H1->H2 (relayed) srtt_ms={rtts[-1]['srtt_ms']}; last costs: "
+                print(f"  H1->H2 ({'direct' if nat == 'punch' else 'relayed'}) srtt_ms={rtts[-1]['srtt_ms']}; last costs: "
                       + "; ".join(f"{c.get('to')}" for c in costs[-2:]))
             for n in (h1, h2, q, r3, r4):
                 if n is not killed and n.alive():
@@ -210,7 +228,7 @@ def main():
     if why:
         print(f"SKIPPED: {why}")
         sys.exit(77)
-    cases = sys.argv[1:] or ["cone", "symmetric"]
+    cases = sys.argv[1:] or ["cone", "punch", "symmetric"]
     workdir = tempfile.mkdtemp(prefix="gwtf-nattrain-")
     try:
         corpus = os.path.join(workdir, "corpus.txt")
