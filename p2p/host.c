@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "p2p/limits.h"
 #include "p2p/session.h"
 #include "p2p/relay.h"
 #include "p2p/sockaddr.h"
@@ -64,6 +65,9 @@ typedef struct conn {
   gw_addr probe_addr;
   bool probe_in; /* a peer's dial-back to us: closed once its Hello is seen */
   bool punch;    /* a punched connection (p2p/punch.h), until it becomes the peer's session */
+  bool counted;  /* inbound, counted by the limits under `from` */
+  bool refused;  /* refused by the limits: closing, in no list, owns nothing */
+  gw_addr from;
   struct conn *next;
 } conn;
 
@@ -85,6 +89,7 @@ struct p2p_host {
   unsigned handshakes;
   p2p_relay *relay; /* relay circuits, both roles (p2p/relay.h); NULL when out of memory */
   p2p_punch *punch; /* hole punching (p2p/punch.h); NULL when off */
+  p2p_limits *limits; /* per IP / subnet caps and the reassembly budget (p2p/limits.h) */
   bool closing;
   p2p_reach *reach;
   bool reach_report_due; /* a verdict to hand to cbs.reachability on the next tick */
@@ -113,6 +118,7 @@ void p2p_host_config_defaults(p2p_host_config *cfg) {
   cfg->max_sessions = 1024;
   cfg->dial_back_timeout_ms = P2P_REACH_DIAL_TIMEOUT_MS;
   cfg->log_rtt = true;
+  p2p_limits_config_defaults(&cfg->limits);
   p2p_relay_config_defaults(&cfg->relay);
   p2p_punch_config_defaults(&cfg->punch);
 }
@@ -460,14 +466,19 @@ static void got_dial_back_result(p2p_host *h, const gw_id *from, const p2p_msg *
 
 /* ---- session callbacks ---- */
 
+/* An inbound connection left its handshake (up, or became a relay leg). */
+static void handshake_over(p2p_host *h, conn *c) {
+  if (!c->handshaking_in) return;
+  c->handshaking_in = false;
+  h->handshakes--;
+  if (c->counted) p2p_limits_handshake_done(h->limits, &c->from);
+}
+
 static void on_session_up(p2p_session *s) {
   conn *c = conn_of(s);
   p2p_host *h = c->h;
   const p2p_session_info *info = p2p_session_get_info(s);
-  if (c->handshaking_in) {
-    c->handshaking_in = false;
-    h->handshakes--;
-  }
+  handshake_over(h, c);
   if (c->t) {
     c->t->learned = info->peer_id;
     c->t->failures = 0;
@@ -604,9 +615,14 @@ static void maybe_finish(p2p_host *h);
 
 static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *why) {
   conn *c = conn_of(s);
+  if (c->refused) { /* the host may be gone already: touch nothing of it */
+    free(c);
+    return;
+  }
   p2p_host *h = c->h;
   unlink_conn(h, c);
   if (c->handshaking_in) h->handshakes--;
+  if (c->counted) p2p_limits_release(h->limits, &c->from, c->handshaking_in);
   if (p2p_session_is_pipe(s) && h->relay) p2p_relay_on_pipe_closed(h->relay, s, why);
   if (c->probe_out && !c->probe_reported) probe_done(h, c, false);
   if (h->punch) p2p_punch_on_closed(h->punch, s);
@@ -647,10 +663,7 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
 static void on_session_preface(p2p_session *s, const uint8_t *preface) {
   conn *c = conn_of(s);
   p2p_host *h = c->h;
-  if (c->handshaking_in) { /* a relay leg is no handshake */
-    c->handshaking_in = false;
-    h->handshakes--;
-  }
+  handshake_over(h, c); /* a relay leg is no handshake */
   if (h->closing || !h->relay) {
     p2p_session_close(s, P2P_END_CLOSED, 0, "shutdown");
     return;
@@ -676,9 +689,19 @@ static int dial_via(p2p_host *h, target *t, conn *c) {
 
 int p2p_host_relay_dial_back(p2p_host *h, const gw_addr *addr, const uint8_t preface[P2P_RELAY_PREFACE_BYTES]) {
   if (h->closing) return GW_ECLOSED;
+  /* A circuit is a new inbound session from someone we do not know yet:
+   * it counts against the global handshake and session caps (the relay's
+   * own limits bound how many one relay brings). */
+  if (h->handshakes >= h->cfg.max_handshakes || h->n_conns >= h->cfg.max_sessions) {
+    bool hs = h->handshakes >= h->cfg.max_handshakes;
+    p2p_limits_hit(h->limits, hs ? "handshakes-total" : "sessions-total", addr, hs ? h->handshakes : h->n_conns,
+                   now_ms());
+    return GW_EFULL;
+  }
   conn *c = calloc(1, sizeof(*c));
   if (!c) return GW_ENOMEM;
   c->h = h;
+  c->handshaking_in = true;
   int rc = p2p_session_dial_via(h->loop, addr, preface, P2P_RESPONDER, NULL, &h->scfg, &session_cbs, c, &c->s);
   if (rc != 0) {
     free(c);
@@ -687,6 +710,7 @@ int p2p_host_relay_dial_back(p2p_host *h, const gw_addr *addr, const uint8_t pre
   c->next = h->conns;
   h->conns = c;
   h->n_conns++;
+  h->handshakes++;
   return 0;
 }
 
@@ -855,6 +879,7 @@ static void on_tick(uv_timer_t *timer) {
   uint64_t now = now_ms();
   for (peer *p = h->peers; p && !h->closing; p = p->next) check_peer(h, p, now);
   if (h->closing) return; /* a peer_down callback closed the host */
+  for (conn *c = h->conns; c; c = c->next) p2p_session_poll(c->s, now); /* closes only from the loop */
   if (h->relay) p2p_relay_tick(h->relay, now);
   p2p_reach_tick(h->reach, now);
   if (h->reach_report_due) {
@@ -874,41 +899,56 @@ static void on_tick(uv_timer_t *timer) {
 
 static void free_handle(uv_handle_t *hd) { free(hd); }
 
-static void refuse(p2p_host *h, uv_stream_t *server, const char *why) {
+/* Over a global cap: accept and close at once, so the listener keeps
+ * accepting; one limit.hit line a second says so. */
+static void refuse(p2p_host *h, uv_stream_t *server, const char *kind, uint64_t count) {
   uv_tcp_t *tmp = malloc(sizeof(*tmp));
   if (!tmp) return;
   uv_tcp_init(h->loop, tmp);
-  char addr[GW_ADDR_STRLEN] = "-";
+  gw_addr a = {0};
   if (uv_accept(server, (uv_stream_t *)tmp) == 0) {
     struct sockaddr_storage ss;
     int len = sizeof(ss);
-    gw_addr a;
-    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) == 0 &&
-        p2p_addr_from_sockaddr((struct sockaddr *)&ss, &a) == 0)
-      gw_addr_format(&a, addr);
+    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) != 0 ||
+        p2p_addr_from_sockaddr((struct sockaddr *)&ss, &a) != 0)
+      a.family = 0;
   }
-  GW_WARN(h->cfg.log, "session.rejected", "peer=- addr=%s dir=in reason=%s", addr, why);
+  p2p_limits_hit(h->limits, kind, &a, count, now_ms());
   uv_close((uv_handle_t *)tmp, free_handle);
 }
 
 static void on_connection(uv_stream_t *server, int status) {
   p2p_host *h = server->data;
   if (status < 0) {
-    GW_WARN(h->cfg.log, "host.accept_failed", "err=\"%s\"", gw_strerror(status));
+    /* Out of file descriptors: libuv has accepted and closed what was
+     * pending (its reserve-fd trick) and reads on; we only say so. */
+    bool fds = status == UV_EMFILE || status == UV_ENFILE;
+    p2p_limits_hit(h->limits, fds ? "fds" : "accept-failed", NULL, (uint64_t)h->n_conns, now_ms());
     return;
   }
   if (h->closing) return;
-  if (h->handshakes >= h->cfg.max_handshakes) return refuse(h, server, "busy");
-  if (h->n_conns >= h->cfg.max_sessions) return refuse(h, server, "too-many-sessions");
+  if (h->handshakes >= h->cfg.max_handshakes) return refuse(h, server, "handshakes-total", h->handshakes);
+  if (h->n_conns >= h->cfg.max_sessions) return refuse(h, server, "sessions-total", h->n_conns);
   conn *c = calloc(1, sizeof(*c));
-  if (!c) return refuse(h, server, "out-of-memory");
+  if (!c) return refuse(h, server, "out-of-memory", h->n_conns);
   c->h = h;
   int rc = p2p_session_accept(server, &h->scfg, &session_cbs, c, &c->s);
   if (rc != 0) {
     free(c);
-    GW_WARN(h->cfg.log, "host.accept_failed", "err=\"%s\"", gw_strerror(rc));
+    p2p_limits_hit(h->limits, rc == UV_EMFILE || rc == UV_ENFILE ? "fds" : "accept-failed", NULL,
+                   (uint64_t)h->n_conns, now_ms());
     return;
   }
+  /* Per IP and subnet: refused connections close at once, log nothing
+   * but the (rate-limited) limit.hit, and count for nothing. */
+  const char *kind;
+  c->from = p2p_session_get_info(c->s)->remote;
+  if (p2p_limits_admit(h->limits, &c->from, now_ms(), &kind) != 0) {
+    c->refused = true;
+    p2p_session_close(c->s, P2P_END_CLOSED, GW_EFULL, kind);
+    return;
+  }
+  c->counted = true;
   c->handshaking_in = true;
   h->handshakes++;
   c->next = h->conns;
@@ -933,6 +973,7 @@ static void maybe_finish(p2p_host *h) {
     free(t);
   }
   p2p_reach_free(h->reach);
+  p2p_limits_free(h->limits);
   p2p_relay_free(h->relay);
   p2p_punch_free(h->punch);
   void (*done)(void *) = h->done;
@@ -966,6 +1007,13 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
   if (!h) return GW_ENOMEM;
   h->loop = loop;
   h->cfg = *cfg;
+  /* A budget smaller than one frame would stall the largest frame for good. */
+  size_t one = cfg->max_frame + P2P_HEAD_MAX + 4096;
+  if (h->cfg.limits.rx_budget && h->cfg.limits.rx_budget < one) h->cfg.limits.rx_budget = one;
+  if (p2p_limits_new(&h->cfg.limits, cfg->log, &h->limits) != 0) {
+    free(h);
+    return GW_ENOMEM;
+  }
   if (cbs) h->cbs = *cbs;
   uint64_t instance;
   randombytes_buf(&instance, sizeof(instance));
@@ -979,6 +1027,7 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
       .instance = instance,
       .agent = cfg->agent,
       .log = cfg->log,
+      .limits = h->limits,
   };
   uv_timer_init(loop, &h->tick);
   h->tick.data = h;
@@ -1109,6 +1158,10 @@ int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out)
 }
 
 size_t p2p_host_session_count(const p2p_host *h) { return h->n_conns; }
+
+void p2p_host_limit_counts(const p2p_host *h, const gw_addr *addr, p2p_limit_counts *out) {
+  p2p_limits_counts(h->limits, addr, out);
+}
 
 void p2p_host_reachability(const p2p_host *h, p2p_reachability *out) { p2p_reach_get(h->reach, out); }
 

@@ -30,6 +30,7 @@
 
 #include "p2p/frame.h"
 #include "p2p/identity.h"
+#include "p2p/limits.h"
 #include "p2p/link.h"
 #include "p2p/punch.h"
 #include "p2p/relay.h"
@@ -76,8 +77,9 @@ typedef struct p2p_host_config {
   uint32_t idle_timeout_ms; /* no bytes for this long: the peer is lost */
   uint32_t backoff_min_ms;
   uint32_t backoff_max_ms;
-  uint32_t max_handshakes; /* concurrent inbound handshakes; more are refused */
-  uint32_t max_sessions;
+  uint32_t max_handshakes; /* concurrent inbound handshakes, all IPs; more are refused */
+  uint32_t max_sessions;   /* open sessions, all of them; more inbound are refused */
+  p2p_limits_config limits; /* per IP / subnet caps, reassembly budget, slow senders (p2p/limits.h) */
   uint32_t dial_back_timeout_ms; /* connect + handshake bound of a dial-back we make for a peer */
   bool log_rtt;             /* a peer.rtt line per pong */
   const p2p_links *links;   /* link emulation; NULL = off. Must outlive the host */
@@ -104,7 +106,7 @@ typedef struct p2p_peer_stats {
 
 /* Defaults: 64 MiB frames, 256 MiB queue, 1 MiB low water, connect 5 s,
  * handshake 5 s, goodbye 2 s, ping 5 s, idle 20 s, backoff 250 ms..30 s,
- * 64 handshakes, 1024 sessions, RTT lines on. */
+ * 64 handshakes, 1024 sessions, RTT lines on, p2p_limits_config_defaults. */
 void p2p_host_config_defaults(p2p_host_config *cfg);
 
 int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs *cbs, p2p_host **out);
@@ -132,6 +134,8 @@ bool p2p_host_is_connected(const p2p_host *h, const gw_id *id);
 int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out);
 /* Open sessions, including those still in their handshake (diagnostics). */
 size_t p2p_host_session_count(const p2p_host *h);
+/* What the limits count (for addr's IP and subnet when addr is not NULL). */
+void p2p_host_limit_counts(const p2p_host *h, const gw_addr *addr, p2p_limit_counts *out);
 /* Connected peers, up to max; returns how many are connected. */
 size_t p2p_host_peers(const p2p_host *h, gw_peer *out, size_t max);
 

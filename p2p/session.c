@@ -93,11 +93,19 @@ struct p2p_session {
 
   /* Hole punching (p2p/punch.h). */
   bool punch;         /* a punched connection: preface both ways, then the handshake in a given role */
-  bool rx_held;       /* p2p_session_hold_rx: reading stopped, frames wait in the socket */
+  bool rx_held;       /* reading stopped, frames wait in the socket: hold_punch || hold_budget */
+  bool hold_punch;    /* p2p_session_hold_rx */
   uint8_t *held;      /* bytes read before the hold and not yet fed (processed on release) */
   size_t held_len;
   uv_timer_t resume;  /* feeds `held` from the loop after a release */
   bool resume_ready;
+
+  /* Limits (p2p/limits.h). */
+  size_t rx_charged;        /* receive-buffer bytes charged to the budget */
+  bool hold_budget;         /* a payload waits for budget: reading stopped */
+  uint64_t budget_since_ms;
+  uint64_t prog_ms;         /* slow-sender window: its start ... */
+  uint64_t prog_bytes;      /* ... and bytes_rx then */
 };
 
 static void session_close_now(p2p_session *s, p2p_end end, int err, const char *why);
@@ -277,6 +285,8 @@ static int seal_and_queue(p2p_session *s, const p2p_msg *msg, bool final, size_t
 
 /* ---- closing ---- */
 
+static void rx_sync(p2p_session *s);
+
 static void free_session(p2p_session *s) {
   for (txframe *f = s->txq_head, *next; f; f = next) {
     next = f->next;
@@ -295,6 +305,11 @@ static void free_session(p2p_session *s) {
 static void on_handle_closed(uv_handle_t *h) {
   p2p_session *s = h->data;
   if (--s->open_handles > 0) return;
+  /* Before `closed`: the owner may free the limits from there. */
+  if (s->rx_charged && s->cfg.limits) p2p_limits_rx_charge(s->cfg.limits, -(long long)s->rx_charged);
+  if (s->hold_budget && s->cfg.limits) p2p_limits_rx_waiting(s->cfg.limits, -1);
+  s->rx_charged = 0;
+  s->hold_budget = false;
   if (s->cbs.closed) s->cbs.closed(s, s->end, s->end_err, s->end_why);
   free_session(s);
 }
@@ -450,6 +465,37 @@ static void got_goodbye(p2p_session *s, p2p_head *h) {
   session_close_now(s, P2P_END_LEFT, 0, "goodbye");
 }
 
+/* ---- limits: the reassembly budget (p2p/limits.h) ---- */
+
+/* Keeps what the budget is charged equal to the buffer the reassembler holds. */
+static void rx_sync(p2p_session *s) {
+  size_t cap = s->rx.big ? s->rx.big_cap : 0;
+  if (cap == s->rx_charged || !s->cfg.limits) return;
+  p2p_limits_rx_charge(s->cfg.limits, (long long)cap - (long long)s->rx_charged);
+  s->rx_charged = cap;
+}
+
+static size_t payload_buffer(uint64_t plain) { return (size_t)plain + P2P_ABYTES + P2P_PAYLOAD_ALIGN; }
+
+static bool budget_allows(const p2p_session *s, uint64_t plain) {
+  return !s->cfg.limits || p2p_limits_rx_may_grow(s->cfg.limits, s->rx_charged, payload_buffer(plain));
+}
+
+static void rx_hold_update(p2p_session *s);
+
+/* The payload announced by the head just read does not fit the budget:
+ * stop reading (the sender waits on TCP) until p2p_session_poll finds room. */
+static void budget_wait(p2p_session *s) {
+  uint64_t now = gw_clock_mono_ms();
+  s->hold_budget = true;
+  s->budget_since_ms = now;
+  p2p_limits_rx_waiting(s->cfg.limits, 1);
+  p2p_limit_counts lc;
+  p2p_limits_counts(s->cfg.limits, NULL, &lc);
+  p2p_limits_hit(s->cfg.limits, "rx-budget", &s->info.remote, lc.rx_used, now);
+  rx_hold_update(s);
+}
+
 static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
   p2p_head h;
   const char *why = NULL;
@@ -466,8 +512,13 @@ static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
   } else if (h.has_tensor) {
     s->pending = h;
     s->has_pending = true;
+    if (h.payload_bytes <= s->cfg.max_frame && !budget_allows(s, h.payload_bytes)) {
+      budget_wait(s);
+      return;
+    }
     if ((rc = p2p_rx_expect_payload(&s->rx, h.payload_bytes)) != 0)
       session_close_now(s, P2P_END_REJECTED, rc, rc == GW_ERANGE ? "oversize" : "out-of-memory");
+    rx_sync(s);
     return; /* pending owns the envelope now */
   } else {
     deliver(s, &h, NULL);
@@ -485,6 +536,8 @@ static void got_payload(p2p_session *s, uint8_t *rec, size_t len) {
     return;
   }
   deliver(s, &s->pending, rec + 1);
+  /* Others wait for budget: do not keep this buffer for the next frame. */
+  if (s->cfg.limits && p2p_limits_rx_waiters(s->cfg.limits)) free(p2p_rx_take(&s->rx));
   p2p_head_clear(&s->pending);
   s->has_pending = false;
   if (s->state != S_CLOSING) p2p_rx_expect_head(&s->rx);
@@ -570,6 +623,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   if ((uint8_t *)buf->base != s->staging) { /* read straight into the record */
     p2p_rx_commit(&s->rx, (size_t)nread);
     if (s->rx.ready) got_record(s);
+    if (s->state != S_CLOSING) rx_sync(s);
     return;
   }
   size_t off = 0;
@@ -588,6 +642,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
     }
   }
   if (s->rx_held && s->state != S_CLOSING && off < (size_t)nread) hold_leftover(s, s->staging + off, (size_t)nread - off);
+  if (s->state != S_CLOSING) rx_sync(s);
 }
 
 /* ---- setup ---- */
@@ -952,6 +1007,7 @@ static void on_resume(uv_timer_t *t) {
   }
   if (s->rx_held && s->state != S_CLOSING && off < n) hold_leftover(s, buf + off, n - off);
   free(buf);
+  if (s->state != S_CLOSING) rx_sync(s);
   if (s->state != S_CLOSING && !s->rx_held) {
     int rc = uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
     if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "read");
@@ -959,7 +1015,16 @@ static void on_resume(uv_timer_t *t) {
 }
 
 void p2p_session_hold_rx(p2p_session *s, bool hold) {
-  if (s->state == S_CLOSING || s->pipe || hold == s->rx_held) return;
+  if (s->state == S_CLOSING || s->pipe || hold == s->hold_punch) return;
+  s->hold_punch = hold;
+  rx_hold_update(s);
+}
+
+/* Reading stops while anyone holds it (the punch migration, the budget)
+ * and resumes, first with what was read past the hold, when nobody does. */
+static void rx_hold_update(p2p_session *s) {
+  bool hold = s->hold_punch || s->hold_budget;
+  if (s->state == S_CLOSING || hold == s->rx_held) return;
   s->rx_held = hold;
   if (hold) {
     uv_read_stop((uv_stream_t *)&s->tcp);
@@ -1016,6 +1081,58 @@ void p2p_session_goodbye(p2p_session *s, int reason) {
   s->finishing = true;
   uv_timer_start(&s->timer, on_timer, s->cfg.goodbye_timeout_ms, 0);
 }
+
+void p2p_session_poll(p2p_session *s, uint64_t now_ms) {
+  if (s->state == S_CLOSING || s->pipe || !s->cfg.limits) return;
+  const p2p_limits_config *lc = p2p_limits_get_config(s->cfg.limits);
+  if (s->hold_budget) {
+    s->stats.last_rx_ns = gw_clock_mono_ns(); /* our pause, not the peer's silence */
+    s->prog_ms = now_ms;
+    s->prog_bytes = s->stats.bytes_rx;
+    if (budget_allows(s, s->pending.payload_bytes)) {
+      s->hold_budget = false;
+      p2p_limits_rx_waiting(s->cfg.limits, -1);
+      int rc = p2p_rx_expect_payload(&s->rx, s->pending.payload_bytes);
+      if (rc != 0) {
+        session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
+        return;
+      }
+      rx_sync(s);
+      rx_hold_update(s);
+    } else if (now_ms >= s->budget_since_ms + lc->rx_wait_ms) {
+      session_close_now(s, P2P_END_LOST, GW_EFULL, "rx-budget");
+    }
+    return;
+  }
+  /* Between frames, a kept buffer goes back when others wait for budget. */
+  if (s->rx.big && !s->rx.rec && !s->rx.ready && p2p_limits_rx_waiters(s->cfg.limits)) {
+    free(s->rx.big);
+    s->rx.big = NULL;
+    s->rx.big_cap = 0;
+    rx_sync(s);
+  }
+  /* Slow senders: only while a frame is on its way (a head started, or a
+   * payload announced) and we are reading. */
+  bool in_frame = (s->state == S_HELLO || s->state == S_UP) && !s->rx_held &&
+                  (s->has_pending || p2p_rx_partial(&s->rx));
+  if (!in_frame || !lc->rx_min_Bps || !lc->rx_window_ms || now_ms < s->prog_ms) {
+    s->prog_ms = now_ms;
+    s->prog_bytes = s->stats.bytes_rx;
+    return;
+  }
+  uint64_t span = now_ms - s->prog_ms;
+  if (span < lc->rx_window_ms) return;
+  uint64_t got = s->stats.bytes_rx - s->prog_bytes, want = (uint64_t)lc->rx_min_Bps * span / 1000;
+  if (got < want) {
+    p2p_limits_hit(s->cfg.limits, "slow-sender", &s->info.remote, got, now_ms);
+    session_close_now(s, P2P_END_REJECTED, GW_ETIMEDOUT, "slow-sender");
+    return;
+  }
+  s->prog_ms = now_ms;
+  s->prog_bytes = s->stats.bytes_rx;
+}
+
+size_t p2p_session_rx_charged(const p2p_session *s) { return s->rx_charged; }
 
 bool p2p_session_is_up(const p2p_session *s) { return s->state == S_UP && !s->finishing; }
 bool p2p_session_is_open(const p2p_session *s) { return s->state != S_CLOSING; }

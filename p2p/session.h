@@ -28,6 +28,7 @@
 #include "p2p/frame.h"
 #include "p2p/handshake.h"
 #include "p2p/identity.h"
+#include "p2p/limits.h"
 #include "p2p/link.h"
 #include "util/addr.h"
 #include "util/log.h"
@@ -78,6 +79,10 @@ typedef struct p2p_session_config {
   const char *agent;             /* announced in Hello */
   uint64_t dial_back_nonce;      /* announced in Hello: non-zero only on a dial-back (p2p/reach.h) */
   const gw_log *log;
+  /* The host's limits (p2p/limits.h): the reassembly budget every session
+   * charges its receive buffers to, and the slow-sender rule. NULL: none.
+   * Must outlive the session. */
+  p2p_limits *limits;
 } p2p_session_config;
 
 /* Peer-visible facts, valid once up. */
@@ -161,6 +166,14 @@ void p2p_session_goodbye(p2p_session *s, int reason);
 /* Closes at once. end/err/why are what `closed` will report; with end
  * REJECTED a session.rejected line is logged. */
 void p2p_session_close(p2p_session *s, p2p_end end, int err, const char *why);
+
+/* Housekeeping for the limits (call every few hundred ms): a session
+ * waiting for reassembly budget takes it when it is free (or is closed,
+ * reason rx-budget, after rx_wait_ms); a frame in reassembly that gained
+ * fewer than rx_min_Bps over the last rx_window_ms is cut (slow-sender). */
+void p2p_session_poll(p2p_session *s, uint64_t now_ms);
+/* Reassembly bytes this session holds (charged to the budget). */
+size_t p2p_session_rx_charged(const p2p_session *s);
 
 bool p2p_session_is_up(const p2p_session *s);
 /* Still usable: not closing and not closed. */
