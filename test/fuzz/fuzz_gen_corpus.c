@@ -18,6 +18,7 @@
 #include "dht/routing.h"
 #include "dht/wire.h"
 #include "fuzz_harness.h"
+#include "fuzz_targets.h"
 #include "p2p/udp.h"
 
 typedef struct capture {
@@ -41,18 +42,7 @@ static const char *out_root;
 static unsigned n_written;
 
 static void write_file(const char *sub, const uint8_t *buf, size_t len) {
-  gw_id h;
-  char hex[GW_ID_HEX_LEN + 1], path[4096];
-  gw_id_hash(buf, len, &h);
-  gw_id_to_hex(&h, hex);
-  hex[16] = '\0';
-  snprintf(path, sizeof(path), "%s/%s/%s", out_root, sub, hex);
-  FILE *fp = fopen(path, "wb");
-  if (!fp || fwrite(buf, 1, len, fp) != len) {
-    perror(path);
-    exit(1);
-  }
-  fclose(fp);
+  fuzz_corpus_write(out_root, sub, buf, len);
   n_written++;
 }
 

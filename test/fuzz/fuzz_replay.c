@@ -6,7 +6,9 @@
  * runs every file in CORPUS_DIR/dht_payload through fuzz_dht_payload,
  * every file in CORPUS_DIR/datagram through fuzz_datagram, and the
  * port-mapping replies in CORPUS_DIR/{pcp,natpmp,upnp}_reply through their
- * targets (fuzz_portmap.h). A crash or sanitizer report fails the test; so
+ * targets (fuzz_portmap.h), and CORPUS_DIR/{frame,train_msg,flow_msg,
+ * safetensors,run_record} through theirs (fuzz_targets.h). Files named
+ * crash-* are reproducers of open findings, kept aside: skipped. A crash or sanitizer report fails the test; so
  * does an empty corpus (a wrong path must not pass). */
 #include <dirent.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 
 #include "fuzz_harness.h"
 #include "fuzz_portmap.h"
+#include "fuzz_targets.h"
 #include "util/file.h"
 
 #define REPLAY_MAX_INPUT (64 * 1024)
@@ -30,7 +33,7 @@ static long replay_dir(const char *root, const char *sub, int (*target)(const ui
   long n = 0;
   struct dirent *e;
   while ((e = readdir(dp)) != NULL) {
-    if (e->d_name[0] == '.') continue;
+    if (e->d_name[0] == '.' || strncmp(e->d_name, "crash-", 6) == 0) continue;
     char path[8192];
     snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
     uint8_t *buf;
@@ -58,11 +61,17 @@ int main(int argc, char **argv) {
   long c = replay_dir(argv[1], "pcp_reply", fuzz_pcp_reply);
   long d = replay_dir(argv[1], "natpmp_reply", fuzz_natpmp_reply);
   long e = replay_dir(argv[1], "upnp_reply", fuzz_upnp_reply);
-  if (a <= 0 || b <= 0 || c <= 0 || d <= 0 || e <= 0) {
+  long f = replay_dir(argv[1], "frame", fuzz_frame);
+  long g = replay_dir(argv[1], "train_msg", fuzz_train_msg);
+  long h = replay_dir(argv[1], "flow_msg", fuzz_flow_msg);
+  long i = replay_dir(argv[1], "safetensors", fuzz_safetensors);
+  long j = replay_dir(argv[1], "run_record", fuzz_run_record);
+  if (a <= 0 || b <= 0 || c <= 0 || d <= 0 || e <= 0 || f <= 0 || g <= 0 || h <= 0 || i <= 0 || j <= 0) {
     fprintf(stderr, "fuzz_replay: missing or empty corpus under %s\n", argv[1]);
     return 1;
   }
-  printf("fuzz_replay: %ld payloads, %ld datagrams, %ld PCP, %ld NAT-PMP, %ld UPnP replies replayed\n", a, b, c, d,
-         e);
+  printf("fuzz_replay: %ld payloads, %ld datagrams, %ld PCP, %ld NAT-PMP, %ld UPnP replies, %ld frame scripts, "
+         "%ld train, %ld flow scripts, %ld safetensors files, %ld run records replayed\n",
+         a, b, c, d, e, f, g, h, i, j);
   return 0;
 }
