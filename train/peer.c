@@ -20,6 +20,8 @@ void train_tunables_default(train_tunables *t) {
   t->max_repairs = 4;
   t->max_reroutes = 4;
   t->chunk_bytes = 4u << 20;
+  t->norm_k = 10.0;
+  t->no_validation = false;
 }
 
 /* ---- small helpers ---- */
@@ -207,8 +209,22 @@ void train_peer_start(train_peer *p, uint64_t now_ms) {
 
 /* ---- membership ---- */
 
+bool peer_is_member(train_peer *p, int stage, const gw_id *id, bool dir_only) {
+  peer_stage_view *v = peer_stage(p, stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (gw_id_eq(&v->v[i].id, id)) return !dir_only || !v->v[i].heard;
+  return false;
+}
+
+size_t peer_dir_others(train_peer *p) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  size_t n = 0;
+  for (size_t i = 0; v && i < v->n; i++) n += !v->v[i].heard && !gw_id_eq(&v->v[i].id, &p->cfg.self);
+  return n;
+}
+
 /* Appends a member to our view of a stage unless it is there. */
-static void member_add(train_peer *p, int stage, const gw_id *id, uint32_t capacity, uint32_t load) {
+static void member_add(train_peer *p, int stage, const gw_id *id, uint32_t capacity, uint32_t load, bool heard) {
   peer_stage_view *v = peer_stage(p, stage);
   if (!v || peer_in_view(v, id)) return;
   if (v->n == v->cap) {
@@ -223,6 +239,7 @@ static void member_add(train_peer *p, int stage, const gw_id *id, uint32_t capac
   m->id = *id;
   m->capacity = capacity;
   m->load = load;
+  m->heard = heard;
 }
 
 /* A peer of our own stage said HELLO: it is ready and a member. Kept for
@@ -243,7 +260,7 @@ static void heard_member(train_peer *p, const gw_id *id, uint32_t capacity) {
   p->heard[k].stage = p->stage;
   p->heard[k].capacity = capacity;
   p->heard[k].at_ms = p->now;
-  member_add(p, p->stage, id, capacity, 0);
+  member_add(p, p->stage, id, capacity, 0, true);
 }
 
 void train_peer_set_members(train_peer *p, int stage, const train_member *members, size_t n, uint64_t now_ms) {
@@ -251,10 +268,13 @@ void train_peer_set_members(train_peer *p, int stage, const train_member *member
   peer_stage_view *v = peer_stage(p, stage);
   if (!v) return;
   v->n = 0;
-  for (size_t i = 0; i < n; i++) member_add(p, stage, &members[i].id, members[i].capacity, members[i].load);
+  for (size_t i = 0; i < n; i++)
+    if (!trust_banned(p, &members[i].id))
+      member_add(p, stage, &members[i].id, members[i].capacity, members[i].load, false);
   for (uint32_t k = 0; k < p->n_heard; k++)
-    if (p->heard[k].stage == stage && now_ms - p->heard[k].at_ms <= 3 * p->cfg.tun.hello_period_ms)
-      member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0);
+    if (p->heard[k].stage == stage && now_ms - p->heard[k].at_ms <= 3 * p->cfg.tun.hello_period_ms &&
+        !trust_banned(p, &p->heard[k].id))
+      member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0, true);
   if (stage == 0 && p->cfg.role == TRAIN_DATA) leader_check(p);
 }
 
@@ -322,9 +342,11 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
   if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
   if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it
-   * got ready while the stage aggregated) and must fetch the state again. */
+   * got ready while the stage aggregated) and must fetch the state again,
+   * once directory members say so (trust_claim_ahead): a HELLO alone from
+   * a stranger made us resync and download its forged weights. */
   if (h->iteration > p->iteration) {
-    join_resync(p, h->iteration, "hello");
+    trust_claim_ahead(p, from, h->iteration, "hello");
   } else if (h->iteration < p->iteration) {
     Gwtf__TrainHello me = GWTF__TRAIN_HELLO__INIT;
     fill_hello(p, &me);
@@ -338,6 +360,8 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
 static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint8_t *body, size_t len,
                      const train_tensor *t) {
   char who[GW_ID_SHORT_LEN + 1];
+  /* Who may say what: the table in peer_trust.c, before any handler. */
+  if (!trust_admit(p, from, type)) return;
   switch (type) {
 #define CASE(MSG, Type, fn, handler)                           \
   case GWTF__TRAIN_MSG__##MSG: {                               \

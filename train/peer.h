@@ -199,6 +199,9 @@ typedef struct train_tunables {
   uint32_t max_repairs;          /* per microbatch before it is declared lost (4) */
   uint32_t max_reroutes;         /* per hop before DENY goes upstream (4) */
   size_t chunk_bytes;            /* gradient / weight transfer chunk (4 MiB) */
+  double norm_k;                 /* a contribution's norm per microbatch may be at most norm_k x the
+                                    round's median (10) */
+  bool no_validation;            /* tests only: take contributions unchecked, to show what the checks save */
 } train_tunables;
 
 void train_tunables_default(train_tunables *t);
@@ -271,6 +274,9 @@ typedef struct train_counters {
   uint64_t microbatches_done;
   double compute_seconds, wasted_seconds;
   uint64_t aggregations;
+  /* trust: messages refused by the dispatch table (or as evidence), contributions
+   * rejected by validation, bans, resyncs started */
+  uint64_t messages_refused, contributions_rejected, peers_banned, resyncs;
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

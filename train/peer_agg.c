@@ -1,4 +1,4 @@
-/* train/peer_agg.c — the end of an iteration (GWTF §V-E) and the leader.
+/* train/peer_agg.c — the end of an iteration (GWTF §V-E); the leader that starts it is train/peer_leader.c.
  *
  * Data nodes report ITER_DONE to the leader (the live data node with the
  * lowest node ID) and tell the other data nodes, which then finish what they
@@ -76,6 +76,7 @@ static void reset_round(peer_agg *a) {
   a->n_failed = 0;
   a->avg_received = 0;
   a->avg_total_count = 0;
+  a->picked = a->asked_applied = a->contributed = false;
 }
 
 /* ---- who aggregates ---- */
@@ -93,6 +94,28 @@ static gw_id pick_aggregator(train_peer *p) {
 }
 
 static bool i_aggregate(train_peer *p) { return gw_id_eq(&p->agg.aggregator, &p->cfg.self); }
+
+/* Only the aggregator we chose for the round may send us its average: one
+ * TRAIN_AVG from anyone used to rewrite a whole stage. Before we picked
+ * (our export is running, or the average overtook BEGIN_AGG) the one we
+ * would pick now is the one; after, the one we picked, or a newer pick (a
+ * member of lower ID appeared in our view: following it heals a split).
+ * When we took a round over we asked every member for an average it
+ * applied, and a member of our stage may answer with it. The member that
+ * just served us its state sends its round's average to us too
+ * (finish_round's `served`): it already chose our weights. */
+bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
+  peer_agg *a = &p->agg;
+  if (gw_id_eq(from, &p->cfg.self)) return false;
+  if (p->aggregating && a->picked && gw_id_eq(from, &a->aggregator)) return true;
+  if (p->aggregating && a->asked_applied && peer_is_member(p, p->stage, from, false)) return true;
+  if (gw_id_eq(from, &p->dl.from) &&
+      (p->state != PEER_READY || (p->dl.done_ms && p->iteration == p->dl.iteration &&
+                                  p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms)))
+    return true;
+  gw_id now = pick_aggregator(p);
+  return gw_id_eq(from, &now);
+}
 
 /* ---- beginning a round ---- */
 
@@ -136,17 +159,29 @@ static void enter_round(train_peer *p, uint64_t iteration, bool export) {
 }
 
 void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration) {
-  (void)from;
   if (p->begin_agg_seen > iteration) return; /* already flooded */
-  p->begin_agg_seen = iteration + 1;
+  /* A far-future iteration is never remembered: one forged BEGIN_AGG made
+   * us ignore every real one up to it. */
+  if (iteration > p->iteration + TRUST_MAX_AHEAD) {
+    trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, "claim_far_future");
+    return;
+  }
   if (p->state != PEER_READY) {
-    if (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) p->missed_agg = iteration + 1;
+    if (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) {
+      p->begin_agg_seen = iteration + 1;
+      p->missed_agg = iteration + 1;
+    }
     return;
   }
   if (iteration != p->iteration) {
-    if (iteration > p->iteration) join_resync(p, iteration, "begin_agg");
+    /* Our stage is ahead: evidence for a resync when a directory member of
+     * our stage says so (the previous stage's members flood us too, and
+     * our own stage's HELLOs will tell). */
+    if (iteration > p->iteration && peer_is_member(p, p->stage, from, true))
+      trust_claim_ahead(p, from, iteration, "begin_agg");
     return;
   }
+  p->begin_agg_seen = iteration + 1;
   flood_begin(p, iteration);
   enter_round(p, iteration, true);
 }
@@ -154,10 +189,14 @@ void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration) {
 /* ---- sending gradients and averages ---- */
 
 static void send_vector(train_peer *p, const gw_id *to, uint32_t type, const float *v, uint32_t count,
-                        const gw_id *contributors, uint32_t n_contrib, uint32_t total_count, uint64_t iteration) {
+                        const gw_id *contributors, uint8_t (*hashes)[32], uint32_t n_contrib, uint32_t total_count,
+                        uint64_t iteration) {
   size_t n = p->cfg.shape.n_params, step = chunk_floats(p);
-  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
-  for (uint32_t i = 0; i < n_contrib; i++) ids[i] = id_bytes(&contributors[i]);
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB], hs[PEER_MAX_CONTRIB];
+  for (uint32_t i = 0; i < n_contrib; i++) {
+    ids[i] = id_bytes(&contributors[i]);
+    if (hashes) hs[i] = (ProtobufCBinaryData){32, hashes[i]};
+  }
   for (size_t off = 0; off < n || off == 0; off += step) {
     Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
     train_tensor t;
@@ -169,6 +208,10 @@ static void send_vector(train_peer *p, const gw_id *to, uint32_t type, const flo
     g.total = v ? n : 0;
     g.n_contributors = n_contrib;
     g.contributors = ids;
+    if (hashes) {
+      g.n_contributor_hashes = n_contrib;
+      g.contributor_hashes = hs;
+    }
     g.total_count = total_count;
     if (v) tensor_1d(&t, v + off, len);
     peer_send(p, to, type, &g.base, v ? &t : NULL);
@@ -181,7 +224,12 @@ static void send_mine(train_peer *p) {
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(&a->aggregator, who);
   GW_DEBUG(&p->log, "aggregation.contribute", "iter=%llu to=%s", (unsigned long long)a->iteration, who);
-  send_vector(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, a->my_count, NULL, 0, 0, a->iteration);
+  gw_id h;
+  gw_id_hash(a->mine, p->cfg.shape.n_params * sizeof(float), &h);
+  memcpy(a->my_hash, h.b, 32);
+  a->contributed = a->my_count > 0;
+  send_vector(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, a->my_count, NULL, NULL, 0, 0,
+              a->iteration);
   /* Twice the aggregator's own wait: it may spend all of its agg_timeout on
    * a member that never contributes, and a member giving up on a live
    * aggregator just as it averages would split the stage. */
@@ -192,7 +240,8 @@ static void send_last_avg(train_peer *p, const gw_id *to) {
   peer_agg *a = &p->agg;
   /* No microbatch anywhere in the stage: the "average" is a skipped step. */
   send_vector(p, to, GWTF__TRAIN_MSG__TRAIN_AVG, a->last_avg_total_count ? a->last_avg : NULL, 0,
-              a->last_contributors, a->n_last_contributors, a->last_avg_total_count, a->last_avg_iteration);
+              a->last_contributors, a->last_contrib_hashes, a->n_last_contributors, a->last_avg_total_count,
+              a->last_avg_iteration);
 }
 
 /* ---- the aggregator ---- */
@@ -219,10 +268,13 @@ static bool round_complete(train_peer *p) {
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
-    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || is_failed(a, id)) continue;
+    /* A peer only heard by HELLO is not waited for: anyone can say HELLO,
+     * and a stranger claiming our stage held every round for its timeout.
+     * Its gradient is taken if it comes in time. */
+    if (v->v[i].heard || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || is_failed(a, id)) continue;
     bool have = false;
     for (uint32_t k = 0; k < a->n_contrib; k++)
-      if (gw_id_eq(&a->contrib[k].id, id) && a->contrib[k].complete) have = true;
+      if (gw_id_eq(&a->contrib[k].id, id) && (a->contrib[k].complete || a->contrib[k].rejected)) have = true;
     if (!have) return false;
   }
   return true;
@@ -235,8 +287,9 @@ static void finish_round(train_peer *p) {
   peer_agg *a = &p->agg;
   size_t n = p->cfg.shape.n_params;
   uint32_t kept = 0, total = 0;
+  trust_validate_round(p);
   for (uint32_t i = 0; i < a->n_contrib; i++)
-    if (a->contrib[i].complete) a->contrib[kept++] = a->contrib[i];
+    if (a->contrib[i].complete && !a->contrib[i].rejected) a->contrib[kept++] = a->contrib[i];
     else free(a->contrib[i].buf);
   a->n_contrib = kept;
   qsort(a->contrib, a->n_contrib, sizeof(a->contrib[0]), cmp_contrib);
@@ -257,7 +310,12 @@ static void finish_round(train_peer *p) {
   a->last_avg_iteration = a->iteration;
   a->last_avg_total_count = total;
   a->n_last_contributors = a->n_contrib;
-  for (uint32_t i = 0; i < a->n_contrib; i++) a->last_contributors[i] = a->contrib[i].id;
+  for (uint32_t i = 0; i < a->n_contrib; i++) {
+    a->last_contributors[i] = a->contrib[i].id;
+    gw_id h;
+    gw_id_hash(a->contrib[i].buf, n * sizeof(float), &h);
+    memcpy(a->last_contrib_hashes[i], h.b, 32);
+  }
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++)
     if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id)) send_last_avg(p, &v->v[i].id);
@@ -285,6 +343,7 @@ static void contribute(train_peer *p) {
   peer_agg *a = &p->agg;
   a->phase = AGG_COLLECT;
   a->aggregator = pick_aggregator(p);
+  a->picked = true;
   a->deadline = p->now + p->cfg.tun.agg_timeout_ms;
   if (i_aggregate(p)) {
     agg_contrib *c = contrib_for(a, &p->cfg.self);
@@ -309,9 +368,10 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
     send_last_avg(p, from); /* a member that missed our average */
     return;
   }
-  if (g->iteration != p->iteration || g->total != n || !t || t->dtype != TRAIN_F32) return;
-  size_t len = t->nbytes / sizeof(float);
-  if (g->offset > n || len > n - g->offset) return;
+  if (g->iteration != p->iteration) return;
+  size_t len = t ? t->nbytes / sizeof(float) : 0;
+  bool shape_ok = g->total == n && t && t->dtype == TRAIN_F32 && t->nbytes % sizeof(float) == 0 &&
+                  g->offset <= n && len <= n - g->offset;
   /* A member may be ahead of us: it picked us before its BEGIN_AGG reached
    * us, or it flooded BEGIN_AGG before it knew us (we just got ready). Join
    * the round first, since entering it clears what an earlier round left;
@@ -323,7 +383,16 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
     enter_round(p, p->iteration, true);
   }
   agg_contrib *c = contrib_for(a, from);
-  if (!c) return;
+  if (!c || c->rejected) return;
+  if (!shape_ok && !p->cfg.tun.no_validation) {
+    /* not our stage's vector: the whole contribution is out of this round */
+    c->rejected = true;
+    c->complete = false;
+    trust_reject(p, from, a->iteration, "shape");
+    maybe_finish(p);
+    return;
+  }
+  if (!shape_ok) return;
   if (!c->buf) c->buf = malloc(n * sizeof(float));
   if (!c->buf) return;
   /* A session delivers a vector's chunks in order, so each one continues
@@ -350,6 +419,32 @@ static void apply_average(train_peer *p, const float *avg, uint32_t total_count)
   if (!job) GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=apply", (unsigned long long)a->iteration);
 }
 
+/* If we contributed, the average must list our contribution with the hash
+ * of what we sent: one that lists a different hash was not made from our
+ * gradient (refused, agg.forged). One that leaves us out is applied all the
+ * same (logged): the aggregator may have timed out on us or rejected us, and
+ * a member that refused it would split from its stage. */
+static bool avg_lists_us_right(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g) {
+  peer_agg *a = &p->agg;
+  char who[GW_ID_SHORT_LEN + 1];
+  if (!a->contributed || !gw_id_eq(from, &a->aggregator)) return true;
+  peer_short(from, who);
+  for (size_t i = 0; i < g->n_contributors; i++) {
+    gw_id id;
+    id_from_bytes(&id, g->contributors[i]);
+    if (!gw_id_eq(&id, &p->cfg.self)) continue;
+    if (i < g->n_contributor_hashes && g->contributor_hashes[i].len == 32 &&
+        memcmp(g->contributor_hashes[i].data, a->my_hash, 32) == 0)
+      return true;
+    p->counters.messages_refused++;
+    GW_ERROR(&p->log, "agg.forged", "peer=%s iter=%llu reason=contribution_hash", who,
+             (unsigned long long)g->iteration);
+    return false;
+  }
+  GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)g->iteration);
+  return true;
+}
+
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
   peer_agg *a = &p->agg;
   size_t n = p->cfg.shape.n_params;
@@ -361,9 +456,16 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     flood_begin(p, p->iteration);
     enter_round(p, p->iteration, false);
   }
+  if (g->offset == 0 && !avg_lists_us_right(p, from, g)) return;
   a->aggregator = *from;
+  a->picked = true;
   a->n_last_contributors = (uint32_t)(g->n_contributors < PEER_MAX_CONTRIB ? g->n_contributors : PEER_MAX_CONTRIB);
-  for (uint32_t i = 0; i < a->n_last_contributors; i++) id_from_bytes(&a->last_contributors[i], g->contributors[i]);
+  for (uint32_t i = 0; i < a->n_last_contributors; i++) {
+    id_from_bytes(&a->last_contributors[i], g->contributors[i]);
+    memset(a->last_contrib_hashes[i], 0, 32);
+    if (i < g->n_contributor_hashes && g->contributor_hashes[i].len == 32)
+      memcpy(a->last_contrib_hashes[i], g->contributor_hashes[i].data, 32);
+  }
   if (g->total_count == 0 || g->total == 0) {
     free(a->last_avg);
     a->last_avg = NULL;
@@ -383,6 +485,16 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
   memcpy(a->avg + g->offset, t->data, len * sizeof(float));
   a->avg_received += len;
   if (a->avg_received != n) return;
+  if (!p->cfg.tun.no_validation) {
+    for (size_t k = 0; k < n; k++) {
+      if (isfinite(a->avg[k])) continue;
+      /* even the round's aggregator does not get to step us into NaN: we
+       * wait it out, and the next aggregator (agg_tick) takes over */
+      trust_reject(p, from, g->iteration, "nonfinite");
+      a->avg_received = 0;
+      return;
+    }
+  }
   /* Keep it: a member that asks the round's aggregator after it crashed may
    * ask us, and must get exactly these bits. */
   free(a->last_avg);
@@ -560,8 +672,9 @@ static void ask_for_applied_average(train_peer *p) {
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
     if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
-    send_vector(p, id, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, 0, 0, p->agg.iteration);
+    send_vector(p, id, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, NULL, 0, 0, p->agg.iteration);
   }
+  p->agg.asked_applied = true;
 }
 
 void agg_tick(train_peer *p) {
@@ -622,127 +735,4 @@ void agg_peer_down(train_peer *p, const gw_id *peer) {
   if (!p->aggregating || a->phase != AGG_COLLECT) return;
   if (i_aggregate(p)) maybe_finish(p);
   else if (gw_id_eq(&a->aggregator, peer)) a->deadline = p->now;
-}
-
-/* ---- the leader ---- */
-
-static void announce_leader(train_peer *p) {
-  Gwtf__TrainLeader l = GWTF__TRAIN_LEADER__INIT;
-  l.leader = id_bytes(&p->cfg.self);
-  l.iteration = p->iteration;
-  for (int s = 0; s <= p->cfg.n_stages; s++) peer_broadcast_stage(p, s, GWTF__TRAIN_MSG__TRAIN_LEADER, &l.base);
-}
-
-static void send_iter_done(train_peer *p) {
-  Gwtf__TrainIterDone d = GWTF__TRAIN_ITER_DONE__INIT;
-  d.iteration = p->iteration;
-  d.done = p->iter_done;
-  d.deferred = p->iter_deferred;
-  d.loss_sum = p->iter_loss_sum;
-  d.seconds = (double)(p->now - p->iter_started_ms) / 1000.0;
-  peer_stage_view *v = peer_stage(p, 0);
-  for (size_t i = 0; v && i < v->n; i++) {
-    const gw_id *id = &v->v[i].id;
-    if (!gw_id_eq(id, &p->cfg.self) && !(p->have_leader && gw_id_eq(id, &p->leader)))
-      peer_send(p, id, GWTF__TRAIN_MSG__TRAIN_ITER_DONE, &d.base, NULL);
-  }
-  if (p->have_leader && !p->was_leader) peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_ITER_DONE, &d.base, NULL);
-}
-
-static void leader_maybe_begin(train_peer *p) {
-  if (!p->was_leader || !p->iter_reported || p->aggregating) return;
-  if (p->reports_iteration != p->iteration) return;
-  peer_stage_view *v = peer_stage(p, 0);
-  for (size_t i = 0; v && i < v->n; i++) {
-    const gw_id *id = &v->v[i].id;
-    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
-    if (!id_in(p->iter_reports, p->n_iter_reports, id)) return;
-  }
-  agg_on_begin(p, &p->cfg.self, p->iteration);
-}
-
-static void note_report(train_peer *p, const gw_id *from, uint64_t iteration) {
-  if (p->reports_iteration != iteration) {
-    p->reports_iteration = iteration;
-    p->n_iter_reports = 0;
-  }
-  if (!id_in(p->iter_reports, p->n_iter_reports, from) && p->n_iter_reports < PEER_MAX_CONTRIB)
-    p->iter_reports[p->n_iter_reports++] = *from;
-}
-
-void data_report_iteration(train_peer *p) {
-  p->iter_reported = true;
-  GW_INFO(&p->log, "iteration.microbatches_done", "iter=%llu done=%u deferred=%u", (unsigned long long)p->iteration,
-          p->iter_done, p->iter_deferred);
-  send_iter_done(p);
-  if (p->was_leader) {
-    note_report(p, &p->cfg.self, p->iteration);
-    leader_maybe_begin(p);
-  }
-}
-
-/* Another data node is done with this iteration: we finish ours. */
-static void data_wrap_up(train_peer *p, const gw_id *from) {
-  char who[GW_ID_SHORT_LEN + 1];
-  if (!p->iter_running || p->iter_wrap_up) return;
-  p->iter_wrap_up = true;
-  peer_short(from, who);
-  GW_INFO(&p->log, "iteration.wrapping_up", "iter=%llu finished=%s in_flight=%u backlog=%zu",
-          (unsigned long long)p->iteration, who, p->iter_sent - p->iter_done, p->n_backlog);
-}
-
-/* Another data node's ITER_DONE: on the leader it counts towards BEGIN_AGG. */
-void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d) {
-  if (p->cfg.role != TRAIN_DATA || d->iteration != p->iteration) return;
-  data_wrap_up(p, from);
-  if (!p->was_leader) return;
-  note_report(p, from, d->iteration);
-  leader_maybe_begin(p);
-}
-
-/* Leader = the live data node with the lowest node ID (§V-B). */
-void leader_check(train_peer *p) {
-  if (p->cfg.role != TRAIN_DATA || p->state != PEER_READY) return;
-  gw_id best = p->cfg.self;
-  peer_stage_view *v = peer_stage(p, 0);
-  for (size_t i = 0; v && i < v->n; i++)
-    if (gw_id_cmp(&v->v[i].id, &best) < 0 && peer_alive(p, &v->v[i].id)) best = v->v[i].id;
-  bool me = gw_id_eq(&best, &p->cfg.self);
-  bool changed = !p->have_leader || !gw_id_eq(&p->leader, &best);
-  if (!changed && me == p->was_leader) {
-    /* A data node that died (or left) no longer holds the round up. */
-    if (me) leader_maybe_begin(p);
-    return;
-  }
-  char who[GW_ID_SHORT_LEN + 1];
-  p->leader = best;
-  p->have_leader = true;
-  p->was_leader = me;
-  peer_short(&best, who);
-  if (me) {
-    GW_INFO(&p->log, "leader.elected", "leader=%s iter=%llu", who, (unsigned long long)p->iteration);
-    announce_leader(p);
-    peer_emit(p, TRAIN_EV_LEADER_CHANGED);
-    if (p->iter_reported) note_report(p, &p->cfg.self, p->iteration);
-    leader_maybe_begin(p);
-  } else {
-    GW_INFO(&p->log, "leader.changed", "leader=%s", who);
-    peer_emit(p, TRAIN_EV_LEADER_CHANGED);
-    if (p->iter_reported && !p->aggregating) send_iter_done(p);
-  }
-}
-
-void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader *l) {
-  gw_id leader;
-  if (l->leader.len != GW_ID_BYTES) return;
-  id_from_bytes(&leader, l->leader);
-  /* A leader speaks for itself, or the peer we took for the leader names
-   * its successor (a JOIN sent to a former leader, see join_on_join). */
-  bool vouched = p->have_leader && gw_id_eq(from, &p->leader);
-  if (!gw_id_eq(&leader, from) && !vouched) return;
-  if (p->cfg.role == TRAIN_DATA) {
-    leader_check(p);
-    return;
-  }
-  train_peer_set_leader(p, &leader, p->now);
 }

@@ -88,6 +88,7 @@ typedef struct peer_member {
   gw_id id;
   uint32_t capacity, load;
   double compute_ms;
+  bool heard; /* only heard by HELLO: not (yet) in the stage directory */
 } peer_member;
 
 typedef struct peer_stage_view {
@@ -103,6 +104,8 @@ typedef struct agg_contrib {
   uint32_t count;
   uint64_t received; /* floats */
   bool complete;
+  bool rejected; /* failed validation: not waited for, not averaged */
+  uint8_t hash[32]; /* of the floats, listed in the average */
 } agg_contrib;
 
 typedef enum agg_phase {
@@ -116,6 +119,10 @@ typedef struct peer_agg {
   agg_phase phase;
   uint64_t iteration;
   gw_id aggregator;
+  bool picked;        /* `aggregator` is this round's (else it is the last round's) */
+  bool asked_applied; /* we took the round over and asked members for an average they applied */
+  bool contributed;   /* our gradient went to `aggregator`, with hash my_hash */
+  uint8_t my_hash[32];
   gw_id failed[PEER_MAX_CONTRIB]; /* aggregators that did not answer */
   uint32_t n_failed;
   float *mine;
@@ -134,8 +141,13 @@ typedef struct peer_agg {
   uint32_t last_avg_total_count;
   bool have_last_avg;
   gw_id last_contributors[PEER_MAX_CONTRIB];
+  uint8_t last_contrib_hashes[PEER_MAX_CONTRIB][32];
   uint32_t n_last_contributors;
   uint8_t last_hash[32]; /* our weights hash after the last round */
+  /* aggregator: the median norm per microbatch of recent rounds we averaged
+   * (a reference for the norm check when a round has few contributions) */
+  double norm_hist[8];
+  uint32_t n_norm_hist, norm_hist_pos;
 } peer_agg;
 
 /* ---- joins and weight transfer ---- */
@@ -152,6 +164,7 @@ typedef struct peer_download {
   uint32_t n_tried;
   uint64_t waiting_since;     /* no reachable source yet: waiting since */
   uint32_t assigned_members;  /* members the leader said the stage had */
+  uint64_t done_ms;           /* the last download finished (from `from`, for `iteration`) */
 } peer_download;
 
 typedef struct peer_candidate {
@@ -164,7 +177,36 @@ typedef struct peer_pending_snapshot {
   gw_id to;
   int stage; /* the stage it asked for */
   bool used;
+  uint64_t not_before; /* rate limit: served no earlier (WEIGHTS_REQ_MIN_INTERVAL_MS) */
 } peer_pending_snapshot;
+
+/* ---- trust (peer_trust.c) ---- */
+
+#define TRUST_MAX_OFFENDERS 64
+/* A stage is never believed to be more than this many iterations ahead of
+ * us: a far-future claim is a forgery or a peer gone wrong. */
+#define TRUST_MAX_AHEAD 8
+#define TRUST_MAX_LOGGED 128
+
+typedef struct trust_offender {
+  gw_id id;
+  uint32_t rejections;   /* contributions rejected since its last ban */
+  uint64_t banned_until; /* 0: not banned */
+} trust_offender;
+
+typedef struct trust_claim {
+  gw_id id;
+  uint64_t iteration, at_ms; /* a directory member of our stage said it is in `iteration` */
+} trust_claim;
+
+typedef struct peer_trust {
+  trust_offender offenders[TRUST_MAX_OFFENDERS];
+  uint32_t n_offenders;
+  struct { gw_id id; uint32_t type; } logged[TRUST_MAX_LOGGED]; /* refusals logged once per (peer, type) */
+  uint32_t n_logged;
+  trust_claim claims[PEER_MAX_CONTRIB];
+  uint32_t n_claims;
+} peer_trust;
 
 /* ---- the peer ---- */
 
@@ -235,6 +277,7 @@ struct train_peer {
   uint64_t last_join_ms;
 
   peer_agg agg;
+  peer_trust trust;
   peer_download dl;
   peer_pending_snapshot snap_queue[8];
   /* peers we recently sent our state to: they get our next average too,
@@ -273,6 +316,11 @@ void peer_job_keep(train_job *job, void *const *bufs, size_t n);
 void peer_job_abandon(train_job *job, void *const *bufs, size_t n);
 void peer_release_key(train_peer *p, uint64_t key);
 bool id_in(const gw_id *list, size_t n, const gw_id *id);
+/* A member of `stage` in our view; dir_only: listed by the directory (or
+ * the leader's ASSIGN), not only heard by HELLO. */
+bool peer_is_member(train_peer *p, int stage, const gw_id *id, bool dir_only);
+/* Directory members of our stage other than us. */
+size_t peer_dir_others(train_peer *p);
 void id_from_bytes(gw_id *out, ProtobufCBinaryData b);
 ProtobufCBinaryData id_bytes(const gw_id *id);
 
@@ -312,6 +360,8 @@ void repair_restart_timed_out(train_peer *p, peer_mb *mb);
 
 /* peer_agg.c */
 void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration);
+/* Whether `from` is the aggregator of our stage's current round for us. */
+bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d);
@@ -324,10 +374,25 @@ void agg_member_downloading(train_peer *p, const gw_id *peer);
 void agg_abandon_round(train_peer *p);
 void agg_peer_down(train_peer *p, const gw_id *peer);
 void agg_free(train_peer *p);
+
+/* peer_leader.c */
 void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);
 void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader *l);
 void leader_check(train_peer *p);
 void data_report_iteration(train_peer *p);
+
+/* peer_trust.c: who may say what (the dispatcher's table), bans, evidence */
+bool trust_admit(train_peer *p, const gw_id *from, uint32_t type);
+void trust_refuse(train_peer *p, const gw_id *from, uint32_t type, const char *reason);
+bool trust_banned(train_peer *p, const gw_id *id);
+/* A contribution failed validation: logged, counted toward a ban. */
+void trust_reject(train_peer *p, const gw_id *from, uint64_t iteration, const char *reason);
+/* The aggregator checks the round's complete contributions (shape was
+ * checked per chunk): finite, count, norm; marks the failures rejected. */
+void trust_validate_round(train_peer *p);
+/* A peer of our stage says it is in `iteration`, later than ours (HELLO,
+ * BEGIN_AGG): resync once the evidence suffices (see peer_trust.c). */
+void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, const char *why);
 
 /* peer_join.c */
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j);

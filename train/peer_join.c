@@ -21,6 +21,10 @@
 #define MAX_STATE_BYTES (((uint64_t)1) << 36) /* 64 GiB: refuse anything larger */
 #define JOIN_SOURCE_WAIT_MS 20000 /* how long a new member waits for a reachable stage peer */
 #define PENDING_PLACEMENT_MS 30000 /* a placed peer counts this long before it shows up in the directory */
+/* A snapshot costs a serialization of the stage's whole state: one
+ * requester gets at most one per this interval (one in flight at a time by
+ * the queue), so anyone's WEIGHTS_REQ cannot keep the worker busy. */
+#define WEIGHTS_REQ_MIN_INTERVAL_MS 1000
 
 static void fetch_or_init(train_peer *p);
 
@@ -50,6 +54,7 @@ void join_resync(train_peer *p, uint64_t target, const char *why) {
   GW_WARN(&p->log, "train.resync", "iter=%llu target=%llu reason=%s",
           (unsigned long long)p->iteration, (unsigned long long)target, why);
   if (target > p->resync_target) p->resync_target = target;
+  p->counters.resyncs++;
   mb_abandon_iteration(p, UINT64_MAX);
   agg_abandon_round(p);
   p->iter_running = false;
@@ -205,7 +210,11 @@ static bool next_source(train_peer *p, gw_id *out) {
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
-    if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || id_in(p->dl.tried, p->dl.n_tried, id)) continue;
+    /* only members the directory (or the leader's ASSIGN) lists: a peer
+     * that only said HELLO served us its own forged weights */
+    if (v->v[i].heard || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) ||
+        id_in(p->dl.tried, p->dl.n_tried, id) || trust_banned(p, id))
+      continue;
     *out = *id;
     return true;
   }
@@ -299,7 +308,7 @@ static void start_snapshot(train_peer *p, const gw_id *to) {
 void join_serve_pending(train_peer *p) {
   if (p->snapshot_running || p->aggregating || p->state != PEER_READY) return;
   for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++) {
-    if (!p->snap_queue[i].used) continue;
+    if (!p->snap_queue[i].used || p->snap_queue[i].not_before > p->now) continue;
     p->snap_queue[i].used = false;
     if (p->snap_queue[i].stage != p->stage) continue; /* we were placed elsewhere */
     start_snapshot(p, &p->snap_queue[i].to);
@@ -319,10 +328,21 @@ void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeig
       p->snap_queue[i].used = true;
       p->snap_queue[i].to = *from;
       p->snap_queue[i].stage = r->stage;
+      p->snap_queue[i].not_before = 0;
+      for (size_t k = 0; k < sizeof(p->served) / sizeof(p->served[0]); k++)
+        if (p->served[k].at_ms && gw_id_eq(&p->served[k].id, from) &&
+            p->now - p->served[k].at_ms < WEIGHTS_REQ_MIN_INTERVAL_MS) {
+          p->snap_queue[i].not_before = p->served[k].at_ms + WEIGHTS_REQ_MIN_INTERVAL_MS;
+          char who[GW_ID_SHORT_LEN + 1];
+          peer_short(from, who);
+          GW_DEBUG(&p->log, "weights.req_limited", "peer=%s wait_ms=%llu", who,
+                   (unsigned long long)(p->snap_queue[i].not_before - p->now));
+        }
       join_serve_pending(p);
       return;
     }
   }
+  trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, "queue_full");
 }
 
 static void send_snapshot(train_peer *p, const gw_id *to, const uint8_t *blob, size_t len) {
@@ -429,6 +449,7 @@ void join_job_done(train_peer *p, train_job *job) {
   p->iteration = d->iteration;
   p->step = d->step;
   d->active = false;
+  d->done_ms = p->now;
   d->n_tried = 0;
   if (p->missed_agg > p->iteration) {
     /* The stage aggregated while we downloaded: these weights are stale. */
@@ -453,6 +474,7 @@ void join_job_done(train_peer *p, train_job *job) {
 
 void join_tick(train_peer *p) {
   place_candidates(p);
+  join_serve_pending(p); /* requests held back by WEIGHTS_REQ_MIN_INTERVAL_MS */
   if (p->state == PEER_UNASSIGNED && p->stage < 0 && p->have_leader &&
       (p->last_join_ms == 0 || p->now - p->last_join_ms >= JOIN_RETRY_MS)) {
     Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;

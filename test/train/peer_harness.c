@@ -1,6 +1,7 @@
 /* test/train/peer_harness.c — see peer_harness.h. */
 #include "peer_harness.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -275,7 +276,10 @@ static void run_job(h_node *n, train_job *job) {
     if (st && n->role == TRAIN_DATA) n->in_flight--; /* a deferred microbatch is no longer in flight */
     state_drop(st);
     break;
-  case TRAIN_JOB_GRAD_EXPORT: memcpy(out, n->g, sizeof(n->g)); break;
+  case TRAIN_JOB_GRAD_EXPORT:
+    for (int k = 0; k < H_NP; k++)
+      out[k] = n->grad_nan ? NAN : n->g[k] * (n->grad_scale != 0.0f ? n->grad_scale : 1.0f);
+    break;
   case TRAIN_JOB_APPLY:
     for (int k = 0; k < H_NP; k++) n->w[k] -= H_LR * in[k];
     memset(n->g, 0, sizeof(n->g));
@@ -454,6 +458,19 @@ void h_run_for(h_harness *h, uint64_t ms) { sim_run_until(h->s, sim_now(h->s) + 
 
 int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t) {
   return io_send(&h->nodes[from], &h->nodes[to].peer.id, type, body, len, t);
+}
+
+int h_by_id(h_harness *h, int stage, int *out, int max) {
+  int n = 0;
+  for (int i = 0; i < h->n_nodes && n < max; i++)
+    if (h->nodes[i].alive && h->nodes[i].stage == stage) out[n++] = i;
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && gw_id_cmp(&h->nodes[out[j]].peer.id, &h->nodes[out[j - 1]].peer.id) < 0; j--) {
+      int t = out[j];
+      out[j] = out[j - 1];
+      out[j - 1] = t;
+    }
+  return n;
 }
 
 int h_states_held(const h_node *n) {

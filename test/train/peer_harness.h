@@ -51,6 +51,8 @@ typedef struct h_node {
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
   int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
+  float grad_scale;        /* hostile: exports its gradient times this (0: 1) */
+  bool grad_nan;           /* hostile: exports NaN gradients */
   uint32_t in_flight, max_in_flight; /* data node: microbatches between embed and embed backward */
   bool ready;
   /* fake model */
@@ -107,6 +109,9 @@ void h_run_for(h_harness *h, uint64_t ms);
 /* Sends a train message from node `from` to node `to` through the simulator,
  * as if `from`'s peer had sent it: what a hostile member could send. */
 int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t);
+/* The live nodes of `stage` in node-ID order (lowest first: the stage's
+ * aggregator); returns how many, at most max. */
+int h_by_id(h_harness *h, int stage, int *out, int max);
 /* Compute states (activations kept for a backward) node i holds. */
 int h_states_held(const h_node *n);
 /* Every live peer of every stage logged the same hash after each iteration. */

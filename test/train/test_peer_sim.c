@@ -636,18 +636,7 @@ static uint64_t slow_delay(void *ud, int from, int to, size_t len, gw_rng *rng) 
 }
 
 /* The live stage-2 relays in node-ID order. */
-static int stage2_by_id(h_harness *h, int *out, int max) {
-  int n = 0;
-  for (int i = 0; i < h->n_nodes && n < max; i++)
-    if (h->nodes[i].alive && h->nodes[i].stage == 2) out[n++] = i;
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && gw_id_cmp(&h->nodes[out[j]].peer.id, &h->nodes[out[j - 1]].peer.id) < 0; j--) {
-      int t = out[j];
-      out[j] = out[j - 1];
-      out[j - 1] = t;
-    }
-  return n;
-}
+static int stage2_by_id(h_harness *h, int *out, int max) { return h_by_id(h, 2, out, max); }
 
 static bool crash_aggregator_after_sending(h_harness *h, h_node *n, const train_job *job, int *crash) {
   slow_link *l = h->hook_ud;

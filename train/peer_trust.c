@@ -1,0 +1,366 @@
+/* train/peer_trust.c — who may say what, and what a peer's word is worth.
+ *
+ * Every train message type has one row in `table` naming the circle that may
+ * send it; train/peer.c's dispatcher asks trust_admit before any handler
+ * runs, so no handler re-implements the check. A refusal is logged once per
+ * (peer, type) as `train.refused` with its reason, and counted
+ * (train_counters.messages_refused). The p2p session has authenticated the
+ * sender's node ID, so `from` is who sent it.
+ *
+ * The circles, as seen by a peer of stage s (data nodes are stage 0):
+ *   anyone      HELLO (what it may change is limited: see trust_claim_ahead),
+ *               JOIN (the leader places it; open runs admit all),
+ *               WEIGHTS_REQ (rate-limited per requester in peer_join.c);
+ *   path        FORWARD, BACKWARD, their acknowledgements, DENY and the
+ *               repair messages: the handlers check them against the
+ *               microbatch they name (its path, the hop we sent it to);
+ *   leader      ASSIGN: the leader we follow;
+ *   data        ITER_DONE: a member of stage 0;
+ *   data/leader LEADER: a member of stage 0, or the leader we follow
+ *               (which may name its successor);
+ *   stage       GRAD, AGG_DONE: a member of s (directory or heard);
+ *   stage dir   WEIGHTS_CHUNK: a member of s the directory (or the leader's
+ *               ASSIGN) lists; the handler takes chunks only from the one
+ *               we asked;
+ *   flood       BEGIN_AGG: a member of s or of s-1 (stage 0: of 0), the way
+ *               the flood travels front to back;
+ *   next        CAN_TAKE: a member of s+1, the way it travels back;
+ *   aggregator  AVG: the aggregator we chose for this round
+ *               (agg_is_round_aggregator); RESYNC: the aggregator of the
+ *               round we last took part in.
+ * A banned peer (repeated rejected contributions) is refused everything. */
+#include "train/peer_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+/* A peer whose contributions were rejected this many times is banned ... */
+#define TRUST_BAN_AFTER 3
+/* ... for this long. */
+#define TRUST_BAN_MS (10 * 60 * 1000)
+/* A claim that our stage is ahead counts this long (HELLOs repeat it). */
+#define TRUST_CLAIM_MS(p) (3 * (p)->cfg.tun.hello_period_ms)
+
+typedef enum trust_circle {
+  CIRCLE_ANYONE = 0,
+  CIRCLE_PATH,
+  CIRCLE_LEADER,
+  CIRCLE_DATA,
+  CIRCLE_DATA_OR_LEADER,
+  CIRCLE_STAGE,
+  CIRCLE_STAGE_DIR,
+  CIRCLE_FLOOD,
+  CIRCLE_NEXT,
+  CIRCLE_AGGREGATOR,
+  CIRCLE_LAST_AGGREGATOR,
+} trust_circle;
+
+typedef struct trust_row {
+  uint32_t type;
+  trust_circle circle;
+  const char *name;
+} trust_row;
+
+#define ROW(MSG, C) {GWTF__TRAIN_MSG__##MSG, C, #MSG}
+static const trust_row table[] = {
+    ROW(TRAIN_HELLO, CIRCLE_ANYONE),
+    ROW(TRAIN_JOIN, CIRCLE_ANYONE),
+    ROW(TRAIN_WEIGHTS_REQ, CIRCLE_ANYONE),
+    ROW(TRAIN_ASSIGN, CIRCLE_LEADER),
+    ROW(TRAIN_WEIGHTS_CHUNK, CIRCLE_STAGE_DIR),
+    ROW(TRAIN_FORWARD, CIRCLE_PATH),
+    ROW(TRAIN_FORWARD_DONE, CIRCLE_PATH),
+    ROW(TRAIN_FORWARD_RECEIVED, CIRCLE_PATH),
+    ROW(TRAIN_DENY, CIRCLE_PATH),
+    ROW(TRAIN_BACKWARD, CIRCLE_PATH),
+    ROW(TRAIN_BACKWARD_DONE, CIRCLE_PATH),
+    ROW(TRAIN_BACKWARD_RECEIVED, CIRCLE_PATH),
+    ROW(TRAIN_RECOVER, CIRCLE_PATH),
+    ROW(TRAIN_PROBE, CIRCLE_PATH),
+    ROW(TRAIN_PROBE_REPLY, CIRCLE_PATH),
+    ROW(TRAIN_REPAIR, CIRCLE_PATH),
+    ROW(TRAIN_REPAIR_READY, CIRCLE_PATH),
+    ROW(TRAIN_ITER_DONE, CIRCLE_DATA),
+    ROW(TRAIN_BEGIN_AGG, CIRCLE_FLOOD),
+    ROW(TRAIN_GRAD, CIRCLE_STAGE),
+    ROW(TRAIN_AVG, CIRCLE_AGGREGATOR),
+    ROW(TRAIN_AGG_DONE, CIRCLE_STAGE),
+    ROW(TRAIN_CAN_TAKE, CIRCLE_NEXT),
+    ROW(TRAIN_LEADER, CIRCLE_DATA_OR_LEADER),
+    ROW(TRAIN_RESYNC, CIRCLE_LAST_AGGREGATOR),
+};
+#undef ROW
+
+static const trust_row *row_for(uint32_t type) {
+  for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+    if (table[i].type == type) return &table[i];
+  return NULL;
+}
+
+static trust_offender *offender(train_peer *p, const gw_id *id, bool create) {
+  peer_trust *t = &p->trust;
+  for (uint32_t i = 0; i < t->n_offenders; i++)
+    if (gw_id_eq(&t->offenders[i].id, id)) return &t->offenders[i];
+  if (!create) return NULL;
+  uint32_t k = t->n_offenders;
+  if (k == TRUST_MAX_OFFENDERS) {
+    /* full: forget the one with the fewest rejections that is not banned */
+    k = 0;
+    for (uint32_t i = 1; i < t->n_offenders; i++)
+      if (!t->offenders[i].banned_until && t->offenders[i].rejections < t->offenders[k].rejections) k = i;
+    if (t->offenders[k].banned_until) return NULL;
+  } else {
+    t->n_offenders++;
+  }
+  memset(&t->offenders[k], 0, sizeof(t->offenders[k]));
+  t->offenders[k].id = *id;
+  return &t->offenders[k];
+}
+
+bool trust_banned(train_peer *p, const gw_id *id) {
+  trust_offender *o = offender(p, id, false);
+  if (!o || !o->banned_until) return false;
+  if (p->now < o->banned_until) return true;
+  o->banned_until = 0; /* served its time; rejections start again from zero */
+  o->rejections = 0;
+  return false;
+}
+
+void trust_refuse(train_peer *p, const gw_id *from, uint32_t type, const char *reason) {
+  peer_trust *t = &p->trust;
+  p->counters.messages_refused++;
+  for (uint32_t i = 0; i < t->n_logged; i++)
+    if (t->logged[i].type == type && gw_id_eq(&t->logged[i].id, from)) return;
+  uint32_t k = t->n_logged < TRUST_MAX_LOGGED ? t->n_logged++ : (uint32_t)(p->counters.messages_refused % TRUST_MAX_LOGGED);
+  t->logged[k].id = *from;
+  t->logged[k].type = type;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  const trust_row *r = row_for(type);
+  GW_WARN(&p->log, "train.refused", "peer=%s type=%s reason=%s iter=%llu", who, r ? r->name : "unknown", reason,
+          (unsigned long long)p->iteration);
+}
+
+static bool in_circle(train_peer *p, const gw_id *from, trust_circle c, const char **why) {
+  int s = p->stage;
+  switch (c) {
+  case CIRCLE_ANYONE:
+  case CIRCLE_PATH: return true;
+  case CIRCLE_LEADER:
+    *why = "not_leader";
+    return p->have_leader && gw_id_eq(from, &p->leader);
+  case CIRCLE_DATA:
+    *why = "not_data_node";
+    return peer_is_member(p, 0, from, true);
+  case CIRCLE_DATA_OR_LEADER:
+    *why = "not_data_node";
+    return peer_is_member(p, 0, from, true) || (p->have_leader && gw_id_eq(from, &p->leader));
+  case CIRCLE_STAGE:
+    *why = "not_stage_member";
+    return s >= 0 && peer_is_member(p, s, from, false);
+  case CIRCLE_STAGE_DIR:
+    *why = "not_in_directory";
+    return s >= 0 && peer_is_member(p, s, from, true);
+  case CIRCLE_FLOOD:
+    *why = "not_stage_or_previous";
+    return s >= 0 && (peer_is_member(p, s, from, false) || (s > 0 && peer_is_member(p, s - 1, from, true)));
+  case CIRCLE_NEXT:
+    *why = "not_next_stage";
+    return s >= 0 && s < p->cfg.n_stages && peer_is_member(p, s + 1, from, true);
+  case CIRCLE_AGGREGATOR:
+    *why = "not_aggregator";
+    return s >= 0 && agg_is_round_aggregator(p, from);
+  case CIRCLE_LAST_AGGREGATOR:
+    *why = "not_aggregator";
+    return gw_id_eq(from, &p->agg.aggregator);
+  }
+  return false;
+}
+
+bool trust_admit(train_peer *p, const gw_id *from, uint32_t type) {
+  const trust_row *r = row_for(type);
+  if (!r) return true; /* the dispatcher logs unknown types */
+  if (trust_banned(p, from)) {
+    trust_refuse(p, from, type, "banned");
+    return false;
+  }
+  const char *why = "refused";
+  if (in_circle(p, from, r->circle, &why)) return true;
+  trust_refuse(p, from, type, why);
+  if (type == GWTF__TRAIN_MSG__TRAIN_AVG) {
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(from, who);
+    /* once per (peer, type) through trust_refuse's table would hide a
+     * second forger's first try: this one is an error every time */
+    GW_ERROR(&p->log, "agg.forged", "peer=%s iter=%llu reason=%s", who, (unsigned long long)p->iteration, why);
+  }
+  return false;
+}
+
+void trust_reject(train_peer *p, const gw_id *from, uint64_t iteration, const char *reason) {
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  p->counters.contributions_rejected++;
+  GW_WARN(&p->log, "agg.rejected", "peer=%s reason=%s iter=%llu", who, reason, (unsigned long long)iteration);
+  if (gw_id_eq(from, &p->cfg.self)) return; /* our own: nobody to ban */
+  trust_offender *o = offender(p, from, true);
+  if (!o || o->banned_until) return;
+  if (++o->rejections < TRUST_BAN_AFTER) return;
+  o->banned_until = p->now + TRUST_BAN_MS;
+  p->counters.peers_banned++;
+  GW_WARN(&p->log, "run.banned", "peer=%s rejections=%u secs=%d", who, o->rejections, TRUST_BAN_MS / 1000);
+  /* out of every view at once: not waited for, not picked, not asked */
+  for (int s = 0; s <= p->cfg.n_stages; s++) {
+    peer_stage_view *v = &p->members[s];
+    for (size_t i = 0; i < v->n; i++)
+      if (gw_id_eq(&v->v[i].id, from)) {
+        v->v[i] = v->v[--v->n];
+        break;
+      }
+  }
+}
+
+/* Evidence that our stage is ahead of us. Only directory members of our own
+ * stage count (a stranger's HELLO made us resync before, and download the
+ * weights it then served); we resync once two of them say so, or the only
+ * other member does, to the lowest iteration they claim. A claim more than
+ * TRUST_MAX_AHEAD iterations ahead is refused: a far-future BEGIN_AGG or
+ * HELLO stopped a relay for 100 s. */
+void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, const char *why) {
+  peer_trust *t = &p->trust;
+  uint32_t type = strcmp(why, "hello") == 0 ? GWTF__TRAIN_MSG__TRAIN_HELLO : GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG;
+  if (p->stage < 0 || !peer_is_member(p, p->stage, from, true)) {
+    trust_refuse(p, from, type, "claim_not_in_directory");
+    return;
+  }
+  if (iteration > p->iteration + TRUST_MAX_AHEAD) {
+    trust_refuse(p, from, type, "claim_far_future");
+    return;
+  }
+  uint32_t k = 0;
+  while (k < t->n_claims && !gw_id_eq(&t->claims[k].id, from)) k++;
+  if (k == t->n_claims) {
+    if (t->n_claims == PEER_MAX_CONTRIB) {
+      k = 0; /* full: replace the stalest */
+      for (uint32_t i = 1; i < t->n_claims; i++)
+        if (t->claims[i].at_ms < t->claims[k].at_ms) k = i;
+    } else {
+      t->n_claims++;
+    }
+  }
+  t->claims[k] = (trust_claim){*from, iteration, p->now};
+  size_t need = peer_dir_others(p) >= 2 ? 2 : 1, have = 0;
+  uint64_t target = UINT64_MAX;
+  for (uint32_t i = 0; i < t->n_claims; i++) {
+    trust_claim *c = &t->claims[i];
+    if (c->iteration <= p->iteration || p->now - c->at_ms > TRUST_CLAIM_MS(p) ||
+        !peer_is_member(p, p->stage, &c->id, true))
+      continue;
+    have++;
+    if (c->iteration < target) target = c->iteration;
+  }
+  if (have < need) return;
+  t->n_claims = 0;
+  join_resync(p, target, why);
+}
+
+/* ---- validating contributions (issue 17, item 2) ---- */
+
+/* How many microbatches one member may claim for an iteration: every
+ * microbatch the data nodes start (their capacity is microbatches per
+ * iteration), with room for SWARM restarts that count one twice. */
+#define AGG_COUNT_SLACK 4
+
+static uint64_t count_bound(train_peer *p) {
+  peer_stage_view *v = peer_stage(p, 0);
+  uint64_t sum = 0;
+  for (size_t i = 0; v && i < v->n; i++) sum += v->v[i].capacity;
+  if (p->cfg.role == TRAIN_DATA && !peer_is_member(p, 0, &p->cfg.self, false)) sum += p->cfg.capacity;
+  return sum * AGG_COUNT_SLACK;
+}
+
+static int cmp_double(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Before any contribution touches the sum: every value finite, a plausible
+ * microbatch count, and a norm per microbatch within norm_k times the
+ * round's median (with fewer than three contributions, our own: we trust
+ * ourselves, and with two a median cannot tell which one lies). A rejected
+ * contribution is left out of the average and its sender is counted toward
+ * a ban; the others still get one average, bit-identical. */
+void trust_validate_round(train_peer *p) {
+  peer_agg *a = &p->agg;
+  size_t n = p->cfg.shape.n_params;
+  if (p->cfg.tun.no_validation) return;
+  double norms[PEER_MAX_CONTRIB], sorted[PEER_MAX_CONTRIB], own = -1.0;
+  uint32_t m = 0;
+  uint64_t bound = count_bound(p);
+  for (uint32_t i = 0; i < a->n_contrib; i++) {
+    agg_contrib *c = &a->contrib[i];
+    norms[i] = 0.0;
+    if (!c->complete || c->rejected) continue;
+    double sq = 0.0;
+    bool finite = true;
+    for (size_t k = 0; k < n; k++) {
+      float x = c->buf[k];
+      if (!isfinite(x)) {
+        finite = false;
+        break;
+      }
+      sq += (double)x * (double)x;
+    }
+    const char *why = NULL;
+    if (!finite) why = "nonfinite";
+    else if (bound && c->count > bound) why = "count";
+    else if (c->count == 0 && sq > 0.0) why = "count"; /* a gradient from no microbatch */
+    if (why) {
+      c->rejected = true;
+      trust_reject(p, &c->id, a->iteration, why);
+      continue;
+    }
+    norms[i] = sqrt(sq) / (c->count ? c->count : 1);
+    if (c->count == 0) continue; /* empty: nothing to compare */
+    sorted[m++] = norms[i];
+    if (gw_id_eq(&c->id, &p->cfg.self)) own = norms[i];
+  }
+  double ref = -1.0, hist = 0.0;
+  if (m >= 3) {
+    qsort(sorted, m, sizeof(sorted[0]), cmp_double);
+    ref = sorted[(m - 1) / 2]; /* the lower median: a liar among two cannot raise it */
+  } else if (own >= 0.0) {
+    ref = own;
+  }
+  /* Honest gradients differ from one microbatch to the next, and more so
+   * as the loss falls: with one or two contributions our own may be the
+   * small one. Recent rounds' medians keep the bound from biting them. */
+  for (uint32_t i = 0; i < a->n_norm_hist; i++)
+    if (a->norm_hist[i] > hist) hist = a->norm_hist[i];
+  if (ref < 0.0 && hist <= 0.0) return; /* two strangers' words and none of ours: nothing to hold them to */
+  if (hist > ref) ref = hist;
+  double limit = p->cfg.tun.norm_k * ref;
+  char who[GW_ID_SHORT_LEN + 1];
+  double accepted[PEER_MAX_CONTRIB];
+  uint32_t n_acc = 0;
+  for (uint32_t i = 0; i < a->n_contrib; i++) {
+    agg_contrib *c = &a->contrib[i];
+    if (!c->complete || c->rejected || c->count == 0 || ref <= 0.0) continue;
+    if (norms[i] > limit) {
+      c->rejected = true;
+      peer_short(&c->id, who);
+      GW_DEBUG(&p->log, "agg.norm", "peer=%s norm=%g limit=%g ref=%g", who, norms[i], limit, ref);
+      trust_reject(p, &c->id, a->iteration, "norm");
+    } else {
+      accepted[n_acc++] = norms[i];
+    }
+  }
+  if (n_acc == 0) return;
+  qsort(accepted, n_acc, sizeof(accepted[0]), cmp_double);
+  a->norm_hist[a->norm_hist_pos] = accepted[(n_acc - 1) / 2];
+  a->norm_hist_pos = (a->norm_hist_pos + 1) % 8;
+  if (a->n_norm_hist < 8) a->n_norm_hist++;
+}
