@@ -56,8 +56,21 @@ void cmd_node_help(void) {
          "  --relay-max-bytes B        per circuit, then it is closed (default 8G; 0: no limit)\n"
          "  --relay-circuit-lifetime-s SEC  per circuit (default 21600; 0: no limit)\n"
          "  --hole-punch on|off        try to turn relayed sessions into direct ones\n"
-         "                             (default on; docs/PUNCH.md)\n",
-         NODE_DEFAULT_PORT, dir, DHT_NODE_STATS_MS / 1000);
+         "                             (default on; docs/PUNCH.md)\n"
+         "  --max-handshakes-per-ip N  inbound handshakes in flight from one IP (default %d;\n"
+         "                             0: no cap); --max-handshakes-per-subnet N per /24 or\n"
+         "                             /64 (default %d). Over it: closed at once, limit.hit\n"
+         "  --max-sessions-per-ip N    inbound connections from one IP (default %d);\n"
+         "                             --max-sessions-per-subnet N (default %d)\n"
+         "  --limit-loopback on|off    apply the per-IP caps to 127.0.0.0/8 and ::1 too\n"
+         "                             (default off: local swarms share 127.0.0.1)\n"
+         "  --max-rx-buffer BYTES      frames being received, all peers together (default\n"
+         "                             1G; at least --max-frame + 1M); more waits\n"
+         "  --min-rx-rate BYTES        a frame being received must gain this many bytes a\n"
+         "                             second over 20 s, else the peer is cut (default 64K;\n"
+         "                             0: off). docs/P2P.md, Limits\n",
+         NODE_DEFAULT_PORT, dir, DHT_NODE_STATS_MS / 1000, P2P_LIMIT_HANDSHAKES_PER_IP,
+         P2P_LIMIT_HANDSHAKES_PER_SUBNET, P2P_LIMIT_SESSIONS_PER_IP, P2P_LIMIT_SESSIONS_PER_SUBNET);
   train_node_print_help();
 }
 
@@ -85,6 +98,13 @@ enum {
   OPT_RELAY_MAX_BYTES,
   OPT_RELAY_LIFETIME,
   OPT_HOLE_PUNCH,
+  OPT_LIM_HS_IP,
+  OPT_LIM_HS_NET,
+  OPT_LIM_SESS_IP,
+  OPT_LIM_SESS_NET,
+  OPT_LIM_LOOPBACK,
+  OPT_LIM_RX_BUFFER,
+  OPT_LIM_RX_RATE,
 };
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -97,6 +117,35 @@ static int parse_ms(const char *s, uint32_t lo, uint32_t *out) {
   unsigned long v = strtoul(s, &end, 10);
   if (end == s || *end || v < lo || v > 3600000) return GW_EINVAL;
   *out = (uint32_t)v;
+  return 0;
+}
+
+/* The --max-*-per-* and rx options (p2p/limits.h); returns 0 or an exit code. */
+static int apply_limit(p2p_limits_config *l, int c, const char *arg) {
+  uint64_t v;
+  char *end = NULL;
+  if (c == OPT_LIM_LOOPBACK) {
+    if (strcmp(arg, "on") && strcmp(arg, "off")) return bad("--limit-loopback", arg, "on or off");
+    l->limit_loopback = strcmp(arg, "on") == 0;
+    return 0;
+  }
+  if (c == OPT_LIM_RX_BUFFER || c == OPT_LIM_RX_RATE) {
+    if (node_parse_size(arg, &v) != 0 || v > ((uint64_t)1 << 40) || (c == OPT_LIM_RX_RATE && v > UINT32_MAX))
+      return bad(c == OPT_LIM_RX_BUFFER ? "--max-rx-buffer" : "--min-rx-rate", arg, "a size (K/M/G suffixes)");
+    if (c == OPT_LIM_RX_BUFFER)
+      l->rx_budget = (size_t)v;
+    else
+      l->rx_min_Bps = (uint32_t)v;
+    return 0;
+  }
+  v = strtoull(arg, &end, 10);
+  if (end == arg || *end || v > 1000000) return bad("--max-...-per-ip/subnet", arg, "a count, 0 for no cap");
+  switch (c) {
+  case OPT_LIM_HS_IP: l->handshakes_per_ip = (uint32_t)v; break;
+  case OPT_LIM_HS_NET: l->handshakes_per_subnet = (uint32_t)v; break;
+  case OPT_LIM_SESS_IP: l->sessions_per_ip = (uint32_t)v; break;
+  default: l->sessions_per_subnet = (uint32_t)v; break;
+  }
   return 0;
 }
 
@@ -205,6 +254,13 @@ static int apply(node_config *cfg, int c, const char *arg) {
   case OPT_RELAY_MAX_BPS:
   case OPT_RELAY_MAX_BYTES:
   case OPT_RELAY_LIFETIME: return apply_relay(&cfg->relay, c, arg);
+  case OPT_LIM_HS_IP:
+  case OPT_LIM_HS_NET:
+  case OPT_LIM_SESS_IP:
+  case OPT_LIM_SESS_NET:
+  case OPT_LIM_LOOPBACK:
+  case OPT_LIM_RX_BUFFER:
+  case OPT_LIM_RX_RATE: return apply_limit(&cfg->limits, c, arg);
   case OPT_HOLE_PUNCH:
     if (strcmp(arg, "on") && strcmp(arg, "off")) return bad("--hole-punch", arg, "on or off");
     cfg->hole_punch = strcmp(arg, "on") == 0;
@@ -239,6 +295,13 @@ int cmd_node(int argc, char **argv) {
       {"relay-max-bytes", required_argument, 0, OPT_RELAY_MAX_BYTES},
       {"relay-circuit-lifetime-s", required_argument, 0, OPT_RELAY_LIFETIME},
       {"hole-punch", required_argument, 0, OPT_HOLE_PUNCH},
+      {"max-handshakes-per-ip", required_argument, 0, OPT_LIM_HS_IP},
+      {"max-handshakes-per-subnet", required_argument, 0, OPT_LIM_HS_NET},
+      {"max-sessions-per-ip", required_argument, 0, OPT_LIM_SESS_IP},
+      {"max-sessions-per-subnet", required_argument, 0, OPT_LIM_SESS_NET},
+      {"limit-loopback", required_argument, 0, OPT_LIM_LOOPBACK},
+      {"max-rx-buffer", required_argument, 0, OPT_LIM_RX_BUFFER},
+      {"min-rx-rate", required_argument, 0, OPT_LIM_RX_RATE},
       {"help", no_argument, 0, 'h'},
       {0},
   };

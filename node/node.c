@@ -135,6 +135,7 @@ void node_config_defaults(node_config *cfg) {
   cfg->handshake_timeout_ms = 5000;
   p2p_relay_config_defaults(&cfg->relay);
   cfg->hole_punch = true;
+  p2p_limits_config_defaults(&cfg->limits);
 }
 
 uv_loop_t *node_loop(node *n) { return &n->loop; }
@@ -498,6 +499,7 @@ static int start_host(node *n, gw_addr *bound) {
   hc.agent = "gwtf/" GWTF_VERSION;
   relay_wire(n, &hc);
   hc.punch.enabled = n->cfg.hole_punch;
+  hc.limits = n->cfg.limits;
   p2p_host_cbs cbs = {.ud = n, .peer_up = on_peer_up, .peer_down = on_peer_down, .message = on_message,
                       .writable = on_writable, .reachability = on_reachability};
   int rc = p2p_host_new(&n->loop, &hc, &cbs, &n->host);

@@ -56,6 +56,7 @@ typedef struct node_config {
   uint32_t dht_stats_ms; /* period of the dht.stats log line (0: DHT_NODE_STATS_MS) */
   p2p_relay_config relay; /* --relay*: serving as a relay for private peers (p2p/relay.h) */
   bool hole_punch;        /* --hole-punch: move relayed sessions to direct ones (p2p/punch.h) */
+  p2p_limits_config limits; /* --max-*-per-ip/subnet, --max-rx-buffer, --min-rx-rate (p2p/limits.h) */
 } node_config;
 
 typedef struct node node;

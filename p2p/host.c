@@ -2,6 +2,10 @@
 
 #include <sodium.h>
 #include <stdlib.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "p2p/limits.h"
@@ -90,6 +94,7 @@ struct p2p_host {
   p2p_relay *relay; /* relay circuits, both roles (p2p/relay.h); NULL when out of memory */
   p2p_punch *punch; /* hole punching (p2p/punch.h); NULL when off */
   p2p_limits *limits; /* per IP / subnet caps and the reassembly budget (p2p/limits.h) */
+  uint64_t fd_limit;  /* RLIMIT_NOFILE, read on every tick (it can change under us) */
   bool closing;
   p2p_reach *reach;
   bool reach_report_due; /* a verdict to hand to cbs.reachability on the next tick */
@@ -874,12 +879,26 @@ static void check_peer(p2p_host *h, peer *p, uint64_t now) {
   }
 }
 
+/* Reads RLIMIT_NOFILE, and checks that we can still open a file: out of
+ * fds, libuv accepts and closes pending connections itself (its reserve-fd
+ * trick) without telling us, so this is where we see it. */
+static void read_fd_limit(p2p_host *h) {
+  struct rlimit rl;
+  h->fd_limit = getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? (uint64_t)rl.rlim_cur : 0;
+  int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0)
+    close(fd);
+  else if (errno == EMFILE || errno == ENFILE)
+    p2p_limits_hit(h->limits, "fds", NULL, h->fd_limit, now_ms());
+}
+
 static void on_tick(uv_timer_t *timer) {
   p2p_host *h = timer->data;
   uint64_t now = now_ms();
   for (peer *p = h->peers; p && !h->closing; p = p->next) check_peer(h, p, now);
   if (h->closing) return; /* a peer_down callback closed the host */
   for (conn *c = h->conns; c; c = c->next) p2p_session_poll(c->s, now); /* closes only from the loop */
+  read_fd_limit(h);
   if (h->relay) p2p_relay_tick(h->relay, now);
   p2p_reach_tick(h->reach, now);
   if (h->reach_report_due) {
@@ -943,6 +962,13 @@ static void on_connection(uv_stream_t *server, int status) {
    * but the (rate-limited) limit.hit, and count for nothing. */
   const char *kind;
   c->from = p2p_session_get_info(c->s)->remote;
+  int fd = p2p_session_fileno(c->s);
+  if (h->fd_limit && fd >= 0 && (uint64_t)fd + P2P_LIMIT_FD_RESERVE >= h->fd_limit) {
+    p2p_limits_hit(h->limits, "fds", &c->from, (uint64_t)fd, now_ms());
+    c->refused = true;
+    p2p_session_close(c->s, P2P_END_CLOSED, GW_EFULL, "fds");
+    return;
+  }
   if (p2p_limits_admit(h->limits, &c->from, now_ms(), &kind) != 0) {
     c->refused = true;
     p2p_session_close(c->s, P2P_END_CLOSED, GW_EFULL, kind);
@@ -1055,6 +1081,7 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
     uv_close((uv_handle_t *)&h->tick, on_handle_closed);
     return rc_new;
   }
+  read_fd_limit(h);
   uv_timer_start(&h->tick, on_tick, TICK_MS, TICK_MS);
   *out = h;
   return 0;

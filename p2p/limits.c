@@ -20,7 +20,7 @@ typedef struct key {
 typedef struct entry {
   key k;
   uint32_t n[K_N];
-  uint64_t last_log_ms[K_N]; /* 0: never */
+  uint64_t last_log_ms[K_N]; /* 0: never; kept after the counts fall to 0 so the rate limit holds */
   uint64_t suppressed[K_N];  /* refusals since the last line */
   struct entry *next;
 } entry;
@@ -42,6 +42,7 @@ struct p2p_limits {
   unsigned rx_waiters;
   uint64_t refused, hits_logged;
   gkind g[GLOBAL_KINDS];
+  uint32_t sweep; /* the next bucket swept of entries with nothing counted and no recent line */
 };
 
 void p2p_limits_config_defaults(p2p_limits_config *c) {
@@ -130,8 +131,28 @@ static entry *get(p2p_limits *l, const key *k) {
   return e;
 }
 
+static bool recent_line(const entry *e, uint64_t now_ms) {
+  for (int k = 0; k < K_N; k++)
+    if (e->last_log_ms[k] && now_ms < e->last_log_ms[k] + P2P_LIMIT_LOG_MS) return true;
+  return false;
+}
+
+/* Drops, one bucket per call, entries kept only for their rate limit. */
+static void sweep(p2p_limits *l, uint64_t now_ms) {
+  uint32_t b = l->sweep++ % BUCKETS;
+  for (entry **pp = &l->tab[b]; *pp;) {
+    entry *e = *pp;
+    if (!e->n[K_HS] && !e->n[K_SESS] && !recent_line(e, now_ms)) {
+      *pp = e->next;
+      free(e);
+    } else {
+      pp = &e->next;
+    }
+  }
+}
+
 static void maybe_drop(p2p_limits *l, entry *e) {
-  if (e->n[K_HS] || e->n[K_SESS]) return;
+  if (e->n[K_HS] || e->n[K_SESS] || e->last_log_ms[K_HS] || e->last_log_ms[K_SESS]) return; /* see sweep */
   for (entry **pp = &l->tab[key_hash(&e->k)]; *pp; pp = &(*pp)->next)
     if (*pp == e) {
       *pp = e->next;
@@ -213,6 +234,7 @@ void p2p_limits_hit(p2p_limits *l, const char *kind, const gw_addr *addr, uint64
 
 int p2p_limits_admit(p2p_limits *l, const gw_addr *addr, uint64_t now_ms, const char **kind) {
   *kind = NULL;
+  sweep(l, now_ms);
   bool exempt = !l->cfg.limit_loopback && p2p_limits_is_loopback(addr);
   if (!exempt && (addr->family == 4 || addr->family == 6)) {
     key ki = make_key(addr, false), ks = make_key(addr, true);

@@ -42,6 +42,11 @@
  * per second over each window, else the session is cut (slow-sender). */
 #define P2P_LIMIT_RX_MIN_BPS ((uint32_t)64 << 10)
 #define P2P_LIMIT_RX_WINDOW_MS (20000)
+/* File descriptors kept free for our own dials, the DHT and files: an
+ * inbound connection whose fd lands within this many of RLIMIT_NOFILE is
+ * closed at once (limit.hit kind=fds), so a flood from many addresses
+ * never runs the process out of fds. */
+#define P2P_LIMIT_FD_RESERVE (32)
 /* limit.hit lines: at most one per key per this period. */
 #define P2P_LIMIT_LOG_MS (1000)
 /* Subnet prefixes keyed on. */

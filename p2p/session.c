@@ -1115,7 +1115,7 @@ void p2p_session_poll(p2p_session *s, uint64_t now_ms) {
    * payload announced) and we are reading. */
   bool in_frame = (s->state == S_HELLO || s->state == S_UP) && !s->rx_held &&
                   (s->has_pending || p2p_rx_partial(&s->rx));
-  if (!in_frame || !lc->rx_min_Bps || !lc->rx_window_ms || now_ms < s->prog_ms) {
+  if (!in_frame || !lc->rx_min_Bps || !lc->rx_window_ms || !s->prog_ms || now_ms < s->prog_ms) {
     s->prog_ms = now_ms;
     s->prog_bytes = s->stats.bytes_rx;
     return;
@@ -1133,6 +1133,11 @@ void p2p_session_poll(p2p_session *s, uint64_t now_ms) {
 }
 
 size_t p2p_session_rx_charged(const p2p_session *s) { return s->rx_charged; }
+
+int p2p_session_fileno(const p2p_session *s) {
+  uv_os_fd_t fd;
+  return uv_fileno((const uv_handle_t *)&s->tcp, &fd) == 0 ? (int)fd : -1;
+}
 
 bool p2p_session_is_up(const p2p_session *s) { return s->state == S_UP && !s->finishing; }
 bool p2p_session_is_open(const p2p_session *s) { return s->state != S_CLOSING; }

@@ -172,6 +172,8 @@ void p2p_session_close(p2p_session *s, p2p_end end, int err, const char *why);
  * reason rx-budget, after rx_wait_ms); a frame in reassembly that gained
  * fewer than rx_min_Bps over the last rx_window_ms is cut (slow-sender). */
 void p2p_session_poll(p2p_session *s, uint64_t now_ms);
+/* The socket's file descriptor (-1 when none). */
+int p2p_session_fileno(const p2p_session *s);
 /* Reassembly bytes this session holds (charged to the budget). */
 size_t p2p_session_rx_charged(const p2p_session *s);
 
