@@ -58,6 +58,8 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$arts"
   # The seeds, minus kept-aside reproducers of open findings (crash-*).
   find "$seeds" -maxdepth 1 -type f ! -name 'crash-*' -exec cp -n {} "$work/" \;
+  stamp="$new/.start-$name"
+  touch "$stamp"
   echo "fuzz.sh: $t for ${secs}s (log $log)"
   # shellcheck disable=SC2086
   "$build/test/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
@@ -69,7 +71,7 @@ for t in "${targets[@]}"; do
   cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
   ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
   corp=$(sed -n 's/.* corp: \([0-9]*\).*/\1/p' <<<"$last")
-  finds=$(find "$arts" -type f | wc -l)
+  finds=$(find "$arts" -type f -newer "$stamp" | wc -l) # this run's, not an earlier one's
   verdict="ok"
   if [ "$rc" -ne 0 ] || [ "$finds" -gt 0 ]; then
     verdict="FOUND (rc $rc, $finds artifact(s) in $arts)"
