@@ -182,6 +182,13 @@ static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
   }
   pending pd = f->pend;
   flow_clear_pending(f);
+  if (r->accept && !gw_id_eq(&target, &pd.target)) {
+    /* A grant must be for the target we asked for: one for another (a data
+     * node we never asked to reach) would bind an outflow nobody needs. */
+    bad_message(f, p, "reply-target");
+    flow_send_cancel(f, p, r->seg);
+    return;
+  }
   if (r->accept && pd.reroute) {
     reroute_granted(f, &pd, p, r);
     return;

@@ -2,6 +2,7 @@
 #include "train/model.h"
 
 #include <jansson.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -137,7 +138,14 @@ static int json_float_field(json_t *o, const char *key, float *dst, char *err, s
     set_err(err, len, "model field \"%s\" must be a number", key);
     return GW_EINVAL;
   }
-  *dst = (float)json_number_value(v);
+  double d = json_number_value(v);
+  if (!isfinite(d) || fabs(d) > FLT_MAX) {
+    /* 1e78 is a valid JSON number but an infinite float, which no record
+     * could carry again (jansson writes no infinities). */
+    set_err(err, len, "model field \"%s\" must be a finite float (got %g)", key, d);
+    return GW_EINVAL;
+  }
+  *dst = (float)d;
   return 0;
 }
 
