@@ -11,7 +11,11 @@ p3 join through p1; h1 joins through p1 and p2. Asserted:
     7447), switches its DHT to client mode and keeps its sessions;
   - the public nodes hear h1's DHT messages marked client and, when they
     stop, h1 is not among the contacts they save (it never entered, or
-    left, their routing tables).
+    left, their routing tables);
+  - h2, behind a second router r2 that runs miniupnpd, maps its port
+    (nat.mapped) and is then dialled back through the mapping:
+      nat.reachability status=public addr=<r2's public IP>:7447 checked_by=2
+    (Without miniupnpd this case prints why it is skipped.)
 
 Needs root, `ip netns` and iptables-legacy (test/nat/netlab.py): where any
 is missing it prints "SKIPPED: <why>" and exits 77 (ctest SKIP_RETURN_CODE).
@@ -28,11 +32,40 @@ from nsnode import PORT, NsNode, main, skip  # noqa: E402
 from gwtfproc import check  # noqa: E402
 
 WAIT = 30.0
+# miniupnpd 2.3.1 forwards nothing for a WAN address in a private or
+# reserved range, so the public segment gets a routable-looking prefix;
+# it exists only inside the lab's namespaces (netlab.py).
+PUBLIC_NET = "11.77.0"
 
 
 def start_node(name, workdir, netns, extra=(), bootstrap=()):
     """A node without port mapping (the router has none to give)."""
     return NsNode(name, workdir, netns, ["--port-mapping", "off"] + list(extra)).start(bootstrap=bootstrap)
+
+
+def mapped_case(lab, workdir, r2, h2ns, p2, p3, nodes):
+    """h2 behind r2 with miniupnpd: mapped, then public by dial-back."""
+    why = netlab_skip_reason(need_miniupnpd=True)
+    if why:
+        print(f"  h2 (mapped) case SKIPPED: {why}")
+        return
+    lab.start_miniupnpd(r2, natpmp=True, upnp=True)
+    h2 = NsNode("h2", workdir, h2ns, ["--port-mapping", "auto"]).start(bootstrap=[p2.spec, p3.spec])
+    nodes.append(h2)
+    ev = h2.wait("nat.mapped", timeout=WAIT)
+    print(f"  h2: nat.mapped proto={ev['proto']} external={ev['external']}")
+    want = f"{r2.wan_ip}:{PORT}"
+    check(ev["external"] == want, f"h2 mapped {ev['external']}, want {want}")
+    ev = h2.wait_where("nat.reachability", lambda e: e.get("status") == "public", timeout=WAIT)
+    print(f"  h2: status={ev['status']} addr={ev['addr']} checked_by={ev['checked_by']}")
+    check(ev["addr"] == want, f"h2 checked at {ev['addr']}, want {want}")
+    check(str(ev["checked_by"]) == "2", f"h2 checked_by={ev['checked_by']}")
+    h2.stop()
+
+
+def netlab_skip_reason(**kw):
+    import netlab
+    return netlab.skip_reason(**kw)
 
 
 def test():
@@ -45,9 +78,11 @@ def test():
         skip(why)
     workdir = tempfile.mkdtemp(prefix="gwtf-reach-")
     nodes = []
-    with netlab.Lab() as lab:
+    with netlab.Lab(public_net=PUBLIC_NET) as lab:
         r1 = lab.router("r1", nat="cone")
         h1ns = lab.host("h1", r1)
+        r2 = lab.router("r2", nat="cone")
+        h2ns = lab.host("h2", r2)
         pns = [lab.host(f"p{i}") for i in (1, 2, 3)]
         try:
             p1 = start_node("p1", workdir, pns[0], ["--dht-stats", "1"])
@@ -78,6 +113,8 @@ def test():
             check(mode["on"] in (True, "true"), f"dht.client_mode {mode}")
             check(len(h1.find("peer.connected")) >= 2, "h1 lost its sessions")
             check(not h1.find("peer.lost"), "a dial-back cost h1 a session")
+
+            mapped_case(lab, workdir, r2, h2ns, p2, p3, nodes)
 
             # The public nodes hear h1 as a client, then save contacts without it.
             for p in (p1, p2):
