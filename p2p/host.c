@@ -217,6 +217,13 @@ static void dial_failed(p2p_host *h, target *t, int err, const char *why) {
 
 static int dial_via(p2p_host *h, target *t, conn *c);
 
+/* A new connection joins the host's list (counted against max_sessions). */
+static void conn_link(p2p_host *h, conn *c) {
+  c->next = h->conns;
+  h->conns = c;
+  h->n_conns++;
+}
+
 static void dial(p2p_host *h, target *t) {
   conn *c = calloc(1, sizeof(*c));
   int rc = GW_ENOMEM;
@@ -232,9 +239,7 @@ static void dial(p2p_host *h, target *t) {
     dial_failed(h, t, rc, "dial");
     return;
   }
-  c->next = h->conns;
-  h->conns = c;
-  h->n_conns++;
+  conn_link(h, c);
   t->dialing = c->s;
 }
 
@@ -450,9 +455,7 @@ static void serve_dial_back(p2p_host *h, p2p_session *s, const p2p_msg *msg) {
     free(c);
     return;
   }
-  c->next = h->conns;
-  h->conns = c;
-  h->n_conns++;
+  conn_link(h, c);
 }
 
 static void got_dial_back_result(p2p_host *h, const gw_id *from, const p2p_msg *msg) {
@@ -712,9 +715,7 @@ int p2p_host_relay_dial_back(p2p_host *h, const gw_addr *addr, const uint8_t pre
     free(c);
     return rc;
   }
-  c->next = h->conns;
-  h->conns = c;
-  h->n_conns++;
+  conn_link(h, c);
   h->handshakes++;
   return 0;
 }
@@ -754,9 +755,7 @@ int p2p_host_punch_dial(p2p_host *h, const gw_addr *local, const gw_addr *remote
     free(c);
     return rc;
   }
-  c->next = h->conns;
-  h->conns = c;
-  h->n_conns++;
+  conn_link(h, c);
   *out = c->s;
   return 0;
 }
@@ -977,9 +976,7 @@ static void on_connection(uv_stream_t *server, int status) {
   c->counted = true;
   c->handshaking_in = true;
   h->handshakes++;
-  c->next = h->conns;
-  h->conns = c;
-  h->n_conns++;
+  conn_link(h, c);
 }
 
 static void on_handle_closed(uv_handle_t *hd) {

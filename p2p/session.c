@@ -737,6 +737,21 @@ static void on_connect(uv_connect_t *req, int status) {
   if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
 }
 
+/* Starts the TCP connect of a dialled session, bounded by the connect
+ * timeout; on failure the session is discarded. */
+static int start_connect(p2p_session *s, const struct sockaddr *to, const p2p_session_config *cfg,
+                         p2p_session **out) {
+  s->connect_req.data = s;
+  int rc = uv_tcp_connect(&s->connect_req, &s->tcp, to, on_connect);
+  if (rc != 0) {
+    discard(s, rc);
+    return rc;
+  }
+  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
+  *out = s;
+  return 0;
+}
+
 int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, const p2p_session_config *cfg,
                      const p2p_session_cbs *cbs, void *ud, p2p_session **out) {
   struct sockaddr_storage ss;
@@ -747,14 +762,7 @@ int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, 
   s->info.remote = *addr;
   gw_addr_format(addr, s->addr_str);
   p2p_hs_init(&s->hs, P2P_INITIATOR, cfg->me, expect);
-  s->connect_req.data = s;
-  if ((rc = uv_tcp_connect(&s->connect_req, &s->tcp, (struct sockaddr *)&ss, on_connect)) != 0) {
-    discard(s, rc);
-    return rc;
-  }
-  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
-  *out = s;
-  return 0;
+  return start_connect(s, (const struct sockaddr *)&ss, cfg, out);
 }
 
 /* ---- relay legs (p2p/relay.h) ----
@@ -857,14 +865,7 @@ int p2p_session_dial_via(uv_loop_t *loop, const gw_addr *relay, const uint8_t *p
   memcpy(s->preface, preface, sizeof(s->preface));
   gw_addr_format(relay, s->addr_str);
   p2p_hs_init(&s->hs, role, cfg->me, role == P2P_INITIATOR ? expect : NULL);
-  s->connect_req.data = s;
-  if ((rc = uv_tcp_connect(&s->connect_req, &s->tcp, (struct sockaddr *)&ss, on_connect)) != 0) {
-    discard(s, rc);
-    return rc;
-  }
-  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
-  *out = s;
-  return 0;
+  return start_connect(s, (const struct sockaddr *)&ss, cfg, out);
 }
 
 int p2p_session_pipe_write(p2p_session *s, uint8_t *buf, size_t len) {
@@ -958,20 +959,16 @@ int p2p_session_dial_punch(uv_loop_t *loop, const gw_addr *local, const gw_addr 
   memcpy(s->preface, preface, sizeof(s->preface));
   gw_addr_format(remote, s->addr_str);
   p2p_hs_init(&s->hs, role, cfg->me, role == P2P_INITIATOR ? expect : NULL);
-  s->connect_req.data = s;
   /* The socket shares the port with our listener (or punch anchor). */
   int fd = p2p_punch_socket(local->family);
   if (fd < 0) rc = fd;
   if (rc == 0 && (rc = uv_tcp_open(&s->tcp, fd)) != 0) close(fd);
   if (rc == 0) rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ls, 0);
-  if (rc == 0) rc = uv_tcp_connect(&s->connect_req, &s->tcp, (struct sockaddr *)&rs, on_connect);
   if (rc != 0) {
     discard(s, rc);
     return rc;
   }
-  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
-  *out = s;
-  return 0;
+  return start_connect(s, (const struct sockaddr *)&rs, cfg, out);
 }
 
 /* ---- holding reads (the migration from a relay, p2p/punch.h) ---- */
