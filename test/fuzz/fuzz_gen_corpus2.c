@@ -600,8 +600,9 @@ static void gen_safetensors(void) {
   }
   /* Hand-made headers the reader must refuse. */
   static const char *bad[] = {
-      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],"
-      "\"data_offsets\":[4,8]}}",
+      /* overlapping tensors (one string over two lines) */
+      ("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},\"b\":{\"dtype\":\"F32\",\"shape\":[1],"
+       "\"data_offsets\":[4,8]}}"),
       "{\"a\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904,4],\"data_offsets\":[0,0]}}",
       "{\"__metadata__\":{\"k\":1},\"a\":{\"dtype\":\"X9\",\"shape\":[],\"data_offsets\":[0,1]}}",
   };
