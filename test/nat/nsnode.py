@@ -86,6 +86,18 @@ def skip(why):
     sys.exit(77)
 
 
+def netlab_or_skip(**kw):
+    """The netlab module, or a skip (exit 77) saying why a lab cannot run here."""
+    try:
+        import netlab
+    except ImportError as e:
+        skip(e)
+    why = netlab.skip_reason(**kw)
+    if why:
+        skip(why)
+    return netlab
+
+
 def main(test):
     """Runs test(); a failed check prints FAIL and exits 1."""
     try:

@@ -29,7 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from nsnode import NsNode, main, skip  # noqa: E402
+from nsnode import NsNode, main, netlab_or_skip  # noqa: E402
 from gwtfproc import check  # noqa: E402
 
 FLOOD_N = 3000
@@ -113,13 +113,7 @@ def honest_join(name, workdir, netns, target):
 
 
 def test():
-    try:
-        import netlab
-    except ImportError as e:
-        skip(e)
-    why = netlab.skip_reason()
-    if why:
-        skip(why)
+    netlab = netlab_or_skip()
     workdir = tempfile.mkdtemp(prefix="gwtf-limits-")
     nodes = []
     with netlab.Lab() as lab:

@@ -28,7 +28,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from nsnode import PORT, NsNode, main, skip  # noqa: E402
+from nsnode import PORT, NsNode, main, netlab_or_skip  # noqa: E402
 from gwtfproc import check  # noqa: E402
 
 WAIT = 30.0
@@ -69,13 +69,7 @@ def netlab_skip_reason(**kw):
 
 
 def test():
-    try:
-        import netlab
-    except ImportError as e:
-        skip(e)
-    why = netlab.skip_reason()
-    if why:
-        skip(why)
+    netlab = netlab_or_skip()
     workdir = tempfile.mkdtemp(prefix="gwtf-reach-")
     nodes = []
     with netlab.Lab(public_net=PUBLIC_NET) as lab:
