@@ -78,6 +78,7 @@ peer_stage_view *peer_stage(train_peer *p, int stage) {
 int peer_send(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg,
               const train_tensor *tensor) {
   uint8_t stack[512];
+  admit_before_send(p, to, type); /* a private run: our certificate goes first */
   size_t len = protobuf_c_message_get_packed_size(msg);
   uint8_t *buf = len <= sizeof(stack) ? stack : malloc(len);
   if (!buf) return GW_ENOMEM;
@@ -183,6 +184,7 @@ void train_peer_free(train_peer *p) {
   free(p->backlog);
   agg_free(p);
   join_free(p);
+  admit_free(p);
   free(p);
 }
 
@@ -269,7 +271,8 @@ void train_peer_set_members(train_peer *p, int stage, const train_member *member
   if (!v) return;
   v->n = 0;
   for (size_t i = 0; i < n; i++)
-    if (!trust_banned(p, &members[i].id))
+    if (!trust_banned(p, &members[i].id) &&
+        admit_view_filter(p, stage, &members[i].id, members[i].capacity, members[i].load))
       member_add(p, stage, &members[i].id, members[i].capacity, members[i].load, false);
   for (uint32_t k = 0; k < p->n_heard; k++)
     if (p->heard[k].stage == stage && now_ms - p->heard[k].at_ms <= 3 * p->cfg.tun.hello_period_ms &&
@@ -298,6 +301,7 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
   mb_peer_down(p, peer);
   agg_peer_down(p, peer);
   join_peer_down(p, peer);
+  admit_peer_down(p, peer);
   if (p->cfg.role == TRAIN_DATA) leader_check(p);
 }
 
@@ -396,6 +400,12 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_CAN_TAKE, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_can_take(p, from, m->iteration))
     CASE(TRAIN_LEADER, Gwtf__TrainLeader, gwtf__train_leader, leader_on_leader(p, from, m))
     CASE(TRAIN_RESYNC, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_resync(p, from, m->iteration))
+    CASE(TRAIN_CERT, Gwtf__TrainCert, gwtf__train_cert, admit_on_cert(p, from, m))
+    CASE(TRAIN_REDEEM, Gwtf__TrainRedeem, gwtf__train_redeem, admit_on_redeem(p, from, m))
+    CASE(TRAIN_ADMITTED, Gwtf__TrainCert, gwtf__train_cert, admit_on_admitted(p, from, m))
+    CASE(TRAIN_REVOKED, Gwtf__TrainRevoked, gwtf__train_revoked, admit_on_revoked(p, from, m))
+    CASE(TRAIN_HASH_REQ, Gwtf__TrainIteration, gwtf__train_iteration, verify_on_hash_req(p, from, m->iteration))
+    CASE(TRAIN_HASH, Gwtf__TrainAggDone, gwtf__train_agg_done, verify_on_hash(p, from, m))
 #undef CASE
   default:
     peer_short(from, who);
@@ -434,10 +444,12 @@ void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
     p->last_hello_ms = now_ms;
     peer_send_hellos(p);
   }
+  admit_tick(p);
   mb_tick(p);
   repair_tick(p);
   agg_tick(p);
   join_tick(p);
+  verify_tick(p);
   if (p->cfg.role == TRAIN_DATA) {
     leader_check(p);
     data_tick(p);

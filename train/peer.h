@@ -181,6 +181,14 @@ typedef struct train_io {
   /* What a neighbour said about itself in its HELLO: the cost model's
    * compute time of that peer (may be NULL). */
   void (*peer_info)(void *ud, const gw_id *peer, int stage, uint32_t capacity, double compute_ms);
+  /* Private runs: the wall clock in unix seconds, for certificate and
+   * invite expiry (may be NULL: the peer's clock / 1000, for simulations). */
+  uint64_t (*unix_s)(void *ud);
+  /* Private runs, on a holder of the run key: `peer` redeems invite `id`
+   * that allows `uses` peers (0: unlimited). Returns 0 when it may (the
+   * same peer again counts once; the driver persists the count) or
+   * GW_EFULL when the invite is used up. NULL: counted in memory. */
+  int (*redeem)(void *ud, const uint8_t id[16], uint32_t uses, const gw_id *peer);
 } train_io;
 
 /* ---- configuration ---- */
@@ -256,6 +264,48 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms);
 /* The leader named in the run record (or by a TRAIN_LEADER message). */
 void train_peer_set_leader(train_peer *p, const gw_id *leader, uint64_t now_ms);
 
+/* ---- private runs (train/peer_admit.c, train/member.h) ----
+ *
+ * In a private run every train message from a peer without a valid
+ * membership certificate is refused (`run.refused peer=... reason=
+ * no_certificate|expired|revoked`, once per peer and reason), except the
+ * admission messages that carry their own proof (TRAIN_CERT, TRAIN_REDEEM,
+ * TRAIN_ADMITTED, TRAIN_REVOKED). A peer presents its certificate before
+ * the first message it sends to another; a joiner without one redeems its
+ * invite token with a holder of the run key (the leader, the creator).
+ * Directory members without a certificate stay out of every view until
+ * they present one. */
+typedef struct train_membership {
+  char run[65];
+  uint8_t run_key[32];          /* the run's public key (the run record's, the token's) */
+  bool have_sk;                 /* we hold the run key: we issue certificates */
+  uint8_t sk[64];
+  const uint8_t *token;         /* a joiner: the packed RunToken (member_token_to_bin) */
+  size_t token_len;
+  const uint8_t *cert;          /* a certificate we already hold (may be NULL) */
+  size_t cert_len;
+  uint64_t cert_ttl_s;          /* holders: lifetime of the certificates they issue (0: 30 days) */
+} train_membership;
+
+/* Makes the run private (call before train_peer_start). Copies m. Returns 0,
+ * GW_EINVAL (a certificate that is not ours) or GW_ENOMEM. */
+int train_peer_set_membership(train_peer *p, const train_membership *m);
+/* A signed revocation list (packed RunRevocations) from the run record or
+ * the creator's data dir; a newer one replaces the list, revoked members
+ * are dropped from every view at once. Returns 0 or a negative error. */
+int train_peer_set_revocations(train_peer *p, const uint8_t *list, size_t len, uint64_t now_ms);
+/* A session to `peer` came up: present our certificate. */
+void train_peer_on_peer_up(train_peer *p, const gw_id *peer, uint64_t now_ms);
+/* Whether messages from `peer` are taken (always in an open run). The
+ * driver asks it for flow messages; a refusal is logged like the
+ * dispatcher's. */
+bool train_peer_admit(train_peer *p, const gw_id *peer, uint64_t now_ms);
+/* Before the driver sends its own messages (flow) to peer: presents our
+ * certificate first when we have not yet. */
+void train_peer_present(train_peer *p, const gw_id *peer);
+/* Whether we hold a valid certificate (always true in an open run). */
+bool train_peer_certified(const train_peer *p);
+
 /* ---- queries ---- */
 
 int train_peer_stage(const train_peer *p);
@@ -277,6 +327,9 @@ typedef struct train_counters {
   /* trust: messages refused by the dispatch table (or as evidence), contributions
    * rejected by validation, bans, resyncs started */
   uint64_t messages_refused, contributions_rejected, peers_banned, resyncs;
+  /* private runs: messages refused for want of a certificate, certificates
+   * issued (holders) and verified; downloads refuted by the stage's hashes */
+  uint64_t admissions_refused, certs_issued, certs_verified, downloads_refuted;
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

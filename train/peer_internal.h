@@ -3,6 +3,7 @@
 #ifndef GWTF_TRAIN_PEER_INTERNAL_H
 #define GWTF_TRAIN_PEER_INTERNAL_H
 
+#include "train/member.h"
 #include "train/peer.h"
 #include "train.pb-c.h"
 
@@ -208,12 +209,70 @@ typedef struct peer_trust {
   uint32_t n_claims;
 } peer_trust;
 
+/* ---- private runs (peer_admit.c) ---- */
+
+#define ADMIT_MAX_MEMBERS 512
+#define ADMIT_MAX_PENDING 128
+#define ADMIT_MAX_LOGGED 128
+#define ADMIT_MAX_REDEEMED 256
+
+typedef struct admit_member {
+  gw_id id;
+  uint64_t expires; /* unix seconds */
+} admit_member;
+
+typedef struct peer_admit {
+  bool private_run;
+  char run[MEMBER_RUN_MAX + 1];
+  uint8_t run_key[MEMBER_PK_BYTES];
+  bool have_sk;
+  member_key key;
+  uint64_t cert_ttl_s;
+  uint8_t *my_cert; /* packed MemberCert for us; NULL until admitted */
+  size_t my_cert_len;
+  uint64_t my_expires;
+  uint8_t *token; /* a joiner's packed RunToken */
+  size_t token_len;
+  gw_id token_creator;
+  uint64_t last_redeem_ms;
+  admit_member members[ADMIT_MAX_MEMBERS]; /* certificates verified */
+  uint32_t n_members;
+  member_revocations revoked;
+  uint8_t *revoked_bin;
+  size_t revoked_len;
+  /* directory members that have not presented a certificate yet: kept out
+   * of the views, let in as soon as one verifies */
+  struct { gw_id id; int stage; uint32_t capacity, load; uint64_t asked_ms; } pending[ADMIT_MAX_PENDING];
+  uint32_t n_pending;
+  /* peers we presented our certificate to in this session */
+  gw_id presented[ADMIT_MAX_MEMBERS];
+  uint32_t n_presented, presented_pos;
+  /* refusals logged once per (peer, reason); certificate requests rate-limited */
+  struct { gw_id id; const char *reason; uint64_t asked_ms; } logged[ADMIT_MAX_LOGGED];
+  uint32_t n_logged;
+  /* redemptions counted in memory when the driver does not count them */
+  struct { uint8_t invite[MEMBER_INVITE_ID_BYTES]; gw_id peer; } redeemed[ADMIT_MAX_REDEEMED];
+  uint32_t n_redeemed;
+} peer_admit;
+
+/* ---- verified downloads (peer_verify.c) ---- */
+
+typedef struct peer_verify {
+  bool active;
+  gw_id source;
+  uint64_t iteration;
+  uint8_t hash[32]; /* our weights after the restore */
+  uint64_t deadline;
+  gw_id agree[PEER_MAX_CONTRIB], disagree[PEER_MAX_CONTRIB];
+  uint32_t n_agree, n_disagree;
+} peer_verify;
+
 /* ---- the peer ---- */
 
 typedef enum peer_state {
   PEER_UNASSIGNED = 0, /* waiting for the leader to place us */
   PEER_DOWNLOADING,    /* fetching the stage's weights */
-  PEER_RESTORING,      /* RESTORE job running */
+  PEER_RESTORING,      /* RESTORE job running, then its hash checked with the stage (peer_verify.c) */
   PEER_READY,          /* training */
 } peer_state;
 
@@ -279,6 +338,10 @@ struct train_peer {
   peer_agg agg;
   peer_trust trust;
   peer_download dl;
+  peer_admit admit;
+  peer_verify verify;
+  /* leader: JOINs seen lately, one per peer per JOIN_MIN_INTERVAL_MS */
+  struct { gw_id id; uint64_t at_ms; } join_seen[PEER_MAX_CONTRIB];
   peer_pending_snapshot snap_queue[8];
   /* peers we recently sent our state to: they get our next average too,
    * though they are not in our view of the stage yet */
@@ -394,6 +457,36 @@ void trust_validate_round(train_peer *p);
  * BEGIN_AGG): resync once the evidence suffices (see peer_trust.c). */
 void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, const char *why);
 
+/* peer_admit.c: membership of private runs */
+/* Whether a message of `type` from `from` passes admission; logs and
+ * counts a refusal. Called by trust_admit before the circle check. */
+bool admit_check(train_peer *p, const gw_id *from, uint32_t type);
+/* Before a message goes to `to`: our certificate first, once per session. */
+void admit_before_send(train_peer *p, const gw_id *to, uint32_t type);
+/* Whether `id` may be in our views (an open run: everyone). Directory
+ * members that may not are remembered as pending. */
+bool admit_view_filter(train_peer *p, int stage, const gw_id *id, uint32_t capacity, uint32_t load);
+bool admit_is_member(train_peer *p, const gw_id *id);
+void admit_on_cert(train_peer *p, const gw_id *from, const Gwtf__TrainCert *c);
+void admit_on_redeem(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *r);
+void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *c);
+void admit_on_revoked(train_peer *p, const gw_id *from, const Gwtf__TrainRevoked *r);
+/* Joiners without a certificate redeem their token; holders renew theirs. */
+void admit_tick(train_peer *p);
+void admit_peer_down(train_peer *p, const gw_id *peer);
+void admit_free(train_peer *p);
+/* Whether we may take part (open run, or we hold a valid certificate). */
+bool admit_ready(train_peer *p);
+
+/* peer_verify.c: a download is checked against the stage's word */
+/* The restore of a download from `source` for `iteration` gave weights
+ * `hash`: ask the stage. Returns true when verification is under way (the
+ * peer becomes ready once it passes), false when there is nobody to ask. */
+bool verify_begin(train_peer *p, const gw_id *source, uint64_t iteration, const uint8_t hash[32]);
+void verify_on_hash_req(train_peer *p, const gw_id *from, uint64_t iteration);
+void verify_on_hash(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *h);
+void verify_tick(train_peer *p);
+
 /* peer_join.c */
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j);
 void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
@@ -406,5 +499,9 @@ void join_become_ready(train_peer *p);
 void join_serve_pending(train_peer *p);
 void join_free(train_peer *p);
 void join_resync(train_peer *p, uint64_t target, const char *why);
+/* A verified download (peer_verify.c): take the restored state. */
+void join_accept_download(train_peer *p);
+/* A refuted one: try another member. */
+void join_refetch(train_peer *p);
 
 #endif

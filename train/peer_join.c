@@ -25,6 +25,9 @@
  * requester gets at most one per this interval (one in flight at a time by
  * the queue), so anyone's WEIGHTS_REQ cannot keep the worker busy. */
 #define WEIGHTS_REQ_MIN_INTERVAL_MS 1000
+/* The leader takes one JOIN per peer per this interval (a joiner retries
+ * every JOIN_RETRY_MS): anyone connected could otherwise keep it placing. */
+#define JOIN_MIN_INTERVAL_MS 1000
 
 static void fetch_or_init(train_peer *p);
 
@@ -78,12 +81,30 @@ static void redirect_joiner(train_peer *p, const gw_id *joiner) {
   peer_send(p, joiner, GWTF__TRAIN_MSG__TRAIN_LEADER, &l.base, NULL);
 }
 
+/* One JOIN per peer per JOIN_MIN_INTERVAL_MS; false when this one is over. */
+static bool join_rate_ok(train_peer *p, const gw_id *from) {
+  size_t n = sizeof(p->join_seen) / sizeof(p->join_seen[0]), k = 0, oldest = 0;
+  while (k < n && !(p->join_seen[k].at_ms && gw_id_eq(&p->join_seen[k].id, from))) {
+    if (p->join_seen[k].at_ms < p->join_seen[oldest].at_ms) oldest = k;
+    k++;
+  }
+  if (k < n && p->now - p->join_seen[k].at_ms < JOIN_MIN_INTERVAL_MS) {
+    trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_JOIN, "rate_limited");
+    return false;
+  }
+  if (k == n) k = oldest; /* a new peer takes the stalest slot */
+  p->join_seen[k].id = *from;
+  p->join_seen[k].at_ms = p->now ? p->now : 1;
+  return true;
+}
+
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
   if (j->capacity == 0) return;
   if (!p->was_leader) {
     redirect_joiner(p, from);
     return;
   }
+  if (!join_rate_ok(p, from)) return;
   for (uint32_t i = 0; i < p->n_candidates; i++)
     if (gw_id_eq(&p->candidates[i].id, from)) return;
   if (p->n_candidates == PEER_MAX_CONTRIB) return;
@@ -446,6 +467,21 @@ void join_job_done(train_peer *p, train_job *job) {
   GW_INFO(&p->log, "weights.downloaded", "from=%s bytes=%llu secs=%.3f iter=%llu step=%llu hash=%s", who,
           (unsigned long long)d->total, (double)(p->now - d->started_ms) / 1000.0,
           (unsigned long long)d->iteration, (unsigned long long)d->step, hash);
+  /* our weights now: what we answer when a later joiner asks (peer_verify.c) */
+  memcpy(p->agg.last_hash, job->hash, 32);
+  /* the stage's word on them first (peer_verify.c) */
+  if (verify_begin(p, &d->from, d->iteration, job->hash)) return;
+  join_accept_download(p);
+}
+
+void join_refetch(train_peer *p) {
+  p->state = PEER_DOWNLOADING;
+  p->dl.active = false;
+  fetch_or_init(p); /* the refuted source is in dl.tried: another member first */
+}
+
+void join_accept_download(train_peer *p) {
+  peer_download *d = &p->dl;
   p->iteration = d->iteration;
   p->step = d->step;
   d->active = false;
@@ -475,6 +511,7 @@ void join_job_done(train_peer *p, train_job *job) {
 void join_tick(train_peer *p) {
   place_candidates(p);
   join_serve_pending(p); /* requests held back by WEIGHTS_REQ_MIN_INTERVAL_MS */
+  if (!admit_ready(p)) return; /* a private run: redeem the invite first (peer_admit.c) */
   if (p->state == PEER_UNASSIGNED && p->stage < 0 && p->have_leader &&
       (p->last_join_ms == 0 || p->now - p->last_join_ms >= JOIN_RETRY_MS)) {
     Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;

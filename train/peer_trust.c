@@ -28,7 +28,14 @@
  *   aggregator  AVG: the aggregator we chose for this round
  *               (agg_is_round_aggregator); RESYNC: the aggregator of the
  *               round we last took part in.
- * A banned peer (repeated rejected contributions) is refused everything. */
+ *   admission   CERT, REDEEM, ADMITTED, REVOKED (private runs): anyone, for
+ *               they carry a signature by the run key (peer_admit.c);
+ *   verify      HASH_REQ: anyone (a joiner); HASH: a member of s the
+ *               directory lists (peer_verify.c).
+ * A banned peer (repeated rejected contributions) is refused everything. In
+ * a private run, a peer without a valid membership certificate is refused
+ * everything but the admission messages, before its circle is looked at
+ * (admit_check). */
 #include "train/peer_internal.h"
 
 #include <math.h>
@@ -91,6 +98,14 @@ static const trust_row table[] = {
     ROW(TRAIN_CAN_TAKE, CIRCLE_NEXT),
     ROW(TRAIN_LEADER, CIRCLE_DATA_OR_LEADER),
     ROW(TRAIN_RESYNC, CIRCLE_LAST_AGGREGATOR),
+    /* private runs: they carry their own proof (a signature by the run key) */
+    ROW(TRAIN_CERT, CIRCLE_ANYONE),
+    ROW(TRAIN_REDEEM, CIRCLE_ANYONE),
+    ROW(TRAIN_ADMITTED, CIRCLE_ANYONE),
+    ROW(TRAIN_REVOKED, CIRCLE_ANYONE),
+    /* verified downloads: a joiner asks, its stage's directory members answer */
+    ROW(TRAIN_HASH_REQ, CIRCLE_ANYONE),
+    ROW(TRAIN_HASH, CIRCLE_STAGE_DIR),
 };
 #undef ROW
 
@@ -187,6 +202,8 @@ bool trust_admit(train_peer *p, const gw_id *from, uint32_t type) {
     trust_refuse(p, from, type, "banned");
     return false;
   }
+  /* A private run: every circle is inside the run's members (peer_admit.c). */
+  if (!admit_check(p, from, type)) return false;
   const char *why = "refused";
   if (in_circle(p, from, r->circle, &why)) return true;
   trust_refuse(p, from, type, why);

@@ -1,0 +1,140 @@
+/* train/peer_verify.c — a downloaded stage state is checked against the
+ * stage's word before it is trained on (issue 17, item 4).
+ *
+ * The source of a download announces a hash of what it sends, which only
+ * proves the bytes arrived intact: a member serving wrong weights announces
+ * their hash. So once the state is restored, the joiner asks every
+ * directory member of its stage (the source too) for its weights hash at
+ * the download's iteration (TRAIN_HASH_REQ; members answer TRAIN_HASH with
+ * the hash their last aggregation or restore logged) and:
+ *   - two members announcing our hash: verified (`weights.verified`);
+ *   - two members announcing another, or, once everyone asked answered or
+ *     the hop timeout passed, any member announcing another while fewer
+ *     than two announce ours: refuted (`weights.mismatch`); the joiner
+ *     downloads again from a member it has not tried;
+ *   - nobody contradicting it (the source is the only member at that
+ *     iteration, or members not yet aggregated once have no hash):
+ *     accepted on the source's word (`weights.unconfirmed`).
+ * Members of another iteration are not counted: the join code fetches
+ * again when the stage aggregated meanwhile. */
+#include "train/peer_internal.h"
+
+#include <string.h>
+
+static bool zero_hash(const uint8_t *h) {
+  for (int i = 0; i < 32; i++)
+    if (h[i]) return false;
+  return true;
+}
+
+static void hex8(const uint8_t *b, char out[17]) {
+  static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 8; i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 15];
+  }
+  out[16] = '\0';
+}
+
+/* Directory members of our stage other than us: whom we ask. */
+static uint32_t askable(train_peer *p, gw_id *out, uint32_t max) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  uint32_t n = 0;
+  for (size_t i = 0; v && i < v->n && n < max; i++)
+    if (!v->v[i].heard && !gw_id_eq(&v->v[i].id, &p->cfg.self) && !trust_banned(p, &v->v[i].id))
+      out[n++] = v->v[i].id;
+  return n;
+}
+
+static uint32_t n_asked(train_peer *p) {
+  gw_id ids[PEER_MAX_CONTRIB];
+  return askable(p, ids, PEER_MAX_CONTRIB);
+}
+
+bool verify_begin(train_peer *p, const gw_id *source, uint64_t iteration, const uint8_t hash[32]) {
+  peer_verify *v = &p->verify;
+  gw_id ids[PEER_MAX_CONTRIB];
+  uint32_t n = askable(p, ids, PEER_MAX_CONTRIB);
+  char src[GW_ID_SHORT_LEN + 1];
+  peer_short(source, src);
+  bool others = false;
+  for (uint32_t i = 0; i < n; i++) others |= !gw_id_eq(&ids[i], source);
+  if (!others) {
+    GW_INFO(&p->log, "weights.unconfirmed", "from=%s iter=%llu reason=no_other_member", src,
+            (unsigned long long)iteration);
+    return false;
+  }
+  memset(v, 0, sizeof(*v));
+  v->active = true;
+  v->source = *source;
+  v->iteration = iteration;
+  memcpy(v->hash, hash, 32);
+  v->deadline = p->now + p->cfg.tun.hop_timeout_ms;
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = iteration;
+  for (uint32_t i = 0; i < n; i++) peer_send(p, &ids[i], GWTF__TRAIN_MSG__TRAIN_HASH_REQ, &m.base, NULL);
+  GW_DEBUG(&p->log, "weights.verifying", "from=%s iter=%llu asked=%u", src, (unsigned long long)iteration, n);
+  return true;
+}
+
+static void decide(train_peer *p, bool final) {
+  peer_verify *v = &p->verify;
+  bool all = v->n_agree + v->n_disagree >= n_asked(p);
+  char src[GW_ID_SHORT_LEN + 1], mine[17];
+  peer_short(&v->source, src);
+  hex8(v->hash, mine);
+  if (v->n_agree >= 2) {
+    v->active = false;
+    GW_INFO(&p->log, "weights.verified", "from=%s iter=%llu hash=%s agree=%u disagree=%u", src,
+            (unsigned long long)v->iteration, mine, v->n_agree, v->n_disagree);
+    join_accept_download(p);
+    return;
+  }
+  if (v->n_disagree >= 2 || ((final || all) && v->n_disagree > 0)) {
+    v->active = false;
+    p->counters.downloads_refuted++;
+    GW_ERROR(&p->log, "weights.mismatch", "from=%s iter=%llu hash=%s agree=%u disagree=%u", src,
+             (unsigned long long)v->iteration, mine, v->n_agree, v->n_disagree);
+    join_refetch(p);
+    return;
+  }
+  if (final || all) {
+    v->active = false;
+    GW_INFO(&p->log, "weights.unconfirmed", "from=%s iter=%llu hash=%s agree=%u reason=%s", src,
+            (unsigned long long)v->iteration, mine, v->n_agree, final ? "timeout" : "no_hash");
+    join_accept_download(p);
+  }
+}
+
+void verify_on_hash_req(train_peer *p, const gw_id *from, uint64_t iteration) {
+  (void)iteration; /* we answer with where we are; the asker compares */
+  if (p->state != PEER_READY || p->stage < 0 || zero_hash(p->agg.last_hash)) return;
+  Gwtf__TrainAggDone h = GWTF__TRAIN_AGG_DONE__INIT;
+  h.iteration = p->iteration;
+  h.stage = p->stage;
+  h.hash = (ProtobufCBinaryData){32, p->agg.last_hash};
+  peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_HASH, &h.base, NULL);
+}
+
+void verify_on_hash(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *h) {
+  peer_verify *v = &p->verify;
+  if (!v->active || p->state != PEER_RESTORING || h->stage != p->stage || h->iteration != v->iteration ||
+      h->hash.len != 32 || zero_hash(h->hash.data))
+    return;
+  if (id_in(v->agree, v->n_agree, from) || id_in(v->disagree, v->n_disagree, from)) return;
+  if (memcmp(h->hash.data, v->hash, 32) == 0) {
+    if (v->n_agree < PEER_MAX_CONTRIB) v->agree[v->n_agree++] = *from;
+  } else {
+    char who[GW_ID_SHORT_LEN + 1], theirs[17];
+    peer_short(from, who);
+    hex8(h->hash.data, theirs);
+    GW_DEBUG(&p->log, "weights.hash_differs", "peer=%s theirs=%s", who, theirs);
+    if (v->n_disagree < PEER_MAX_CONTRIB) v->disagree[v->n_disagree++] = *from;
+  }
+  decide(p, false);
+}
+
+void verify_tick(train_peer *p) {
+  if (p->verify.active && p->state == PEER_RESTORING && p->now >= p->verify.deadline) decide(p, true);
+  if (p->verify.active && p->state != PEER_RESTORING) p->verify.active = false; /* a resync took over */
+}
