@@ -57,7 +57,7 @@ static int route(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slo
     h_node *c = &h->nodes[j];
     bool avoided = false;
     for (size_t a = 0; a < n_avoid; a++) avoided |= gw_id_eq(&avoid[a], &c->peer.id);
-    if (c->alive && c->ready && c->stage == next && !avoided) cand[n++] = c;
+    if (c->alive && c->ready && c->stage == next && !avoided && !c->unrouted) cand[n++] = c;
   }
   if (n == 0) return GW_ENOENT;
   unsigned pick = slot + origin->b[0] + (from ? from->b[1] : 0u);
@@ -292,6 +292,8 @@ static void run_job(h_node *n, train_job *job) {
   case TRAIN_JOB_SNAPSHOT:
     job->blob = malloc(sizeof(n->w));
     memcpy(job->blob, n->w, sizeof(n->w));
+    if (n->bad_snapshot)
+      for (int k = 0; k < H_NP; k++) ((float *)job->blob)[k] += 1.0f;
     job->blob_len = sizeof(n->w);
     break;
   case TRAIN_JOB_RESTORE:
