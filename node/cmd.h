@@ -43,6 +43,10 @@ int cmd_sim_join(int argc, char **argv);
 void cmd_sim_join_help(void);
 int cmd_lookup(int argc, char **argv);
 void cmd_lookup_help(void);
+int cmd_invite(int argc, char **argv);
+void cmd_invite_help(void);
+int cmd_revoke(int argc, char **argv);
+void cmd_revoke_help(void);
 int cmd_bench_dht(int argc, char **argv);
 void cmd_bench_dht_help(void);
 

@@ -334,6 +334,22 @@ int cmd_node(int argc, char **argv) {
   int trc = train_node_check(&topts, &training);
   if (trc != 0) return trc;
   if (training) cfg.train = &topts;
+  if (topts.join) {
+    /* the invite's creator is a bootstrap peer, its node ID checked */
+    if (cfg.n_bootstrap == NODE_MAX_BOOTSTRAP) {
+      fprintf(stderr, "gwtf node: too many bootstrap peers for --join's\n");
+      return 2;
+    }
+    char host[256];
+    uint16_t port;
+    gw_id id;
+    bool has_id;
+    if (node_parse_peer_spec(topts.join_bootstrap, host, sizeof(host), &port, &id, &has_id) == 0 && port != 0)
+      cfg.bootstrap[cfg.n_bootstrap++] = topts.join_bootstrap;
+    else
+      fprintf(stderr, "gwtf node: the invite's address '%s' is not HOST:PORT; use --bootstrap\n",
+              topts.invite.creator_addr);
+  }
   if (optind < argc) {
     fprintf(stderr, "gwtf node: unexpected argument '%s'\n", argv[optind]);
     return 2;

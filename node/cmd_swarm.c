@@ -614,6 +614,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
   if (p->index == 0) {
     ARG("--create-run");
     ARG("swarm");
+    ARG("--open"); /* one machine, one owner: a public run (docs/TRAINING.md, Private runs) */
     ARG("--model");
     ARG("%s", sw->o.model);
     ARG("--stages");

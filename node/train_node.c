@@ -10,12 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 
 #include "dht/stage_dir.h"
 #include "flow/flow.h"
 #include "gwtf.pb-c.h"
 #include "node/dht_node.h"
 #include "node/relays.h"
+#include "node/run_access.h"
 #include "node/worker.h"
 #include "train/compute.h"
 #include "train/data.h"
@@ -123,6 +126,12 @@ typedef struct train_rt {
   bool announced;
   bool want_announce; /* ready: announce, and again until it succeeds */
   uint64_t relays_gen; /* node_relays_generation at the last announcement */
+  /* private runs */
+  bool have_key;             /* we hold the run key (creator, --run-key) */
+  member_key key;
+  const char *data_dir;
+  struct timespec revoked_mtime; /* of DIR/runs/NAME/revoked when we last read it */
+  char creator_addr[GW_ADDR_STRLEN]; /* what we last wrote to creator.addr */
 } train_rt;
 
 static uint64_t now_ms(train_rt *rt) { return uv_now(rt->loop); }
@@ -183,10 +192,26 @@ static int io_compute(void *ud, train_job *job) {
 
 static void on_peer_event(void *ud, const train_event *ev);
 
+static uint64_t io_unix_s(void *ud) {
+  (void)ud;
+  return (uint64_t)time(NULL);
+}
+
+/* A holder of the run key counts an invite's uses in the data dir, so a
+ * restart does not hand them out again. */
+static int io_redeem(void *ud, const uint8_t id[16], uint32_t uses, const gw_id *peer) {
+  train_rt *rt = ud;
+  int rc = run_access_redeem(rt->data_dir, rt->run.name, id, uses, peer);
+  if (rc != 0 && rc != GW_EFULL)
+    GW_ERROR(&rt->log, "run.redeem_failed", "err=\"%s\" msg=\"cannot count the invite's uses\"", gw_strerror(rc));
+  return rc;
+}
+
 /* ---- flow protocol io ---- */
 
 static int flow_send(void *ud, const gw_peer *to, const uint8_t *buf, size_t len) {
   train_rt *rt = ud;
+  if (rt->peer) train_peer_present(rt->peer, &to->id); /* a private run: our certificate goes first */
   p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_FLOW, .body = buf, .body_len = len};
   return p2p_host_send(rt->host, &to->id, &m);
 }
@@ -309,6 +334,9 @@ static void update_costs(train_rt *rt) {
   for (size_t i = 0; i < rt->n_known; i++) {
     known_peer *k = &rt->known[i];
     if (k->stage != nx && k->stage != pv) continue;
+    /* a private run: a directory member without a certificate gets no
+     * flow and no microbatch (its flow messages are refused too) */
+    if (!train_peer_member(rt->peer, &k->id)) continue;
     double c = link_cost(rt, &k->id);
     if (rt->flow) {
       if (k->stage == nx) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
@@ -520,6 +548,13 @@ static void announce(train_rt *rt) {
     me.load = (uint32_t)(c.units > 0 ? c.units : 0);
   }
   int rc = stage_dir_announce(rt->d, rt->run.name, (uint32_t)rt->stage, &me, now_ms(rt));
+  if (rc == 0 && rt->have_key && rt->run.private_run) {
+    /* where `gwtf invite` tells friends to dial */
+    char addr[GW_ADDR_STRLEN];
+    gw_addr_format(&me.addr, addr);
+    if (strcmp(addr, rt->creator_addr) != 0 && run_access_write_addr(rt->data_dir, rt->run.name, addr) == 0)
+      snprintf(rt->creator_addr, sizeof(rt->creator_addr), "%s", addr);
+  }
   if (rc == 0 && !rt->announced) {
     rt->announced = true;
     GW_INFO(&rt->log, "stage.announced", "run=%s capacity=%u relays=%zu private=%d", rt->run.name, rt->capacity,
@@ -552,6 +587,23 @@ static void publish_run(train_rt *rt) {
   free(text);
 }
 
+/* A holder of the run key takes the list `gwtf revoke` wrote as soon as it
+ * changes, and floods it to the members (train/peer_admit.c). */
+static void load_revocations(train_rt *rt) {
+  char path[PATH_MAX];
+  struct stat st;
+  run_access_path(rt->data_dir, rt->run.name, "revoked", path, sizeof(path));
+  if (stat(path, &st) != 0) return;
+  if (st.st_mtim.tv_sec == rt->revoked_mtime.tv_sec && st.st_mtim.tv_nsec == rt->revoked_mtime.tv_nsec) return;
+  rt->revoked_mtime = st.st_mtim;
+  uint8_t *buf = NULL;
+  size_t len = 0;
+  int rc = run_access_read_revocations(rt->data_dir, rt->run.name, &buf, &len);
+  if (rc == 0) rc = train_peer_set_revocations(rt->peer, buf, len, now_ms(rt));
+  free(buf);
+  if (rc != 0) GW_ERROR(&rt->log, "run.bad_revocations", "path=%s err=\"%s\"", path, gw_strerror(rc));
+}
+
 static void disco_cb(uv_timer_t *t) {
   train_rt *rt = t->data;
   uint64_t now = now_ms(rt);
@@ -572,6 +624,7 @@ static void disco_cb(uv_timer_t *t) {
       query_done(q);
   }
   known_sweep(rt);
+  if (rt->have_key && rt->run.private_run) load_revocations(rt);
   if (train_peer_is_leader(rt->peer) && rt->run.stages > 0) publish_run(rt);
   node_relays *nr = node_get_relays(rt->n);
   bool relays_moved = nr && node_relays_generation(nr) != rt->relays_gen; /* our circuit addresses changed */
@@ -796,9 +849,25 @@ static int start_peer(train_rt *rt) {
   cfg.initial_weights = o->create_run != NULL;
   train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = on_peer_event,
-                 .peer_info = peer_info};
+                 .peer_info = peer_info, .unix_s = io_unix_s, .redeem = io_redeem};
   int rc = train_peer_new(&rt->peer, &cfg, &io, &router, &rt->log);
   if (rc != 0) return rc;
+  if (rt->run.private_run) {
+    train_membership m;
+    memset(&m, 0, sizeof(m));
+    snprintf(m.run, sizeof(m.run), "%s", rt->run.name);
+    memcpy(m.run_key, rt->run.run_key, sizeof(m.run_key));
+    m.have_sk = rt->have_key;
+    if (rt->have_key) memcpy(m.sk, rt->key.sk, sizeof(m.sk));
+    m.token = o->join_token;
+    m.token_len = o->join_token_len;
+    rc = train_peer_set_membership(rt->peer, &m);
+    sodium_memzero(m.sk, sizeof(m.sk));
+    if (rc != 0) {
+      GW_ERROR(&rt->log, "run.membership", "err=\"%s\"", gw_strerror(rc));
+      return rc;
+    }
+  }
   if (data) {
     train_peer_set_sampler(rt->peer, sample, rt);
     enter_stage(rt, 0);
@@ -806,7 +875,8 @@ static int start_peer(train_rt *rt) {
   if (!data) {
     char leader[GW_ID_SHORT_LEN + 1];
     gw_id_to_short(&rt->run.leader, leader);
-    GW_INFO(&rt->log, "run.joining", "run=%s capacity=%u leader=%s", rt->run.name, rt->capacity, leader);
+    GW_INFO(&rt->log, "run.joining", "run=%s capacity=%u leader=%s access=%s", rt->run.name, rt->capacity, leader,
+            rt->run.private_run ? (rt->have_key ? "run_key" : "invite") : "open");
     train_peer_set_leader(rt->peer, &rt->run.leader, now_ms(rt));
   }
   rt->started = true;
@@ -829,6 +899,16 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
       continue;
     }
     if (!gw_id_eq(&info.leader, &runs[i].publisher)) continue;
+    /* the invite (or our copy of the run key) is the root of trust: a
+     * record naming another key is someone else's run of that name */
+    const uint8_t *want = rt->o->join ? rt->o->invite.run_key : rt->have_key ? rt->key.pk : NULL;
+    if (want && (!info.private_run || memcmp(info.run_key, want, 32) != 0)) {
+      char who[GW_ID_SHORT_LEN + 1];
+      gw_id_to_short(&runs[i].publisher, who);
+      GW_WARN(&rt->log, "run.bad_record", "publisher=%s err=\"%s\"", who,
+              info.private_run ? "another run key than ours" : "an open run, where our invite is for a private one");
+      continue;
+    }
     if (!best || runs[i].remaining_ms > best->remaining_ms) best = &runs[i], best_info = info;
   }
   if (!best) {
@@ -843,13 +923,21 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
     }
     return;
   }
+  if (best_info.private_run && !rt->o->join && !rt->have_key) {
+    GW_ERROR(&rt->log, "run.private",
+             "run=%s msg=\"a private run: join it with --join TOKEN (gwtf invite on its creator) or --run-key FILE\"",
+             best_info.name);
+    node_stop(rt->n);
+    rt->stopping = true;
+    return;
+  }
   rt->run = best_info;
   rt->have_run = true;
   char leader[GW_ID_SHORT_LEN + 1];
   gw_id_to_short(&rt->run.leader, leader);
-  GW_INFO(&rt->log, "run.found", "run=%s model=%s stages=%d layers=%d d_model=%d leader=%s", rt->run.name,
+  GW_INFO(&rt->log, "run.found", "run=%s model=%s stages=%d layers=%d d_model=%d leader=%s access=%s", rt->run.name,
           model_arch_name(rt->run.model.arch), rt->run.stages, rt->run.model.n_layers, rt->run.model.d_model,
-          leader);
+          leader, rt->run.private_run ? "private" : "open");
   if (start_peer(rt) != 0) node_stop(rt->n);
 }
 
@@ -882,14 +970,30 @@ static int create_run(train_rt *rt) {
   r->seed = o->seed;
   r->leader = node_identity(rt->n)->id;
   snprintf(r->dataset, sizeof(r->dataset), "%s", o->dataset ? o->dataset : "");
+  if (!o->open_run) {
+    /* private: the run key stays in our data dir (or where --run-key says) */
+    char path[PATH_MAX];
+    if (o->run_key)
+      snprintf(path, sizeof(path), "%s", o->run_key);
+    else
+      run_access_path(rt->data_dir, r->name, "run.key", path, sizeof(path));
+    if (run_access_load_key(path, true, &rt->key, err, sizeof(err)) != 0) {
+      GW_ERROR(&rt->log, "train.config", "err=\"run key: %s\"", err);
+      return GW_EINVAL;
+    }
+    rt->have_key = true;
+    r->private_run = true;
+    memcpy(r->run_key, rt->key.pk, sizeof(r->run_key));
+  }
   if (train_run_validate(r, err, sizeof(err)) != 0) {
     GW_ERROR(&rt->log, "train.config", "err=\"%s\"", err);
     return GW_EINVAL;
   }
   rt->have_run = true;
-  GW_INFO(&rt->log, "run.created", "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d",
-          r->name, model_arch_name(r->model.arch), r->stages, r->model.n_layers, r->model.d_model, r->microbatches,
-          r->batch, r->seq);
+  GW_INFO(&rt->log, "run.created",
+          "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d access=%s", r->name,
+          model_arch_name(r->model.arch), r->stages, r->model.n_layers, r->model.d_model, r->microbatches, r->batch,
+          r->seq, r->private_run ? "private" : "open");
   int rc = start_peer(rt);
   if (rc == 0) publish_run(rt);
   return rc;
@@ -916,6 +1020,16 @@ static int comp_start(node *n, void **state) {
     return GW_EINVAL;
   }
   rt->d = dht_runtime_dht(drt);
+  rt->data_dir = node_get_config(n)->data_dir ? node_get_config(n)->data_dir : ".";
+  if (o->run_key && !o->create_run) {
+    char err[512];
+    if (run_access_load_key(o->run_key, false, &rt->key, err, sizeof(err)) != 0) {
+      GW_ERROR(&rt->log, "train.config", "err=\"--run-key: %s\"", err);
+      free(rt);
+      return GW_EINVAL;
+    }
+    rt->have_key = true;
+  }
   uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer, &rt->cost_timer, &rt->stop_timer};
   for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
     uv_timer_init(rt->loop, timers[i]);
@@ -951,6 +1065,7 @@ static void comp_stop(node *n, void *state) {
   rt->worker = NULL;
   train_peer_free(rt->peer);
   rt->peer = NULL;
+  sodium_memzero(&rt->key, sizeof(rt->key));
   flow_free(rt->flow);
   rt->flow = NULL;
   route_swarm_free(rt->rs);
@@ -966,7 +1081,10 @@ static void comp_stop(node *n, void *state) {
  * flows re-form through it instead of staying on the fallback route. */
 static void comp_peer_up(void *state, const gw_peer *peer, bool back) {
   train_rt *rt = state;
-  if (!rt || !rt->flow || rt->stopping || !back) return;
+  if (!rt || rt->stopping) return;
+  /* a private run: our certificate first, on every new session */
+  if (rt->peer) train_peer_on_peer_up(rt->peer, &peer->id, now_ms(rt));
+  if (!rt->flow || !back) return;
   known_peer *k = known_find(rt, &peer->id);
   if (!k) return;
   flow_add_peer(rt->flow, &k->id, k->stage);
@@ -989,6 +1107,9 @@ static void comp_message(void *state, const gw_id *from, p2p_msg *msg) {
   uint64_t now = now_ms(rt);
   rt->rf.now_ms = now;
   if (msg->type == GWTF__MSG_TYPE__MSG_FLOW) {
+    /* flows and placement are for members only (the same state as the
+     * dispatcher's, train/peer_admit.c; refusals logged there) */
+    if (!train_peer_admit(rt->peer, from, now)) return;
     if (rt->flow) {
       gw_peer p = {.id = *from};
       flow_on_message(rt->flow, &p, msg->body, msg->body_len, now);

@@ -26,6 +26,7 @@
 #include <getopt.h>
 
 #include "node/node.h"
+#include "train/member.h"
 #include "train/peer.h"
 
 
@@ -58,6 +59,14 @@ typedef struct train_node_opts {
                              (emulates a slower device; issue 7's heterogeneity) */
   int crash_job;          /* a train_job_kind; 0 = none */
   uint64_t crash_iteration;
+  /* private runs (docs/TRAINING.md, "Private runs") */
+  bool open_run;          /* --open: --create-run makes a public run */
+  const char *run_key;    /* --run-key FILE: hold the run key (the creator's, or a second data node's) */
+  const char *join;       /* --join TOKEN: the invite's text */
+  member_invite invite;   /* parsed from --join */
+  uint8_t *join_token;    /* its packed RunToken (malloc'd, lives with the process) */
+  size_t join_token_len;
+  char join_bootstrap[GW_ID_HEX_LEN + 2 + MEMBER_ADDR_MAX + 1]; /* "ID@ADDR" of the invite's creator */
 } train_node_opts;
 
 void train_node_opts_default(train_node_opts *o);

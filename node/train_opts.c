@@ -39,6 +39,9 @@ enum {
   T_DEBUG_CRASH,
   T_EXIT_WITH_PARENT,
   T_SLOWDOWN,
+  T_JOIN,
+  T_OPEN,
+  T_RUN_KEY,
 };
 
 const struct option train_node_options[] = {
@@ -67,13 +70,25 @@ const struct option train_node_options[] = {
     {"debug-crash", required_argument, 0, T_DEBUG_CRASH},
     {"exit-with-parent", no_argument, 0, T_EXIT_WITH_PARENT},
     {"slowdown", required_argument, 0, T_SLOWDOWN},
+    {"join", required_argument, 0, T_JOIN},
+    {"open", no_argument, 0, T_OPEN},
+    {"run-key", required_argument, 0, T_RUN_KEY},
     {0},
 };
 
 void train_node_print_help(void) {
   printf("\ntraining (a node without these options only keeps sessions and the DHT):\n"
          "  --create-run NAME          start a run and be its first data node (the leader)\n"
-         "  --run NAME                 join a run found in the DHT (through --bootstrap)\n"
+         "  --run NAME                 join a run found in the DHT (through --bootstrap); a\n"
+         "                             private run also needs --join or --run-key\n"
+         "  --join TOKEN               join the private run of an invite (gwtf invite on the\n"
+         "                             run's creator): its name, key and the creator's address\n"
+         "                             (dialled as a bootstrap peer) come from the token\n"
+         "  --open                     with --create-run: a public run anyone may join (the\n"
+         "                             default is private: members need an invite)\n"
+         "  --run-key FILE             hold the run key (default for --create-run:\n"
+         "                             DIR/runs/NAME/run.key, created 0600): a data node with it\n"
+         "                             admits members and revokes like the creator (failover)\n"
          "  --role relay|data          joining as a relay (default) or as another data node\n"
          "  --device cpu|cuda[:N]      where this peer computes (default cpu)\n"
          "  --capacity N               relays: microbatches held at once (default: from free memory)\n"
@@ -160,6 +175,21 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   case T_SEED: o->seed = strtoull(arg, NULL, 10); return 0;
   case T_DATA_SEED: o->data_seed = strtoull(arg, NULL, 10); return 0;
   case T_RESUME: o->resume = true; return 0;
+  case T_OPEN: o->open_run = true; return 0;
+  case T_RUN_KEY: o->run_key = arg; return 0;
+  case T_JOIN: {
+    int rc = member_token_parse(arg, &o->invite);
+    if (rc == 0) rc = member_token_to_bin(arg, &o->join_token, &o->join_token_len);
+    if (rc != 0)
+      return bad("--join", arg, rc == GW_EAUTH ? "its signature does not verify (a damaged token?)"
+                                               : "not an invite token (gwtf1:...; see gwtf help invite)");
+    o->join = arg;
+    o->run = o->invite.run;
+    char id[GW_ID_HEX_LEN + 1];
+    gw_id_to_hex(&o->invite.creator, id);
+    snprintf(o->join_bootstrap, sizeof(o->join_bootstrap), "%s@%s", id, o->invite.creator_addr);
+    return 0;
+  }
   case T_STAY: o->exit_when_done = false; return 0;
   case T_EXIT_WITH_PARENT: {
     /* A launcher that is killed must not leave its peers running (they
@@ -220,7 +250,15 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
 int train_node_check(const train_node_opts *o, bool *training) {
   *training = o->create_run || o->run;
   if (o->create_run && o->run) {
-    fprintf(stderr, "gwtf node: --create-run and --run exclude each other\n");
+    fprintf(stderr, "gwtf node: --create-run and --run (or --join) exclude each other\n");
+    return 2;
+  }
+  if (o->open_run && !o->create_run) {
+    fprintf(stderr, "gwtf node: --open goes with --create-run (a joiner reads the run's kind from its record)\n");
+    return 2;
+  }
+  if (o->open_run && o->run_key) {
+    fprintf(stderr, "gwtf node: --open and --run-key exclude each other (an open run has no key)\n");
     return 2;
   }
   if ((o->create_run || o->data) && !o->dataset) {

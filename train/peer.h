@@ -303,6 +303,9 @@ bool train_peer_admit(train_peer *p, const gw_id *peer, uint64_t now_ms);
 /* Before the driver sends its own messages (flow) to peer: presents our
  * certificate first when we have not yet. */
 void train_peer_present(train_peer *p, const gw_id *peer);
+/* Whether `peer` presented a valid certificate (always true in an open
+ * run); no logging: for the driver's choices (flows, link costs). */
+bool train_peer_member(train_peer *p, const gw_id *peer);
 /* Whether we hold a valid certificate (always true in an open run). */
 bool train_peer_certified(const train_peer *p);
 

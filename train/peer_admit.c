@@ -61,6 +61,8 @@ bool admit_is_member(train_peer *p, const gw_id *id) {
   return m && unix_now(p) < m->expires;
 }
 
+bool train_peer_member(train_peer *p, const gw_id *peer) { return admit_is_member(p, peer); }
+
 /* ---- presenting our certificate ---- */
 
 static void send_cert(train_peer *p, const gw_id *to, uint32_t type, bool reply, const char *refused,

@@ -60,6 +60,12 @@ char *train_run_encode(const train_run *r) {
                         "stages", r->stages, "layers", layers, "batch", r->batch, "seq", r->seq, "microbatches",
                         r->microbatches, "lr", r->lr, "seed", (json_int_t)r->seed, "leader", leader, "dataset",
                         r->dataset);
+  if (o) json_object_set_new(o, "access", json_string(r->private_run ? "private" : "open"));
+  if (o && r->private_run) {
+    char key[65];
+    for (int i = 0; i < 32; i++) snprintf(key + 2 * i, 3, "%02x", r->run_key[i]);
+    json_object_set_new(o, "run_key", json_string(key));
+  }
   char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
   json_decref(o);
   return text;
@@ -74,14 +80,27 @@ int train_run_decode(const uint8_t *buf, size_t len, train_run *r, char *err, si
   }
   int version = 0;
   json_int_t seed = 0;
-  const char *name = NULL, *leader = NULL, *dataset = "";
+  const char *name = NULL, *leader = NULL, *dataset = "", *access = "open", *run_key = NULL;
   json_t *model = NULL;
   memset(r, 0, sizeof(*r));
   int rc = GW_EINVAL;
-  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s}", "version", &version, "name", &name,
-                     "model", &model, "stages", &r->stages, "batch", &r->batch, "seq", &r->seq, "microbatches",
-                     &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader, "dataset", &dataset) != 0) {
+  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s,s?s,s?s}", "version", &version, "name",
+                     &name, "model", &model, "stages", &r->stages, "batch", &r->batch, "seq", &r->seq, "microbatches",
+                     &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader, "dataset", &dataset, "access",
+                     &access, "run_key", &run_key) != 0) {
     snprintf(err, err_len, "run record: %s", jerr.text);
+    goto out;
+  }
+  if (strcmp(access, "private") == 0) {
+    gw_id key;
+    if (!run_key || gw_id_from_hex(run_key, &key) != 0) {
+      snprintf(err, err_len, "run record: a private run without a usable run_key");
+      goto out;
+    }
+    r->private_run = true;
+    memcpy(r->run_key, key.b, 32);
+  } else if (strcmp(access, "open") != 0) {
+    snprintf(err, err_len, "run record: access '%.16s' is neither private nor open", access);
     goto out;
   }
   if (version != 1 || strlen(name) > TRAIN_RUN_NAME_MAX || gw_id_from_hex(leader, &r->leader) != 0) {

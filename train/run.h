@@ -24,6 +24,12 @@ typedef struct train_run {
   uint64_t seed; /* weight init */
   gw_id leader;
   char dataset[256];
+  /* A private run (the default for --create-run): only holders of a
+   * membership certificate signed by run_key take part (train/member.h).
+   * The record says "access":"private" and carries the key; an open run
+   * ("access":"open", or a record without the field) admits anyone. */
+  bool private_run;
+  uint8_t run_key[32];
 } train_run;
 
 /* Blocks of relay stage s (1..stages): an even split, the first stages taking

@@ -89,7 +89,7 @@ def run_case(nat, workdir, corpus):
         d = os.path.join(workdir, nat)
         try:
             b = NsNode("B", d, ns["b"], COMMON + [
-                "--create-run", RUN, "--model", "tiny", "--stages", "3", "--iterations", str(iters),
+                "--create-run", RUN, "--open", "--model", "tiny", "--stages", "3", "--iterations", str(iters),
                 "--microbatches", str(MICROBATCHES), "--batch", "4", "--seq", "64", "--dataset", corpus,
                 "--data-seed", "1000"]).start()
             nodes.append(b)
