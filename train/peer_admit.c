@@ -448,8 +448,8 @@ static int take_revocations(train_peer *p, const gw_id *from, const uint8_t *buf
   member_revocations_free(&a->revoked);
   a->revoked = r;
   GW_INFO(&p->log, "run.revocations", "seq=%llu peers=%zu", (unsigned long long)r.seq, r.n);
+  flood_revocations(p, from); /* first: the revoked peers still in our views hear it too */
   apply_revocations(p);
-  flood_revocations(p, from);
   return 0;
 }
 

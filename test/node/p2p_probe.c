@@ -8,10 +8,17 @@
  *   biglen    sends a 4 GiB length prefix                  exit 0 when the node hangs up
  *   replay    sends one frame twice                        exit 0 when the node hangs up
  *   tamper    flips a bit in a frame                       exit 0 when the node hangs up
+ *   train:KIND  a peer without a run certificate: prints its node ID, then
+ *             sends one message of KIND: join (JOIN), weights (WEIGHTS_REQ
+ *             for stage 1), forward (a FORWARD with a (1,4,64) activation),
+ *             grad (a GRAD for stage 1), hello (a HELLO claiming stage 1),
+ *             flow (a flow message); then a Ping; exit 0 on the Pong (the
+ *             node refused it and kept the session: its log says so)
  * Exit 1 otherwise (with a message on stderr). */
 #include "testutil.h"
 
 #include "p2p/p2ptest.h"
+#include "train.pb-c.h"
 
 #define TIMEOUT_MS (5000)
 
@@ -59,9 +66,50 @@ static int wait_pong(rawpeer *r) {
   return rc;
 }
 
+static int send_one(rawpeer *r, uint32_t type, const ProtobufCMessage *msg, const p2p_tensor *t, const void *data,
+                    size_t n) {
+  uint8_t body[512];
+  size_t len = msg ? protobuf_c_message_pack(msg, body) : 3;
+  if (!msg) memcpy(body, "\x08\x01\x10", 3);
+  p2p_msg m = {.type = type, .body = body, .body_len = len, .tensor = t, .data = data, .data_len = n};
+  return rawpeer_send_msg(r, &m);
+}
+
+/* What a stranger tries at one entry point of a private run. */
+static int send_train(rawpeer *r, const char *kind) {
+  static float act[1 * 4 * 64];
+  Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
+  j.capacity = 4;
+  if (!strcmp(kind, "join")) return send_one(r, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL, NULL, 0);
+  Gwtf__TrainWeightsReq w = GWTF__TRAIN_WEIGHTS_REQ__INIT;
+  w.stage = 1;
+  if (!strcmp(kind, "weights")) return send_one(r, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, &w.base, NULL, NULL, 0);
+  Gwtf__TrainMicrobatch mb = GWTF__TRAIN_MICROBATCH__INIT;
+  ProtobufCBinaryData me = {GW_ID_BYTES, r->me.id.b};
+  mb.id = 1;
+  mb.origin = me;
+  mb.n_path = 1;
+  mb.path = &me;
+  for (size_t i = 0; i < sizeof(act) / sizeof(act[0]); i++) act[i] = 100.0f;
+  p2p_tensor t = {.dtype = GWTF__DTYPE__DTYPE_F32, .ndim = 3, .shape = {1, 4, 64}};
+  if (!strcmp(kind, "forward")) return send_one(r, GWTF__TRAIN_MSG__TRAIN_FORWARD, &mb.base, &t, act, sizeof(act));
+  Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
+  g.stage = 1;
+  g.count = 1;
+  g.total = 4;
+  p2p_tensor gt = {.dtype = GWTF__DTYPE__DTYPE_F32, .ndim = 1, .shape = {4}};
+  if (!strcmp(kind, "grad")) return send_one(r, GWTF__TRAIN_MSG__TRAIN_GRAD, &g.base, &gt, act, 4 * sizeof(float));
+  Gwtf__TrainHello h = GWTF__TRAIN_HELLO__INIT;
+  h.stage = 1;
+  h.iteration = 1;
+  if (!strcmp(kind, "hello")) return send_one(r, GWTF__TRAIN_MSG__TRAIN_HELLO, &h.base, NULL, NULL, 0);
+  if (!strcmp(kind, "flow")) return send_one(r, GWTF__MSG_TYPE__MSG_FLOW, NULL, NULL, NULL, 0);
+  return GW_EINVAL;
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: p2p_probe ADDR NODEID good|biglen|replay|tamper\n");
+    fprintf(stderr, "usage: p2p_probe ADDR NODEID good|biglen|replay|tamper|train:KIND\n");
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -86,6 +134,21 @@ int main(int argc, char **argv) {
     uint8_t body[32];
     p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_PING, .body = body, .body_len = gwtf__ping__pack(&ping, body)};
     if ((rc = rawpeer_send_msg(&r, &m)) != 0) return probe_fail("ping", rc);
+    if ((rc = wait_pong(&r)) != 0) return probe_fail("pong", rc);
+    rawpeer_close(&r);
+    return 0;
+  }
+  if (!strncmp(mode, "train:", 6)) {
+    char hex[GW_ID_HEX_LEN + 1];
+    gw_id_to_hex(&r.me.id, hex);
+    printf("%s\n", hex);
+    fflush(stdout);
+    if ((rc = send_train(&r, mode + 6)) != 0) return probe_fail(mode, rc);
+    Gwtf__Ping ping = GWTF__PING__INIT;
+    ping.nonce = 2;
+    uint8_t body[32];
+    p2p_msg pm = {.type = GWTF__MSG_TYPE__MSG_PING, .body = body, .body_len = gwtf__ping__pack(&ping, body)};
+    if ((rc = rawpeer_send_msg(&r, &pm)) != 0) return probe_fail("ping", rc);
     if ((rc = wait_pong(&r)) != 0) return probe_fail("pong", rc);
     rawpeer_close(&r);
     return 0;

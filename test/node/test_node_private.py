@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""A private run with real `gwtf node` processes (issue 17, item 1).
+
+C creates the private run (one relay stage, so two relays share it). Then:
+  - `gwtf invite --uses 3` prints a token; R1 and R2 join with `--join`,
+    are certified, placed and train (C's iterations list two relays);
+  - a node with `--run` but no token finds the run private and stops;
+  - a hostile wire client without a certificate (p2p_probe train:KIND, a
+    fresh identity each time) is refused at every entry point: JOIN,
+    WEIGHTS_REQ and a flow message at C, a FORWARD straight to a relay, a
+    GRAD and a HELLO at a stage member: one `run.refused reason=
+    no_certificate` per attempt, none of them placed or served, and the
+    sessions stay up;
+  - an expired invite is refused (`token_expired`), a used-up one too;
+  - `gwtf revoke` drops R2: C sends the list on, R1 refuses R2, and C's
+    next iterations count one relay.
+
+usage: test_node_private.py PATH_TO_P2P_PROBE"""
+
+import os
+import subprocess
+import sys
+import time
+
+from gwtfproc import GWTF, TIMEOUT, Swarm, check, main
+
+PROBE = sys.argv[1] if len(sys.argv) > 1 else "p2p_probe"
+RUN = "priv"
+COMMON = ["--model", "tiny", "--threads", "1", "--capacity", "2", "--hop-timeout", "3000", "--record-ttl", "20"]
+
+
+def gwtf(*args):
+    r = subprocess.run([GWTF, *args], capture_output=True, text=True, timeout=TIMEOUT)
+    check(r.returncode == 0, f"gwtf {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def invite(c, *extra):
+    return gwtf("invite", "--run", RUN, "--data-dir", c.data_dir, *extra)
+
+
+def probe(node, kind):
+    """A stranger's attempt; returns its short node ID once the node answered its Ping."""
+    r = subprocess.run([PROBE, node.addr, node.id, f"train:{kind}"], capture_output=True, text=True,
+                       timeout=TIMEOUT)
+    check(r.returncode == 0, f"p2p_probe train:{kind}: exit {r.returncode}: {r.stderr.strip()}")
+    return r.stdout.strip()[:8]
+
+
+def test():
+    with Swarm() as s:
+        data = os.path.join(s.dir, "data.txt")
+        gwtf("data", "synth", "--out", data, "--bytes", "100000")
+        c = s.node("c", COMMON + ["--create-run", RUN, "--dataset", data, "--stages", "1", "--iterations", "0",
+                                  "--microbatches", "2", "--batch", "2", "--seq", "16"])
+        c.start()
+        ev = c.wait("run.created")
+        check(ev.get("access") == "private", f"--create-run must make a private run: {ev}")
+        c.wait("stage.announced")
+
+        token = invite(c, "--uses", "3")
+        check(token.startswith("gwtf1:"), f"an invite token, not {token!r}")
+        r1 = s.node("r1", COMMON + ["--join", token]).start()
+        r2 = s.node("r2", COMMON + ["--join", token]).start()
+        for r in (r1, r2):
+            r.wait("run.certified", timeout=2 * TIMEOUT)
+            r.wait("peer.ready", timeout=2 * TIMEOUT)
+            c.wait("run.admitted", peer=r.short)
+        c.wait("iteration.done", peers="2", timeout=4 * TIMEOUT)
+
+        # without an invite: the run's record says private, the node stops
+        n = s.node("n", COMMON + ["--run", RUN]).start(bootstrap=[c.spec])
+        n.wait("run.private", timeout=2 * TIMEOUT)
+        n.proc.wait(timeout=TIMEOUT)
+        check(not c.find("run.admitted", peer=n.short), "a node without an invite was admitted")
+
+        # a hostile wire client at every entry point
+        attempts = [(c, "join"), (c, "weights"), (c, "flow"), (r1, "forward"), (r1, "grad"), (r1, "hello")]
+        types = {"join": "301", "weights": "303", "forward": "310", "grad": "322", "hello": "300", "flow": "0"}
+        for node, kind in attempts:
+            m = node.mark()
+            who = probe(node, kind)
+            ev = node.wait("run.refused", since=m, peer=who)
+            check(ev.get("reason") == "no_certificate" and str(ev.get("type")) == types[kind],
+                  f"{kind}: {ev}")
+            check(not node.find("join.candidate", peer=who) and not node.find("join.placed", peer=who),
+                  f"{kind}: the stranger was placed")
+            check(not node.find("weights.served", to=who), f"{kind}: the stranger was served weights")
+        for node in (c, r1, r2):
+            check(node.alive(), f"{node.name} must survive the stranger")
+        members = {c.short, r1.short, r2.short}
+        for node in (c, r1, r2):
+            bad = [e for e in node.find("run.refused") if e.get("peer") in members]
+            check(not bad, f"{node.name} refused a member: {bad}")
+
+        # an expired invite, and a used-up one
+        t0 = time.time()
+        expired = invite(c, "--expires", "1")
+        m = c.mark()
+        x = s.node("x", COMMON + ["--join", expired])
+        while time.time() < t0 + 2.1:  # expiry is wall-clock time (unix seconds): wait until it has passed
+            time.sleep(0.05)
+        x.start()
+        c.wait("run.refused", since=m, peer=x.short, reason="token_expired", timeout=2 * TIMEOUT)
+        x.wait("run.redeem_refused", reason="token_expired", timeout=TIMEOUT)
+        once = invite(c, "--uses", "1")
+        y = s.node("y", COMMON + ["--join", once]).start()
+        y.wait("run.certified", timeout=2 * TIMEOUT)
+        z = s.node("z", COMMON + ["--join", once]).start()
+        z.wait("run.redeem_refused", reason="token_used_up", timeout=2 * TIMEOUT)
+        for p in (x, z, y):
+            p.stop()
+
+        # revoke R2 by the prefix its logs show
+        m1, mc = r1.mark(), c.mark()
+        gwtf("revoke", "--run", RUN, "--data-dir", c.data_dir, r2.short)
+        c.wait("run.revocations", since=mc, seq="1", timeout=TIMEOUT)
+        r1.wait("run.revoked", since=m1, peer=r2.short, timeout=TIMEOUT)
+        r2.wait("run.revoked_self", timeout=TIMEOUT)
+        mc = c.mark()
+        c.wait("iteration.done", since=mc, count=2, peers="1", timeout=4 * TIMEOUT)
+        r1.wait("run.refused", peer=r2.short, reason="revoked", timeout=2 * TIMEOUT)
+        for node in (r2, r1, c):
+            node.stop()
+
+
+if __name__ == "__main__":
+    main(test)
