@@ -24,7 +24,7 @@ set -u
 secs=${1:-60}
 [ $# -gt 0 ] && shift
 all=(fuzz_frame fuzz_train_msg fuzz_flow_msg fuzz_safetensors fuzz_run_record fuzz_dht_payload fuzz_datagram
-     fuzz_pcp_reply fuzz_natpmp_reply fuzz_upnp_reply)
+     fuzz_pcp_reply fuzz_natpmp_reply fuzz_upnp_reply fuzz_member_token fuzz_member_cert)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all[@]}"); fi
 case "$secs" in ''|*[!0-9]*) echo "fuzz.sh: SECONDS_PER_TARGET must be a number, not '$secs'" >&2; exit 2 ;; esac
 

@@ -1,7 +1,7 @@
 /* Writes the seed corpora for the session, training, flow and file targets
  * (fuzz_targets.h):
  *
- *   fuzz_gen_corpus2 OUT_DIR   # OUT_DIR/{frame,train_msg,flow_msg,safetensors,run_record}
+ *   fuzz_gen_corpus2 OUT_DIR   # OUT_DIR/{frame,train_msg,flow_msg,safetensors,run_record,member_*}
  *
  * Small valid inputs that reach deep, plus a few broken ones:
  *   frame        real sealed sessions (HELLO, messages, a tensor, GOODBYE)
@@ -14,7 +14,11 @@
  *                segment ids match);
  *   safetensors  files from the writer (st_writer) and a few hand-made
  *                broken headers;
- *   run_record   encoded run records and a few broken ones.
+ *   run_record   encoded run records (open and private) and a few broken ones;
+ *   member_token invite tokens signed with the targets' fixed run key, as
+ *                text and packed, and field inputs for the round trip;
+ *   member_cert  certificates and revocation lists signed with that key,
+ *                and field inputs for their round trips.
  * The committed corpus under test/fuzz/corpus was made by this program (and
  * may grow with the fuzzer's own finds). */
 #include <stdio.h>
@@ -31,6 +35,7 @@
 #include "proto/gwtf.pb-c.h"
 #include "proto/p2p.pb-c.h"
 #include "proto/train.pb-c.h"
+#include "train/member.h"
 #include "train/run.h"
 #include "train/safetensors.h"
 #include "util/rng.h"
@@ -633,6 +638,10 @@ static void gen_run(void) {
     r.seed = 42 + (uint64_t)variant;
     gw_id_hash_str("leader", &r.leader);
     if (variant == 2) snprintf(r.dataset, sizeof(r.dataset), "data/tiny.txt");
+    if (variant == 1) {
+      r.private_run = true;
+      memset(r.run_key, 0xab, sizeof(r.run_key));
+    }
     char *text = train_run_encode(&r);
     if (!text) exit(1);
     write_file("run_record", (const uint8_t *)text, strlen(text));
@@ -643,13 +652,78 @@ static void gen_run(void) {
     write_file("run_record", (const uint8_t *)bad[i], strlen(bad[i]));
 }
 
+/* ---- private runs ---- */
+
+/* mode byte + payload */
+static void write_mode(const char *sub, uint8_t mode, const uint8_t *p, size_t n) {
+  uint8_t *b = malloc(n + 1);
+  if (!b) exit(1);
+  b[0] = mode;
+  memcpy(b + 1, p, n);
+  write_file(sub, b, n + 1);
+  free(b);
+}
+
+static void gen_member(void) {
+  member_key k;
+  fuzz_member_key(&k);
+  for (int v = 0; v < 3; v++) {
+    member_invite inv;
+    memset(&inv, 0, sizeof(inv));
+    snprintf(inv.run, sizeof(inv.run), v ? "fuzz" : "a-longer-run-name.v2");
+    memcpy(inv.run_key, k.pk, 32);
+    gw_id_hash_str("creator", &inv.creator);
+    snprintf(inv.creator_addr, sizeof(inv.creator_addr), v == 2 ? "[2001:db8::1]:7447" : "192.0.2.1:7447");
+    memset(inv.id, v + 1, sizeof(inv.id));
+    inv.expires = v == 1 ? 0 : 1800000000;
+    inv.uses = (uint32_t)v;
+    char text[MEMBER_TOKEN_TEXT_MAX];
+    if (member_token_make(&inv, &k, text, sizeof(text)) != 0) exit(1);
+    write_mode("member_token", 0, (const uint8_t *)text, strlen(text));
+    uint8_t *bin = NULL;
+    size_t len = 0;
+    if (member_token_to_bin(text, &bin, &len) != 0) exit(1);
+    write_mode("member_token", 1, bin, len);
+    free(bin);
+    uint8_t fields[96];
+    for (size_t i = 0; i < sizeof(fields); i++) fields[i] = (uint8_t)(i * 7 + (size_t)v * 13);
+    write_mode("member_token", 2, fields, sizeof(fields));
+
+    member_cert c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.run, sizeof(c.run), v ? "fuzz" : "other");
+    memcpy(c.run_key, k.pk, 32);
+    gw_id_hash_str(v == 2 ? "peer-b" : "peer-a", &c.peer);
+    c.issued = 1700000000;
+    c.expires = c.issued + (uint64_t)v * 86400;
+    if (member_cert_make(&c, &k, &bin, &len) != 0) exit(1);
+    write_mode("member_cert", 0, bin, len);
+    free(bin);
+    member_revocations r;
+    gw_id ids[3];
+    memset(&r, 0, sizeof(r));
+    snprintf(r.run, sizeof(r.run), "fuzz");
+    r.seq = (uint64_t)v + 1;
+    for (int i = 0; i < 3; i++) gw_id_hash_str(i ? "peer-b" : "peer-a", &ids[i]);
+    r.peers = ids;
+    r.n = (size_t)v;
+    if (member_revocations_make(&r, k.pk, &k, &bin, &len) != 0) exit(1);
+    write_mode("member_cert", 1, bin, len);
+    free(bin);
+    write_mode("member_cert", 2, fields, sizeof(fields));
+    write_mode("member_cert", 3, fields, sizeof(fields));
+  }
+  write_mode("member_token", 0, (const uint8_t *)"gwtf1:", 6);
+  write_mode("member_token", 0, (const uint8_t *)"gwtf1:!!notbase64", 17);
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: fuzz_gen_corpus2 OUT_DIR\n");
     return 2;
   }
   out_root = argv[1];
-  const char *subs[] = {"frame", "train_msg", "flow_msg", "safetensors", "run_record"};
+  const char *subs[] = {"frame", "train_msg", "flow_msg", "safetensors", "run_record", "member_token", "member_cert"};
   for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", out_root, subs[i]);
@@ -662,6 +736,7 @@ int main(int argc, char **argv) {
   gen_flow();
   gen_safetensors();
   gen_run();
+  gen_member();
   printf("fuzz_gen_corpus2: %u files written under %s\n", n_written, out_root);
   return 0;
 }

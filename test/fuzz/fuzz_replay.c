@@ -7,7 +7,7 @@
  * every file in CORPUS_DIR/datagram through fuzz_datagram, and the
  * port-mapping replies in CORPUS_DIR/{pcp,natpmp,upnp}_reply through their
  * targets (fuzz_portmap.h), and CORPUS_DIR/{frame,train_msg,flow_msg,
- * safetensors,run_record} through theirs (fuzz_targets.h). Files named
+ * safetensors,run_record,member_token,member_cert} through theirs (fuzz_targets.h). Files named
  * crash-* are reproducers of open findings, kept aside: skipped. A crash or sanitizer report fails the test; so
  * does an empty corpus (a wrong path must not pass). */
 #include <dirent.h>
@@ -66,12 +66,16 @@ int main(int argc, char **argv) {
   long h = replay_dir(argv[1], "flow_msg", fuzz_flow_msg);
   long i = replay_dir(argv[1], "safetensors", fuzz_safetensors);
   long j = replay_dir(argv[1], "run_record", fuzz_run_record);
-  if (a <= 0 || b <= 0 || c <= 0 || d <= 0 || e <= 0 || f <= 0 || g <= 0 || h <= 0 || i <= 0 || j <= 0) {
+  long k = replay_dir(argv[1], "member_token", fuzz_member_token);
+  long l = replay_dir(argv[1], "member_cert", fuzz_member_cert);
+  if (a <= 0 || b <= 0 || c <= 0 || d <= 0 || e <= 0 || f <= 0 || g <= 0 || h <= 0 || i <= 0 || j <= 0 || k <= 0 ||
+      l <= 0) {
     fprintf(stderr, "fuzz_replay: missing or empty corpus under %s\n", argv[1]);
     return 1;
   }
   printf("fuzz_replay: %ld payloads, %ld datagrams, %ld PCP, %ld NAT-PMP, %ld UPnP replies, %ld frame scripts, "
-         "%ld train, %ld flow scripts, %ld safetensors files, %ld run records replayed\n",
-         a, b, c, d, e, f, g, h, i, j);
+         "%ld train, %ld flow scripts, %ld safetensors files, %ld run records, %ld tokens, %ld certificates and "
+         "revocation lists replayed\n",
+         a, b, c, d, e, f, g, h, i, j, k, l);
   return 0;
 }

@@ -36,7 +36,17 @@
  *   fuzz_safetensors: a whole file through st_parse, then every tensor
  *                     through st_check and st_copy.
  *   fuzz_run_record:  a run record through train_run_decode; what decodes
- *                     must encode and decode to the same record. */
+ *                     must encode and decode to the same record.
+ *   fuzz_member_token: byte 0 % 3 picks: 0 token text (gwtf1:...) through
+ *                     member_token_parse and member_token_to_bin; 1 a packed
+ *                     RunToken (what TRAIN_REDEEM carries) through
+ *                     member_token_parse_bin; 2 the rest as an invite's
+ *                     fields, signed with the fixed key and parsed back:
+ *                     it must be the same invite.
+ *   fuzz_member_cert: byte 0 % 4 picks: 0 a packed MemberCert, 1 a packed
+ *                     RunRevocations, both verified with the fixed run key
+ *                     (fuzz_member_key); 2 and 3 the same from fields, made
+ *                     and parsed back. */
 #ifndef GWTF_TEST_FUZZ_TARGETS_H
 #define GWTF_TEST_FUZZ_TARGETS_H
 
@@ -48,6 +58,11 @@ int fuzz_train_msg(const uint8_t *data, size_t size);
 int fuzz_flow_msg(const uint8_t *data, size_t size);
 int fuzz_safetensors(const uint8_t *data, size_t size);
 int fuzz_run_record(const uint8_t *data, size_t size);
+int fuzz_member_token(const uint8_t *data, size_t size);
+int fuzz_member_cert(const uint8_t *data, size_t size);
+/* The fixed run key the member targets verify with (seed 0x42 x 32). */
+struct member_key;
+void fuzz_member_key(struct member_key *k);
 
 /* For the corpus generator and the frame target: the fixed channel. */
 #define FUZZ_FRAME_MAX (64u << 10) /* the receiver's max_frame: small, so the limits are reached */
