@@ -199,6 +199,7 @@ void train_peer_start(train_peer *p, uint64_t now_ms) {
   p->now = now_ms;
   p->last_update_ms = now_ms;
   gw_log_set_stage(&p->log, p->stage);
+  admit_tick(p); /* a private run: a holder issues its own certificate, a joiner redeems its invite now */
   if (p->stage >= 0 && p->cfg.initial_weights) {
     /* A run's first members start from the shared seeded init. */
     join_become_ready(p);
