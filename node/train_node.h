@@ -58,6 +58,10 @@ typedef struct train_node_opts {
                              (emulates a slower device; issue 7's heterogeneity) */
   int crash_job;          /* a train_job_kind; 0 = none */
   uint64_t crash_iteration;
+  train_aggregate aggregate;   /* --aggregate mean|trimmed-mean */
+  bool no_validation;          /* --no-validate-contributions (tests only) */
+  train_byzantine byzantine;   /* --byzantine MODE (test tool) */
+  double byzantine_scale;
 } train_node_opts;
 
 void train_node_opts_default(train_node_opts *o);

@@ -39,6 +39,9 @@ enum {
   T_DEBUG_CRASH,
   T_EXIT_WITH_PARENT,
   T_SLOWDOWN,
+  T_AGGREGATE,
+  T_NO_VALIDATE,
+  T_BYZANTINE,
 };
 
 const struct option train_node_options[] = {
@@ -67,6 +70,9 @@ const struct option train_node_options[] = {
     {"debug-crash", required_argument, 0, T_DEBUG_CRASH},
     {"exit-with-parent", no_argument, 0, T_EXIT_WITH_PARENT},
     {"slowdown", required_argument, 0, T_SLOWDOWN},
+    {"aggregate", required_argument, 0, T_AGGREGATE},
+    {"no-validate-contributions", no_argument, 0, T_NO_VALIDATE},
+    {"byzantine", required_argument, 0, T_BYZANTINE},
     {0},
 };
 
@@ -88,6 +94,16 @@ void train_node_print_help(void) {
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
          "  --stay                     a data node keeps running after its iterations\n"
          "  --slowdown F               emulate a device F times slower (F >= 1; experiments)\n"
+         "  --aggregate mean|trimmed-mean\n"
+         "                             how this peer combines its stage's gradients when it aggregates:\n"
+         "                             the mean (default) or a coordinate-wise trimmed mean that drops\n"
+         "                             the top and bottom 20%% of the contributions per coordinate\n"
+         "  --no-validate-contributions\n"
+         "                             TEST ONLY: take stage members' gradients unchecked (shows what\n"
+         "                             the checks save; never use it in a real run)\n"
+         "  --byzantine MODE           TEST TOOL: misbehave on purpose as a hostile relay. MODE: nan,\n"
+         "                             scale=K, random, wrong-shape (corrupt our gradient contribution),\n"
+         "                             lying-costs (claim ~0 compute time and capacity 4096 in HELLO)\n"
          "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
          "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
          "                             loss, backward, aggregate) from iteration ITER on\n"
@@ -160,6 +176,16 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   case T_SEED: o->seed = strtoull(arg, NULL, 10); return 0;
   case T_DATA_SEED: o->data_seed = strtoull(arg, NULL, 10); return 0;
   case T_RESUME: o->resume = true; return 0;
+  case T_AGGREGATE:
+    if (strcmp(arg, "mean") == 0) o->aggregate = TRAIN_AGG_MEAN;
+    else if (strcmp(arg, "trimmed-mean") == 0) o->aggregate = TRAIN_AGG_TRIMMED;
+    else return bad("--aggregate", arg, "mean or trimmed-mean");
+    return 0;
+  case T_NO_VALIDATE: o->no_validation = true; return 0;
+  case T_BYZANTINE:
+    if (train_byzantine_parse(arg, &o->byzantine, &o->byzantine_scale) != 0)
+      return bad("--byzantine", arg, "nan, scale=K, random, wrong-shape or lying-costs");
+    return 0;
   case T_STAY: o->exit_when_done = false; return 0;
   case T_EXIT_WITH_PARENT: {
     /* A launcher that is killed must not leave its peers running (they
