@@ -266,7 +266,7 @@ static void send_mine(train_peer *p) {
   peer_short(&a->aggregator, who);
   GW_DEBUG(&p->log, "aggregation.contribute", "iter=%llu to=%s", (unsigned long long)a->iteration, who);
   size_t n = p->cfg.shape.n_params;
-  if (p->cfg.tun.byzantine != TRAIN_BYZ_NONE && a->my_count > 0) n = byz_corrupt(p, a->mine, n); /* test tool */
+  if (p->cfg.tun.byzantine != TRAIN_BYZ_NONE) n = byz_corrupt(p, a->mine, n); /* test tool */
   gw_id h;
   gw_id_hash(a->mine, n * sizeof(float), &h);
   memcpy(a->my_hash, h.b, 32);
