@@ -33,6 +33,8 @@
 
 #include "node/cmd.h"
 #include "node/swarm_waste.h"
+#include "p2p/identity.h"
+#include "train/peer.h"
 #include "train/data.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -57,6 +59,10 @@ typedef struct swarm_opts {
   const char *slowdowns; /* comma list, cycled over relays; "" = all 1 */
   const char *capacities; /* comma list, cycled over relays; overrides --capacity */
   double slowdown;       /* every peer */
+  const char *aggregate; /* --aggregate, passed to every peer (NULL: the node's default) */
+  bool no_validation;    /* --no-validate-contributions, passed to every peer (tests) */
+  int byzantine;         /* --byzantine N:MODE: the last N relays misbehave (tests) */
+  const char *byzantine_mode;
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -569,6 +575,33 @@ static void set_arg(char *dst, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* --byzantine N:MODE: the last N of the relays started at once. */
+static bool is_byzantine(const swarm *sw, const peer_proc *p) {
+  int first = sw->o.data_nodes + sw->o.relays - sw->o.byzantine;
+  return !p->data && !p->late && sw->o.byzantine > 0 && p->index >= first &&
+         p->index < sw->o.data_nodes + sw->o.relays;
+}
+
+/* A hostile relay gets an identity whose node ID starts with 0xff, above
+ * (with odds 255/256 for each) every honest one: it then contributes to its
+ * stage's aggregation rather than aggregating, and what --byzantine tests is
+ * the defence against contributions. */
+static int byzantine_identity(const swarm *sw, const peer_proc *p) {
+  char path[PATH_MAX], err[256];
+  if (snprintf(path, sizeof(path), "%s/%s.%d/identity.key", sw->workdir, p->name, p->generation) >= (int)sizeof(path))
+    return GW_EINVAL;
+  for (int tries = 0; tries < 100000; tries++) {
+    p2p_identity me;
+    unlink(path);
+    int rc = p2p_identity_create(path, &me, err, sizeof(err));
+    uint8_t first = me.id.b[0];
+    p2p_identity_wipe(&me);
+    if (rc != 0) return rc;
+    if (first == 0xff) return 0;
+  }
+  return GW_EIO;
+}
+
 /* Builds the argument list for peer p's current generation. */
 static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX], int max) {
   int n = 0;
@@ -658,6 +691,15 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("%s", sw->o.faults[f] + nl + 1);
     }
   }
+  if (sw->o.aggregate) {
+    ARG("--aggregate");
+    ARG("%s", sw->o.aggregate);
+  }
+  if (sw->o.no_validation) ARG("--no-validate-contributions");
+  if (is_byzantine(sw, p)) {
+    ARG("--byzantine");
+    ARG("%s", sw->o.byzantine_mode);
+  }
   if (p->data) {
     ARG("--dataset");
     ARG("%s", sw->dataset);
@@ -673,6 +715,7 @@ static void start_peer(peer_proc *p) {
   swarm *sw = p->sw;
   static char store[64][PATH_MAX];
   char *argv[64];
+  if (is_byzantine(sw, p) && byzantine_identity(sw, p) != 0) say(sw, "%s: no hostile identity made", p->name);
   peer_args(sw, p, argv, store, 64);
   uv_stdio_container_t stdio[3];
   stdio[0].flags = UV_IGNORE;
@@ -890,7 +933,8 @@ void cmd_swarm_help(void) {
       "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
-      "                  [--log-level LEVEL] [--quiet]\n\n"
+      "                  [--aggregate mean|trimmed-mean] [--byzantine N:MODE]\n"
+      "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -902,7 +946,13 @@ void cmd_swarm_help(void) {
       "--late-relays K --late-after I starts K more relays after iteration I.\n"
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
-      "likewise gives each relay its own capacity.\n\n"
+      "likewise gives each relay its own capacity.\n"
+      "--aggregate is passed to every peer (see gwtf help node).\n"
+      "TEST TOOLS: --byzantine N:MODE makes the last N relays hostile (gwtf node\n"
+      "--byzantine MODE: nan, scale=K, random, wrong-shape, lying-costs), with node IDs\n"
+      "above the honest ones so that they contribute rather than aggregate;\n"
+      "--no-validate-contributions turns the aggregators' checks off, to show the\n"
+      "same run without its defence.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -927,6 +977,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"fault", required_argument, 0, 'f'},       {"late-relays", required_argument, 0, 'K'},
       {"late-after", required_argument, 0, 'A'},  {"slowdown", required_argument, 0, 'W'},
       {"slowdowns", required_argument, 0, 'X'},   {"capacities", required_argument, 0, 'Y'},
+      {"aggregate", required_argument, 0, 'G'},   {"byzantine", required_argument, 0, 'Z'},
+      {"no-validate-contributions", no_argument, 0, 'N'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
@@ -973,6 +1025,22 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
     case 'q': o->quiet = true; break;
+    case 'G': o->aggregate = optarg; break;
+    case 'N': o->no_validation = true; break;
+    case 'Z': {
+      char *colon = NULL;
+      long k = strtol(optarg, &colon, 10);
+      train_byzantine mode;
+      double scale;
+      if (colon == optarg || *colon != ':' || k < 1 || k > SWARM_MAX_PEERS ||
+          train_byzantine_parse(colon + 1, &mode, &scale) != 0) {
+        fprintf(stderr, "gwtf swarm: --byzantine wants N:MODE (MODE nan, scale=K, random, wrong-shape, lying-costs)\n");
+        return 2;
+      }
+      o->byzantine = (int)k;
+      o->byzantine_mode = colon + 1;
+      break;
+    }
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -993,6 +1061,9 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (o->restart_after < 1) bad = "--restart-after must be at least 1";
   else if (o->flow_tick < 10 || o->hop_timeout < 50) bad = "--flow-tick >= 10 ms, --hop-timeout >= 50 ms";
   else if (o->slowdown < 1) bad = "--slowdown must be >= 1";
+  else if (o->byzantine >= o->relays) bad = "--byzantine N needs N below --relays";
+  else if (o->aggregate && strcmp(o->aggregate, "mean") != 0 && strcmp(o->aggregate, "trimmed-mean") != 0)
+    bad = "--aggregate is mean or trimmed-mean";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

@@ -61,6 +61,7 @@ void train_node_opts_default(train_node_opts *o) {
   o->hop_timeout_ms = 5000;
   o->exit_when_done = true;
   o->slowdown = 1.0;
+  o->byzantine_scale = 100.0;
 }
 
 /* ---- the component's state ---- */
@@ -846,6 +847,13 @@ static int start_peer(train_rt *rt) {
   train_tunables_default(&cfg.tun);
   cfg.tun.tick_ms = PEER_TICK_MS;
   cfg.tun.hop_timeout_ms = o->hop_timeout_ms;
+  cfg.tun.aggregate = o->aggregate;
+  cfg.tun.no_validation = o->no_validation;
+  cfg.tun.byzantine = o->byzantine;
+  cfg.tun.byzantine_scale = o->byzantine_scale;
+  if (o->byzantine != TRAIN_BYZ_NONE)
+    GW_WARN(&rt->log, "debug.byzantine", "mode=%s scale=%g msg=\"test tool: this peer misbehaves on purpose\"",
+            train_byzantine_name(o->byzantine), o->byzantine_scale);
   cfg.initial_weights = o->create_run != NULL;
   train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = on_peer_event,

@@ -67,6 +67,10 @@ typedef struct train_node_opts {
   uint8_t *join_token;    /* its packed RunToken (malloc'd, lives with the process) */
   size_t join_token_len;
   char join_bootstrap[GW_ID_HEX_LEN + 2 + MEMBER_ADDR_MAX + 1]; /* "ID@ADDR" of the invite's creator */
+  train_aggregate aggregate;   /* --aggregate mean|trimmed-mean */
+  bool no_validation;          /* --no-validate-contributions (tests only) */
+  train_byzantine byzantine;   /* --byzantine MODE (test tool) */
+  double byzantine_scale;
 } train_node_opts;
 
 void train_node_opts_default(train_node_opts *o);

@@ -42,6 +42,9 @@ enum {
   T_JOIN,
   T_OPEN,
   T_RUN_KEY,
+  T_AGGREGATE,
+  T_NO_VALIDATE,
+  T_BYZANTINE,
 };
 
 const struct option train_node_options[] = {
@@ -73,6 +76,9 @@ const struct option train_node_options[] = {
     {"join", required_argument, 0, T_JOIN},
     {"open", no_argument, 0, T_OPEN},
     {"run-key", required_argument, 0, T_RUN_KEY},
+    {"aggregate", required_argument, 0, T_AGGREGATE},
+    {"no-validate-contributions", no_argument, 0, T_NO_VALIDATE},
+    {"byzantine", required_argument, 0, T_BYZANTINE},
     {0},
 };
 
@@ -103,6 +109,16 @@ void train_node_print_help(void) {
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
          "  --stay                     a data node keeps running after its iterations\n"
          "  --slowdown F               emulate a device F times slower (F >= 1; experiments)\n"
+         "  --aggregate mean|trimmed-mean\n"
+         "                             how this peer combines its stage's gradients when it aggregates:\n"
+         "                             the mean (default) or a coordinate-wise trimmed mean that drops\n"
+         "                             the top and bottom 20%% of the contributions per coordinate\n"
+         "  --no-validate-contributions\n"
+         "                             TEST ONLY: take stage members' gradients unchecked (shows what\n"
+         "                             the checks save; never use it in a real run)\n"
+         "  --byzantine MODE           TEST TOOL: misbehave on purpose as a hostile relay. MODE: nan,\n"
+         "                             scale=K, random, wrong-shape (corrupt our gradient contribution),\n"
+         "                             lying-costs (claim ~0 compute time and capacity 4096 in HELLO)\n"
          "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
          "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
          "                             loss, backward, aggregate) from iteration ITER on\n"
@@ -190,6 +206,16 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     snprintf(o->join_bootstrap, sizeof(o->join_bootstrap), "%s@%s", id, o->invite.creator_addr);
     return 0;
   }
+  case T_AGGREGATE:
+    if (strcmp(arg, "mean") == 0) o->aggregate = TRAIN_AGG_MEAN;
+    else if (strcmp(arg, "trimmed-mean") == 0) o->aggregate = TRAIN_AGG_TRIMMED;
+    else return bad("--aggregate", arg, "mean or trimmed-mean");
+    return 0;
+  case T_NO_VALIDATE: o->no_validation = true; return 0;
+  case T_BYZANTINE:
+    if (train_byzantine_parse(arg, &o->byzantine, &o->byzantine_scale) != 0)
+      return bad("--byzantine", arg, "nan, scale=K, random, wrong-shape or lying-costs");
+    return 0;
   case T_STAY: o->exit_when_done = false; return 0;
   case T_EXIT_WITH_PARENT: {
     /* A launcher that is killed must not leave its peers running (they

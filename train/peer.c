@@ -22,6 +22,10 @@ void train_tunables_default(train_tunables *t) {
   t->chunk_bytes = 4u << 20;
   t->norm_k = 10.0;
   t->no_validation = false;
+  t->aggregate = TRAIN_AGG_MEAN;
+  t->trim_fraction = 0.2;
+  t->byzantine = TRAIN_BYZ_NONE;
+  t->byzantine_scale = 100.0;
 }
 
 /* ---- small helpers ---- */
@@ -212,6 +216,25 @@ void train_peer_start(train_peer *p, uint64_t now_ms) {
 
 /* ---- membership ---- */
 
+bool peer_vouched(train_peer *p, const gw_id *id) {
+  if (gw_id_eq(id, &p->cfg.self)) return true;
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (gw_id_eq(&v->v[i].id, id)) return !v->v[i].heard || v->v[i].vouched;
+  return false;
+}
+
+/* A directory member of our stage listed `id` as a member in its BEGIN_AGG:
+ * if we only heard `id` by HELLO, it is now vouched for (for three HELLO
+ * periods, like the HELLO itself). */
+void peer_vouch(train_peer *p, const gw_id *id) {
+  for (uint32_t k = 0; k < p->n_heard; k++)
+    if (gw_id_eq(&p->heard[k].id, id) && p->heard[k].stage == p->stage) p->heard[k].vouched_ms = p->now;
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (gw_id_eq(&v->v[i].id, id)) v->v[i].vouched = true;
+}
+
 bool peer_is_member(train_peer *p, int stage, const gw_id *id, bool dir_only) {
   peer_stage_view *v = peer_stage(p, stage);
   for (size_t i = 0; v && i < v->n; i++)
@@ -262,6 +285,7 @@ static void heard_member(train_peer *p, const gw_id *id, uint32_t capacity) {
   p->heard[k].id = *id;
   p->heard[k].stage = p->stage;
   p->heard[k].capacity = capacity;
+  if (p->heard[k].at_ms == 0 || !gw_id_eq(&p->heard[k].id, id)) p->heard[k].vouched_ms = 0;
   p->heard[k].at_ms = p->now;
   member_add(p, p->stage, id, capacity, 0, true);
 }
@@ -277,9 +301,18 @@ void train_peer_set_members(train_peer *p, int stage, const train_member *member
       member_add(p, stage, &members[i].id, members[i].capacity, members[i].load, false);
   for (uint32_t k = 0; k < p->n_heard; k++)
     if (p->heard[k].stage == stage && now_ms - p->heard[k].at_ms <= 3 * p->cfg.tun.hello_period_ms &&
-        !trust_banned(p, &p->heard[k].id))
+        !trust_banned(p, &p->heard[k].id)) {
       member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0, true);
+      if (p->heard[k].vouched_ms && now_ms - p->heard[k].vouched_ms <= 3 * p->cfg.tun.hello_period_ms)
+        peer_vouch_view(p, stage, &p->heard[k].id);
+    }
   if (stage == 0 && p->cfg.role == TRAIN_DATA) leader_check(p);
+}
+
+void peer_vouch_view(train_peer *p, int stage, const gw_id *id) {
+  peer_stage_view *v = peer_stage(p, stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (gw_id_eq(&v->v[i].id, id)) v->v[i].vouched = true;
 }
 
 static void drop_member(train_peer *p, const gw_id *peer) {
@@ -327,6 +360,10 @@ static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
                      : 0.0f;
   h.iteration = p->iteration;
   h.step = p->step;
+  if (p->cfg.tun.byzantine == TRAIN_BYZ_LYING_COSTS) { /* test tool: attract every flow */
+    h.capacity = 4096;
+    h.compute_ms = 0.001f;
+  }
   *h0 = h;
 }
 
@@ -394,7 +431,7 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_REPAIR, Gwtf__TrainRepair, gwtf__train_repair, repair_on_repair(p, from, m))
     CASE(TRAIN_REPAIR_READY, Gwtf__TrainMicrobatch, gwtf__train_microbatch, repair_on_ready(p, from, m))
     CASE(TRAIN_ITER_DONE, Gwtf__TrainIterDone, gwtf__train_iter_done, data_on_iter_done(p, from, m))
-    CASE(TRAIN_BEGIN_AGG, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_begin(p, from, m->iteration))
+    CASE(TRAIN_BEGIN_AGG, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_begin(p, from, m))
     CASE(TRAIN_GRAD, Gwtf__TrainGrad, gwtf__train_grad, agg_on_grad(p, from, m, t))
     CASE(TRAIN_AVG, Gwtf__TrainGrad, gwtf__train_grad, agg_on_avg(p, from, m, t))
     CASE(TRAIN_AGG_DONE, Gwtf__TrainAggDone, gwtf__train_agg_done, agg_on_done_msg(p, from, m))

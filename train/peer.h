@@ -193,6 +193,32 @@ typedef struct train_io {
 
 /* ---- configuration ---- */
 
+/* How the aggregator of a stage combines its round's contributions. Both
+ * are computed once, at the aggregator, and sent as one vector, so every
+ * member applies the same bits. */
+typedef enum train_aggregate {
+  TRAIN_AGG_MEAN = 0,    /* sum of gradient sums / microbatches (bit-identical to train-ref) */
+  TRAIN_AGG_TRIMMED = 1, /* coordinate-wise trimmed mean of per-microbatch gradients */
+} train_aggregate;
+
+/* A test tool (`gwtf node --byzantine MODE`): a relay that corrupts what it
+ * sends as its aggregation contribution, or lies about its costs, so that
+ * tests can show what the defences (validation, trimmed mean, cost clamps)
+ * save. Never set in a real run. */
+typedef enum train_byzantine {
+  TRAIN_BYZ_NONE = 0,
+  TRAIN_BYZ_NAN,         /* every value NaN */
+  TRAIN_BYZ_SCALE,       /* multiplied by byzantine_scale */
+  TRAIN_BYZ_RANDOM,      /* uniform noise in [-1, 1] per coordinate */
+  TRAIN_BYZ_WRONG_SHAPE, /* half the vector, announced as that length */
+  TRAIN_BYZ_LYING_COSTS, /* HELLO claims a near-zero compute time and the largest capacity */
+} train_byzantine;
+
+/* Parses "nan", "scale=K", "random", "wrong-shape", "lying-costs" (0, or
+ * GW_EINVAL); *scale is set for scale=K. */
+int train_byzantine_parse(const char *s, train_byzantine *mode, double *scale);
+const char *train_byzantine_name(train_byzantine mode);
+
 /* Every timing constant is a tunable; the defaults suit a local swarm of small
  * models (set them from measured costs for real runs). */
 typedef struct train_tunables {
@@ -210,6 +236,11 @@ typedef struct train_tunables {
   double norm_k;                 /* a contribution's norm per microbatch may be at most norm_k x the
                                     round's median (10) */
   bool no_validation;            /* tests only: take contributions unchecked, to show what the checks save */
+  train_aggregate aggregate;     /* how the aggregator combines the round's contributions (mean) */
+  double trim_fraction;          /* trimmed mean: drop floor(f x m) of the m contributions at each end,
+                                    per coordinate (0.2) */
+  train_byzantine byzantine;     /* tests only: misbehave this way (none) */
+  double byzantine_scale;        /* TRAIN_BYZ_SCALE: multiply our contribution by this (100) */
 } train_tunables;
 
 void train_tunables_default(train_tunables *t);
@@ -333,6 +364,7 @@ typedef struct train_counters {
   /* private runs: messages refused for want of a certificate, certificates
    * issued (holders) and verified; downloads refuted by the stage's hashes */
   uint64_t admissions_refused, certs_issued, certs_verified, downloads_refuted;
+  uint64_t splits_healed; /* a lower vouched aggregator's average overrode the one we applied */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

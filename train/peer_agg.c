@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/agg_robust.h"
 #include "util/err.h"
 
 static size_t chunk_floats(const train_peer *p) {
@@ -76,19 +77,28 @@ static void reset_round(peer_agg *a) {
   a->n_failed = 0;
   a->avg_received = 0;
   a->avg_total_count = 0;
-  a->picked = a->asked_applied = a->contributed = false;
+  a->picked = a->asked_applied = a->contributed = a->pass_on = false;
+  a->n_pass_on = 0;
 }
 
 /* ---- who aggregates ---- */
 
 static bool is_failed(const peer_agg *a, const gw_id *id) { return id_in(a->failed, a->n_failed, id); }
 
+/* The lowest live node ID among us and the members of our stage that the
+ * directory (or the leader's ASSIGN) vouches for. A peer only heard by
+ * HELLO is never picked: anyone can say HELLO, and a stranger with a
+ * ground-down low ID became its stage's aggregator that way. Views that
+ * still differ are healed by the rule that the lowest vouched aggregator's
+ * average wins (agg_on_avg, split_detected). */
 static gw_id pick_aggregator(train_peer *p) {
   gw_id best = p->cfg.self;
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
-    if (gw_id_cmp(id, &best) < 0 && peer_alive(p, id) && !is_failed(&p->agg, id)) best = *id;
+    if ((!v->v[i].heard || v->v[i].vouched) && gw_id_cmp(id, &best) < 0 && peer_alive(p, id) &&
+        !is_failed(&p->agg, id))
+      best = *id;
   }
   return best;
 }
@@ -114,17 +124,31 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
                                   p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms)))
     return true;
   gw_id now = pick_aggregator(p);
-  return gw_id_eq(from, &now);
+  if (gw_id_eq(from, &now)) return true;
+  /* A vouched member of lower ID than the aggregator we followed: its
+   * average (of our round, or of the one we just applied: a split) wins. */
+  return peer_vouched(p, from) && gw_id_cmp(from, &a->aggregator) < 0;
 }
 
 /* ---- beginning a round ---- */
 
+/* BEGIN_AGG to our stage names the members our directory lists (and us):
+ * a member that only heard one of them by HELLO may then pick it to
+ * aggregate, so views that differ by a joiner still agree (peer_vouch). */
 static void flood_begin(train_peer *p, uint64_t iteration) {
   Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+  size_t n = 0;
   m.iteration = iteration;
-  peer_broadcast_stage(p, p->stage, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
   if (p->stage < p->cfg.n_stages)
     peer_broadcast_stage(p, p->stage + 1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
+  ids[n++] = id_bytes(&p->cfg.self);
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n && n < PEER_MAX_CONTRIB; i++)
+    if (!v->v[i].heard && !gw_id_eq(&v->v[i].id, &p->cfg.self)) ids[n++] = id_bytes(&v->v[i].id);
+  m.n_members = n;
+  m.members = ids;
+  peer_broadcast_stage(p, p->stage, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
 }
 
 /* Enters the round for `iteration` (weights frozen, microbatches dropped);
@@ -158,7 +182,17 @@ static void enter_round(train_peer *p, uint64_t iteration, bool export) {
   }
 }
 
-void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration) {
+void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *msg) {
+  uint64_t iteration = msg->iteration;
+  if (msg->n_members && p->stage >= 0 && peer_is_member(p, p->stage, from, true) && iteration >= p->iteration &&
+      iteration <= p->iteration + 1) {
+    for (size_t i = 0; i < msg->n_members && i < PEER_MAX_CONTRIB; i++) {
+      gw_id id;
+      if (msg->members[i].len != GW_ID_BYTES) continue;
+      id_from_bytes(&id, msg->members[i]);
+      peer_vouch(p, &id);
+    }
+  }
   if (p->begin_agg_seen > iteration) return; /* already flooded */
   /* A far-future iteration is never remembered: one forged BEGIN_AGG made
    * us ignore every real one up to it. */
@@ -188,10 +222,10 @@ void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration) {
 
 /* ---- sending gradients and averages ---- */
 
-static void send_vector(train_peer *p, const gw_id *to, uint32_t type, const float *v, uint32_t count,
-                        const gw_id *contributors, uint8_t (*hashes)[32], uint32_t n_contrib, uint32_t total_count,
-                        uint64_t iteration) {
-  size_t n = p->cfg.shape.n_params, step = chunk_floats(p);
+static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const float *v, size_t n, uint32_t count,
+                          const gw_id *contributors, uint8_t (*hashes)[32], uint32_t n_contrib,
+                          uint32_t total_count, uint64_t iteration) {
+  size_t step = chunk_floats(p);
   ProtobufCBinaryData ids[PEER_MAX_CONTRIB], hs[PEER_MAX_CONTRIB];
   for (uint32_t i = 0; i < n_contrib; i++) {
     ids[i] = id_bytes(&contributors[i]);
@@ -219,17 +253,26 @@ static void send_vector(train_peer *p, const gw_id *to, uint32_t type, const flo
   }
 }
 
+static void send_vector(train_peer *p, const gw_id *to, uint32_t type, const float *v, uint32_t count,
+                        const gw_id *contributors, uint8_t (*hashes)[32], uint32_t n_contrib, uint32_t total_count,
+                        uint64_t iteration) {
+  send_vector_n(p, to, type, v, p->cfg.shape.n_params, count, contributors, hashes, n_contrib, total_count,
+                iteration);
+}
+
 static void send_mine(train_peer *p) {
   peer_agg *a = &p->agg;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(&a->aggregator, who);
   GW_DEBUG(&p->log, "aggregation.contribute", "iter=%llu to=%s", (unsigned long long)a->iteration, who);
+  size_t n = p->cfg.shape.n_params;
+  if (p->cfg.tun.byzantine != TRAIN_BYZ_NONE) n = byz_corrupt(p, a->mine, n); /* test tool */
   gw_id h;
-  gw_id_hash(a->mine, p->cfg.shape.n_params * sizeof(float), &h);
+  gw_id_hash(a->mine, n * sizeof(float), &h);
   memcpy(a->my_hash, h.b, 32);
   a->contributed = a->my_count > 0;
-  send_vector(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, a->my_count, NULL, NULL, 0, 0,
-              a->iteration);
+  send_vector_n(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, n, a->my_count, NULL, NULL, 0, 0,
+                a->iteration);
   /* Twice the aggregator's own wait: it may spend all of its agg_timeout on
    * a member that never contributes, and a member giving up on a live
    * aggregator just as it averages would split the stage. */
@@ -282,6 +325,24 @@ static bool round_complete(train_peer *p) {
 
 static void apply_average(train_peer *p, const float *avg, uint32_t total_count);
 
+/* --aggregate trimmed-mean: the coordinate-wise trimmed mean of the
+ * non-empty contributions' per-microbatch gradients (in node-ID order; the
+ * function sorts each coordinate itself), into last_avg. */
+static void trimmed_mean(train_peer *p) {
+  peer_agg *a = &p->agg;
+  const float *sums[PEER_MAX_CONTRIB];
+  uint32_t counts[PEER_MAX_CONTRIB], m = 0;
+  for (uint32_t i = 0; i < a->n_contrib; i++)
+    if (a->contrib[i].count > 0) {
+      sums[m] = a->contrib[i].buf;
+      counts[m++] = a->contrib[i].count;
+    }
+  int rc = train_agg_trimmed_mean(sums, counts, m, p->cfg.shape.n_params, p->cfg.tun.trim_fraction, a->last_avg);
+  if (rc != 0) GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=trimmed_mean", (unsigned long long)a->iteration);
+  GW_DEBUG(&p->log, "aggregation.trimmed", "iter=%llu inputs=%u trimmed=%u", (unsigned long long)a->iteration, m,
+           2 * train_agg_trim_count(m, p->cfg.tun.trim_fraction));
+}
+
 /* The aggregator's last step: average in node-ID order, send, apply. */
 static void finish_round(train_peer *p) {
   peer_agg *a = &p->agg;
@@ -299,12 +360,16 @@ static void finish_round(train_peer *p) {
   if (total > 0) {
     a->last_avg = calloc(n, sizeof(float));
     if (!a->last_avg) return;
-    for (uint32_t i = 0; i < a->n_contrib; i++) {
-      const float *g = a->contrib[i].buf;
-      for (size_t k = 0; k < n; k++) a->last_avg[k] += g[k];
+    if (p->cfg.tun.aggregate == TRAIN_AGG_TRIMMED) {
+      trimmed_mean(p);
+    } else {
+      for (uint32_t i = 0; i < a->n_contrib; i++) {
+        const float *g = a->contrib[i].buf;
+        for (size_t k = 0; k < n; k++) a->last_avg[k] += g[k];
+      }
+      float inv = 1.0f / (float)total;
+      for (size_t k = 0; k < n; k++) a->last_avg[k] *= inv;
     }
-    float inv = 1.0f / (float)total;
-    for (size_t k = 0; k < n; k++) a->last_avg[k] *= inv;
   }
   a->have_last_avg = true;
   a->last_avg_iteration = a->iteration;
@@ -445,9 +510,61 @@ static bool avg_lists_us_right(train_peer *p, const gw_id *from, const Gwtf__Tra
   return true;
 }
 
+/* Whether an average lists exactly the contributors and hashes of the one
+ * we applied last (then it is the same average: the same inputs in the same
+ * order give the same bits). */
+static bool same_as_applied(const peer_agg *a, const Gwtf__TrainGrad *g) {
+  if (g->n_contributors != a->n_last_contributors || g->n_contributor_hashes != g->n_contributors) return false;
+  for (uint32_t i = 0; i < a->n_last_contributors; i++) {
+    gw_id id;
+    id_from_bytes(&id, g->contributors[i]);
+    if (!gw_id_eq(&id, &a->last_contributors[i]) || g->contributor_hashes[i].len != 32 ||
+        memcmp(g->contributor_hashes[i].data, a->last_contrib_hashes[i], 32) != 0)
+      return false;
+  }
+  return true;
+}
+
+/* The round we finished was also averaged by a vouched member of lower ID
+ * than the aggregator we followed: two views picked two aggregators and
+ * the stage split. The lowest one's weights are the stage's, so we fetch
+ * them from it (its own state is its average applied). */
+static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g) {
+  peer_agg *a = &p->agg;
+  if (g->offset != 0 || !a->have_last_avg || g->iteration != a->last_avg_iteration || p->aggregating ||
+      !peer_vouched(p, from) || gw_id_cmp(from, &a->aggregator) >= 0 || same_as_applied(a, g))
+    return;
+  char who[GW_ID_SHORT_LEN + 1], mine[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  peer_short(&a->aggregator, mine);
+  GW_WARN(&p->log, "agg.split_detected", "iter=%llu aggregator=%s followed=%s members=%zu",
+          (unsigned long long)g->iteration, who, mine, g->n_contributors);
+  p->counters.splits_healed++;
+  a->aggregator = *from; /* RESYNC from it is now in order too */
+  p->dl.prefer = *from;
+  p->dl.has_prefer = true;
+  join_resync(p, p->iteration, "split");
+}
+
+/* After we deferred to a lower aggregator: the members that contributed
+ * to us wait for our average; they get the stage's (which leaves them
+ * out: agg.left_out, and they apply it). */
+static void pass_on(train_peer *p) {
+  peer_agg *a = &p->agg;
+  if (!a->pass_on) return;
+  a->pass_on = false;
+  for (uint32_t i = 0; i < a->n_pass_on; i++)
+    if (peer_alive(p, &a->pass_to[i])) send_last_avg(p, &a->pass_to[i]);
+  a->n_pass_on = 0;
+}
+
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
   peer_agg *a = &p->agg;
   size_t n = p->cfg.shape.n_params;
+  if (g->stage == p->stage && p->state == PEER_READY && g->iteration + 1 == p->iteration) {
+    on_split(p, from, g);
+    return;
+  }
   if (g->stage != p->stage || p->state != PEER_READY || g->iteration != p->iteration) return;
   if (p->aggregating && (a->phase == AGG_APPLY)) return;
   if (!p->aggregating) {
@@ -457,6 +574,19 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     enter_round(p, p->iteration, false);
   }
   if (g->offset == 0 && !avg_lists_us_right(p, from, g)) return;
+  if (g->offset == 0 && i_aggregate(p) && !gw_id_eq(from, &p->cfg.self)) {
+    /* We were collecting as this round's aggregator, and a vouched member of
+     * lower ID averaged it: its average is the stage's. Those that
+     * contributed to us get it from us once it is whole (pass_on). */
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(from, who);
+    GW_WARN(&p->log, "agg.deferred", "iter=%llu to=%s contributors_waiting=%u", (unsigned long long)g->iteration,
+            who, a->n_contrib);
+    a->pass_on = true;
+    a->n_pass_on = 0;
+    for (uint32_t i = 0; i < a->n_contrib; i++)
+      if (!gw_id_eq(&a->contrib[i].id, &p->cfg.self)) a->pass_to[a->n_pass_on++] = a->contrib[i].id;
+  }
   a->aggregator = *from;
   a->picked = true;
   a->n_last_contributors = (uint32_t)(g->n_contributors < PEER_MAX_CONTRIB ? g->n_contributors : PEER_MAX_CONTRIB);
@@ -472,6 +602,7 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     a->have_last_avg = true;
     a->last_avg_iteration = g->iteration;
     a->last_avg_total_count = 0;
+    pass_on(p);
     apply_average(p, NULL, 0);
     return;
   }
@@ -503,6 +634,7 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
   a->have_last_avg = true;
   a->last_avg_iteration = g->iteration;
   a->last_avg_total_count = g->total_count;
+  pass_on(p);
   apply_average(p, a->last_avg, g->total_count);
 }
 

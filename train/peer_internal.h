@@ -90,6 +90,7 @@ typedef struct peer_member {
   uint32_t capacity, load;
   double compute_ms;
   bool heard; /* only heard by HELLO: not (yet) in the stage directory */
+  bool vouched; /* heard, and listed by a directory member's BEGIN_AGG */
 } peer_member;
 
 typedef struct peer_stage_view {
@@ -145,6 +146,11 @@ typedef struct peer_agg {
   uint8_t last_contrib_hashes[PEER_MAX_CONTRIB][32];
   uint32_t n_last_contributors;
   uint8_t last_hash[32]; /* our weights hash after the last round */
+  /* we were collecting as aggregator and deferred to a lower one's
+   * average: pass it on to those that contributed to us */
+  bool pass_on;
+  gw_id pass_to[PEER_MAX_CONTRIB];
+  uint32_t n_pass_on;
   /* aggregator: the median norm per microbatch of recent rounds we averaged
    * (a reference for the norm check when a round has few contributions) */
   double norm_hist[8];
@@ -166,6 +172,8 @@ typedef struct peer_download {
   uint64_t waiting_since;     /* no reachable source yet: waiting since */
   uint32_t assigned_members;  /* members the leader said the stage had */
   uint64_t done_ms;           /* the last download finished (from `from`, for `iteration`) */
+  gw_id prefer;               /* resync after a split: the winning aggregator first */
+  bool has_prefer;
 } peer_download;
 
 typedef struct peer_candidate {
@@ -306,7 +314,7 @@ struct train_peer {
   /* peers of our stage heard from by HELLO lately: members, though the
    * directory may not list them yet (a view without them would pick
    * another aggregator and split the stage's aggregation) */
-  struct { gw_id id; int stage; uint32_t capacity; uint64_t at_ms; } heard[PEER_MAX_CONTRIB];
+  struct { gw_id id; int stage; uint32_t capacity; uint64_t at_ms, vouched_ms; } heard[PEER_MAX_CONTRIB];
   uint32_t n_heard;
   gw_id leader;
   bool have_leader;
@@ -382,6 +390,11 @@ bool id_in(const gw_id *list, size_t n, const gw_id *id);
 /* A member of `stage` in our view; dir_only: listed by the directory (or
  * the leader's ASSIGN), not only heard by HELLO. */
 bool peer_is_member(train_peer *p, int stage, const gw_id *id, bool dir_only);
+/* May aggregate our stage: us, a directory (or ASSIGN) member, or a peer
+ * heard by HELLO that a directory member listed in its BEGIN_AGG. */
+bool peer_vouched(train_peer *p, const gw_id *id);
+void peer_vouch(train_peer *p, const gw_id *id);
+void peer_vouch_view(train_peer *p, int stage, const gw_id *id);
 /* Directory members of our stage other than us. */
 size_t peer_dir_others(train_peer *p);
 void id_from_bytes(gw_id *out, ProtobufCBinaryData b);
@@ -422,7 +435,7 @@ void repair_report(train_peer *p, peer_mb *mb);
 void repair_restart_timed_out(train_peer *p, peer_mb *mb);
 
 /* peer_agg.c */
-void agg_on_begin(train_peer *p, const gw_id *from, uint64_t iteration);
+void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *m);
 /* Whether `from` is the aggregator of our stage's current round for us. */
 bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
@@ -437,6 +450,10 @@ void agg_member_downloading(train_peer *p, const gw_id *peer);
 void agg_abandon_round(train_peer *p);
 void agg_peer_down(train_peer *p, const gw_id *peer);
 void agg_free(train_peer *p);
+
+/* agg_robust.c: the byzantine test tool corrupts our contribution (in
+ * place) and returns the length it then claims */
+size_t byz_corrupt(train_peer *p, float *v, size_t n);
 
 /* peer_leader.c */
 void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);

@@ -229,6 +229,14 @@ static void request_weights(train_peer *p, const gw_id *from) {
 /* A stage member we have not asked yet; false when there is none. */
 static bool next_source(train_peer *p, gw_id *out) {
   peer_stage_view *v = peer_stage(p, p->stage);
+  if (p->dl.has_prefer) { /* after a split: the aggregator whose average won */
+    p->dl.has_prefer = false;
+    if (peer_is_member(p, p->stage, &p->dl.prefer, true) && peer_alive(p, &p->dl.prefer) &&
+        !trust_banned(p, &p->dl.prefer)) {
+      *out = p->dl.prefer;
+      return true;
+    }
+  }
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
     /* only members the directory (or the leader's ASSIGN) lists: a peer

@@ -42,7 +42,9 @@ static void leader_maybe_begin(train_peer *p) {
     if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
     if (!id_in(p->iter_reports, p->n_iter_reports, id)) return;
   }
-  agg_on_begin(p, &p->cfg.self, p->iteration);
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = p->iteration;
+  agg_on_begin(p, &p->cfg.self, &m);
 }
 
 static void note_report(train_peer *p, const gw_id *from, uint64_t iteration) {

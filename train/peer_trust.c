@@ -355,8 +355,15 @@ void trust_validate_round(train_peer *p) {
   /* Honest gradients differ from one microbatch to the next, and more so
    * as the loss falls: with one or two contributions our own may be the
    * small one. Recent rounds' medians keep the bound from biting them. */
-  for (uint32_t i = 0; i < a->n_norm_hist; i++)
-    if (a->norm_hist[i] > hist) hist = a->norm_hist[i];
+  /* The median of those medians, not their largest: honest norms fall
+   * tenfold in the first iterations, and a bound held at the first
+   * round's let a 100x scaled gradient through by the fifth. */
+  if (a->n_norm_hist) {
+    double h[8];
+    memcpy(h, a->norm_hist, a->n_norm_hist * sizeof(double));
+    qsort(h, a->n_norm_hist, sizeof(h[0]), cmp_double);
+    hist = h[a->n_norm_hist / 2];
+  }
   if (ref < 0.0 && hist <= 0.0) return; /* two strangers' words and none of ours: nothing to hold them to */
   if (hist > ref) ref = hist;
   double limit = p->cfg.tun.norm_k * ref;
@@ -366,6 +373,8 @@ void trust_validate_round(train_peer *p) {
   for (uint32_t i = 0; i < a->n_contrib; i++) {
     agg_contrib *c = &a->contrib[i];
     if (!c->complete || c->rejected || c->count == 0 || ref <= 0.0) continue;
+    peer_short(&c->id, who);
+    GW_DEBUG(&p->log, "agg.norm_checked", "peer=%s norm=%g limit=%g count=%u", who, norms[i], limit, c->count);
     if (norms[i] > limit) {
       c->rejected = true;
       peer_short(&c->id, who);

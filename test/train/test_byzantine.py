@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""A swarm with a hostile relay (`gwtf swarm --byzantine 1:MODE`): for each
+of the modes nan, scale=100, random and wrong-shape, one relay corrupts the
+gradient it contributes to its stage's aggregation. With the aggregators'
+checks on, training still converges (the last loss within a few % of the
+honest run's: `gwtf train-ref` on the same microbatches), the honest peers
+of every stage agree on their weights after every aggregation, and the
+hostile relay is rejected (agg.rejected) and banned (run.banned). With the
+checks off (--no-validate-contributions) the same run diverges: that is
+what the defence saves. (wrong-shape is not run without checks: a vector of
+the wrong length is then ignored, not averaged, so it cannot diverge; nor
+scale=100, which AdamW's per-coordinate normalisation absorbs.)
+
+All scenarios run in this one process, one swarm at a time, each on its own
+port block (below test_swarm.py's and test_experiment.py's). Relays hold
+two microbatches at once (--capacity 2), so the four of an iteration spread
+over both relays of a stage and the hostile one has a gradient to corrupt."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_swarm import GWTF, Failure, check, parse_log  # noqa: E402
+
+ITERS = 12
+BASE_PORT = 23100  # one block of 300 per run: 23100..25200
+MODES = ["nan", "scale=100", "random", "wrong-shape"]
+# scale=100 is rejected with the checks on, but does not diverge without
+# them: AdamW divides each coordinate by its running RMS, so a stage whose
+# averaged gradient is ~50x larger takes nearly the same steps.
+DIVERGING = ["nan", "random"]
+# the last loss with a hostile relay, against the honest run's after the same iterations
+TOLERANCE = 0.05
+# without the checks: the loss is not a number, or this much worse than honest
+DIVERGED = 1.25
+
+
+def swarm(tmp, n, *args):
+    summary = os.path.join(tmp, f"summary{n}.json")
+    cmd = [GWTF, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
+           "--base-port", str(BASE_PORT + 300 * n), "--workdir", os.path.join(tmp, f"peers{n}"),
+           "--relays", "6", "--stages", "3", "--iterations", str(ITERS), "--capacity", "2", *args]
+    print("$", " ".join(cmd), flush=True)
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"gwtf swarm {' '.join(args)} did not finish in 300 s")
+    with open(os.path.join(tmp, "swarm.log"), "w") as f:
+        f.write(p.stdout)
+    check(p.returncode == 0, f"gwtf swarm exited {p.returncode}")
+    with open(summary) as f:
+        return json.load(f), parse_log(p.stdout)
+
+
+def last_loss(summary):
+    its = summary["iterations"]
+    check(len(its) >= ITERS, f"{len(its)} iterations completed, wanted {ITERS}")
+    return its[-1]["loss"]
+
+
+def hostile(ev):
+    """--byzantine 1:MODE makes the last of the six relays hostile: r5."""
+    ids = {e["node"] for e in ev if e["name"] == "r5" and re.fullmatch(r"[0-9a-f]{8}", e["node"])}
+    check(len(ids) == 1, f"r5 logged as {ids}, wanted one node ID")
+    bad = ids.pop()
+    check(bad.startswith("ff"), f"the hostile relay's ID {bad} does not start with ff")
+    return "r5", bad
+
+
+def honest_hashes_agree(ev, bad_name):
+    seen = {}
+    for e in ev:
+        if e["event"] == "aggregation.done" and e["name"] != bad_name:
+            seen.setdefault((e["stage"], e["f"]["iter"]), set()).add(e["f"]["hash"])
+    split = {k: v for k, v in seen.items() if len(v) > 1}
+    check(seen, "no aggregation was logged")
+    check(not split, f"honest peers disagreed after aggregating: {split}")
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="gwtf-byz-test-") as tmp:
+        corpus = os.path.join(tmp, "corpus.txt")
+        subprocess.run([GWTF, "data", "synth", "--out", corpus, "--bytes", "1000000", "--seed", "1"], check=True,
+                       stderr=subprocess.DEVNULL)
+        ref = subprocess.run([GWTF, "train-ref", "--dataset", corpus, "--iterations", str(ITERS), "--data-seed",
+                              "1000", "--json"], stdout=subprocess.PIPE, text=True, check=True)
+        honest = json.loads(ref.stdout)["iterations"][-1]["loss"]
+        try:
+            n = 0
+            for mode in MODES:
+                s, ev = swarm(tmp, n, "--byzantine", f"1:{mode}")
+                n += 1
+                name, bad = hostile(ev)
+                loss = last_loss(s)
+                check(loss is not None and abs(loss - honest) <= TOLERANCE * honest,
+                      f"{mode}: last loss {loss}, honest {honest:.4f}")
+                honest_hashes_agree(ev, name)
+                check(s["unexpected_exits"] == 0, f"{mode}: a peer exited abnormally")
+                rejected = [e for e in ev if e["event"] == "agg.rejected" and e["f"].get("peer") == bad]
+                banned = [e for e in ev if e["event"] == "run.banned" and e["f"].get("peer") == bad]
+                check(rejected, f"{mode}: {name} ({bad}) was never rejected")
+                check(banned, f"{mode}: {name} ({bad}) was never banned")
+                print(f"{mode}: last loss {loss:.4f} (honest {honest:.4f}); {name} rejected "
+                      f"{len(rejected)}x ({rejected[0]['f']['reason']}), banned; honest hashes agree", flush=True)
+            for mode in DIVERGING:
+                s, ev = swarm(tmp, n, "--byzantine", f"1:{mode}", "--no-validate-contributions")
+                n += 1
+                loss = last_loss(s)
+                check(loss is None or not math.isfinite(loss) or loss <= 0.0 or loss > DIVERGED * honest,
+                      f"{mode} without checks: last loss {loss} did not diverge (honest {honest:.4f})")
+                print(f"{mode} without checks: last loss {loss} (honest {honest:.4f}): diverged", flush=True)
+        except Failure as e:
+            print(f"FAILED: {e}", file=sys.stderr)
+            log = os.path.join(tmp, "swarm.log")
+            if os.path.exists(log):
+                print("\n".join(open(log).read().splitlines()[-40:]), file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
