@@ -45,5 +45,9 @@ int cmd_lookup(int argc, char **argv);
 void cmd_lookup_help(void);
 int cmd_bench_dht(int argc, char **argv);
 void cmd_bench_dht_help(void);
+int cmd_export(int argc, char **argv);
+void cmd_export_help(void);
+int cmd_sample(int argc, char **argv);
+void cmd_sample_help(void);
 
 #endif
