@@ -1,9 +1,8 @@
 /* node/cmd_export.c — `gwtf export`: the whole model of a run as a Hugging
  * Face–style directory (train/hf_export.h), from the per-stage checkpoints
- * peers write. Fetching the stages from a live swarm (--bootstrap) is not
- * built yet: it would fill the same hf_model with hf_model_add_stage from
- * the bytes of TRAIN_WEIGHTS_CHUNK messages. */
+ * peers write, or from a live swarm's members (node/export_swarm.h). */
 #include <dirent.h>
+#include <ftw.h>
 #include <getopt.h>
 #include <limits.h>
 #include <sodium.h>
@@ -12,6 +11,8 @@
 #include <string.h>
 
 #include "node/cmd.h"
+#include "node/export_swarm.h"
+#include "node/node.h"
 #include "train/checkpoint.h"
 #include "train/hf_export.h"
 #include "util/err.h"
@@ -25,7 +26,10 @@
 #define EXPORT_MAX_STATE ((size_t)12 << 30)
 
 void cmd_export_help(void) {
-  printf("usage: gwtf export --run NAME --out DIR --from-checkpoints DIR [DIR...]\n\n"
+  printf("usage: gwtf export --run NAME --out DIR --from-checkpoints DIR [DIR...]\n"
+         "       gwtf export --run NAME --out DIR --bootstrap HOST:PORT [--bootstrap ...]\n"
+         "                   [--listen IP:PORT] [--verify-members N] [--timeout-ms N]\n"
+         "                   [--data-dir DIR]\n\n"
          "Assembles the whole model of run NAME and writes a Hugging Face-style\n"
          "directory: model.safetensors (GPT-2 names for gpt, LLaMA names for llama,\n"
          "fp32), config.json (GPT2Config / LlamaConfig) and tokenizer.txt (which\n"
@@ -38,6 +42,20 @@ void cmd_export_help(void) {
          "                          sidecar; the newest iteration at which every\n"
          "                          stage has a checkpoint is exported (an older one\n"
          "                          is said so in the log)\n"
+         "  --bootstrap HOST:PORT   instead: a peer of the live swarm. The run record and\n"
+         "                          the stage directory are looked up in the DHT; each\n"
+         "                          stage's state is downloaded from members as a\n"
+         "                          joining peer gets it, checked against the hash its\n"
+         "                          chunks announce; N members of each stage must hold\n"
+         "                          the same weights, all stages the same iteration (a\n"
+         "                          stage that moved on meanwhile is fetched again)\n"
+         "  --verify-members N      members per stage whose weights must agree (default\n"
+         "                          2; fewer when the stage has fewer)\n"
+         "  --listen IP:PORT        this tool's session and DHT port (default\n"
+         "                          0.0.0.0:0, any free port; 127.0.0.1:0 for a local swarm)\n"
+         "  --timeout-ms N          give up after N ms (default 120000)\n"
+         "  --data-dir DIR          keep this tool's identity there (default: a fresh one\n"
+         "                          in a temporary directory, removed afterwards)\n"
          "  --log-level L           debug|info|warn|error (default info)\n\n"
          "Then: gwtf sample --model DIR --prompt TEXT.\n"
          "Exit status: 0 written, 1 failure (the log says which stage and why), 2 usage.\n");
@@ -199,14 +217,48 @@ static int from_checkpoints(export_ctx *x, char **dirs, int n_dirs, hf_model *m,
   return rc;
 }
 
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* A node running only the DHT and the export component, until that is done. */
+static int from_swarm(node_config *ncfg, export_swarm_opts *so) {
+  char tmp[] = "/tmp/gwtf-export-XXXXXX";
+  bool own_dir = !ncfg->data_dir;
+  if (own_dir) {
+    if (!mkdtemp(tmp)) return fprintf(stderr, "gwtf export: cannot create a temporary directory\n"), GW_EIO;
+    ncfg->data_dir = tmp;
+  }
+  ncfg->export_swarm = so;
+  node *n = NULL;
+  char err[512];
+  int rc = node_create(ncfg, &n, err, sizeof(err));
+  if (rc)
+    fprintf(stderr, "gwtf export: %s\n", err);
+  else if (node_run(n) != 0 && so->rc == 0)
+    rc = GW_EIO;
+  node_destroy(n);
+  if (own_dir) nftw(tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  return rc ? rc : so->rc;
+}
+
 int cmd_export(int argc, char **argv) {
   static const struct option opts[] = {
       {"run", required_argument, 0, 'r'},       {"out", required_argument, 0, 'o'},
       {"from-checkpoints", required_argument, 0, 'c'}, {"log-level", required_argument, 0, 'l'},
-      {"help", no_argument, 0, 'h'},
+      {"bootstrap", required_argument, 0, 'b'}, {"listen", required_argument, 0, 'L'},
+      {"verify-members", required_argument, 0, 'v'}, {"timeout-ms", required_argument, 0, 't'},
+      {"data-dir", required_argument, 0, 'D'},  {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   char *dirs[EXPORT_MAX_DIRS];
   int n_dirs = 0, c;
+  node_config ncfg;
+  node_config_defaults(&ncfg);
+  ncfg.port_mapping = P2P_PORTMAP_OFF; /* a short-lived client: nobody needs to reach it */
+  gw_addr_parse("0.0.0.0:0", &ncfg.listen);
+  export_swarm_opts so = {.timeout_ms = 120000, .verify_members = 2};
+  char *end;
   const char *out = NULL;
   export_ctx x = {0};
   gw_log_level level = GW_LOG_INFO;
@@ -221,14 +273,32 @@ int cmd_export(int argc, char **argv) {
     case 'l':
       if (gw_log_level_parse(optarg, &level) != 0) return cmd_export_help(), 2;
       break;
+    case 'b':
+      if (ncfg.n_bootstrap < NODE_MAX_BOOTSTRAP) ncfg.bootstrap[ncfg.n_bootstrap++] = optarg;
+      break;
+    case 'L':
+      if (gw_addr_parse(optarg, &ncfg.listen) != 0) return fprintf(stderr, "gwtf export: bad --listen\n"), 2;
+      break;
+    case 'v':
+      so.verify_members = (int)strtol(optarg, &end, 10);
+      if (*end || so.verify_members < 1 || so.verify_members > 4)
+        return fprintf(stderr, "gwtf export: --verify-members must be 1..4\n"), 2;
+      break;
+    case 't':
+      so.timeout_ms = strtoull(optarg, &end, 10);
+      if (*end || so.timeout_ms == 0) return fprintf(stderr, "gwtf export: bad --timeout-ms\n"), 2;
+      break;
+    case 'D': ncfg.data_dir = optarg; break;
     case 'h': cmd_export_help(); return 0;
     default: cmd_export_help(); return 2;
     }
   }
   /* DIRs after --from-checkpoints DIR: getopt moved them to the end */
   for (int i = optind; n_dirs && i < argc && n_dirs < EXPORT_MAX_DIRS; i++) dirs[n_dirs++] = argv[i];
-  if (!x.run || !*x.run || strlen(x.run) >= CKPT_RUN_NAME_MAX || !out || !n_dirs) {
-    fprintf(stderr, "gwtf export: needs --run NAME, --out DIR and --from-checkpoints DIR...\n");
+  if (!x.run || !*x.run || strlen(x.run) >= CKPT_RUN_NAME_MAX || !out || (n_dirs > 0) == (ncfg.n_bootstrap > 0) ||
+      (optind < argc && !n_dirs)) {
+    fprintf(stderr, "gwtf export: needs --run NAME, --out DIR and either --from-checkpoints DIR... or "
+                    "--bootstrap HOST:PORT\n");
     return 2;
   }
   gw_log_sink sink;
@@ -237,10 +307,19 @@ int cmd_export(int argc, char **argv) {
   hf_model m;
   hf_model_init(&m);
   long long iteration = -1;
-  int rc = from_checkpoints(&x, dirs, n_dirs, &m, &iteration);
+  int rc;
+  if (n_dirs) {
+    rc = from_checkpoints(&x, dirs, n_dirs, &m, &iteration);
+  } else {
+    ncfg.log_level = level;
+    so.run = x.run;
+    so.model = &m;
+    rc = from_swarm(&ncfg, &so);
+    iteration = so.iteration;
+  }
   if (rc == 0) {
     char err[512];
-    hf_export_info info = {.run = x.run, .iteration = iteration, .source = "checkpoints"};
+    hf_export_info info = {.run = x.run, .iteration = iteration, .source = n_dirs ? "checkpoints" : "swarm"};
     rc = hf_write_dir(out, &m.cfg, m.params, &info, err, sizeof(err));
     if (rc)
       GW_ERROR(&x.log, "export.failed", "out=%s err=\"%s\"", out, err);

@@ -274,6 +274,35 @@ int hf_model_add_stage(hf_model *m, const uint8_t *buf, size_t len, const uint8_
   return rc;
 }
 
+int hf_state_weight_hash(const uint8_t *buf, size_t len, uint8_t out[HF_HASH_BYTES], char *err, size_t err_len) {
+  st_file f;
+  int rc = st_parse(buf, len, &f, err, err_len);
+  if (rc) return rc;
+  model_config cfg;
+  int first = 0, nl = 0, n = 0;
+  bool head = false;
+  long long step = 0;
+  model_tensor *t = NULL;
+  const uint8_t *start = NULL;
+  size_t bytes = 0;
+  rc = state_meta(&f, &cfg, &first, &nl, &head, &step, err, err_len);
+  if (!rc && !(t = stage_tensors(&cfg, first, nl, head, &n))) rc = GW_ENOMEM;
+  if (!rc) rc = locate_params(&f, t, n, &start, &bytes, err, err_len);
+  if (!rc) crypto_generichash(out, HF_HASH_BYTES, start, bytes, NULL, 0);
+  free(t);
+  st_free(&f);
+  return rc;
+}
+
+/* A stage state's JSON header names every tensor three times; 1 MiB is far
+ * more than the largest preset needs and bounds what a peer makes us take. */
+#define HF_STATE_HEADER_MAX ((size_t)1 << 20)
+
+size_t hf_state_max_bytes(const model_config *cfg, int n_layers, bool head) {
+  size_t params = (size_t)n_layers * model_block_numel(cfg) + (head ? model_head_numel(cfg) : 0);
+  return HF_STATE_HEADER_MAX + 3 * params * sizeof(float);
+}
+
 int hf_model_complete(const hf_model *m, char *err, size_t err_len) {
   if (!m->have_cfg) return gw_fail(err, err_len, GW_ENOENT, "no stage state was found");
   if (!m->head) return gw_fail(err, err_len, GW_ENOENT, "the data-node part (embedding, final norm, head) is missing");

@@ -79,6 +79,16 @@ void hf_model_free(hf_model *m);
 int hf_model_add_stage(hf_model *m, const uint8_t *buf, size_t len, const uint8_t *want_hash,
                        int *first_layer, int *n_layers, bool *has_head, char *err, size_t err_len);
 
+/* The weight hash of a serialised stage state (BLAKE2b-256 of its
+ * parameters' fp32 bytes in storage order: stage_weight_hash of the stage
+ * that wrote it), after the checks hf_model_add_stage makes. */
+int hf_state_weight_hash(const uint8_t *buf, size_t len, uint8_t out[HF_HASH_BYTES], char *err, size_t err_len);
+
+/* Bytes a stage state of blocks [first, first + n_layers) (+ the head) of
+ * cfg takes at most: the three fp32 regions and a header allowance. Lets a
+ * downloader check a size before it allocates. */
+size_t hf_state_max_bytes(const model_config *cfg, int n_layers, bool head);
+
 /* 0 when the head and every block are filled, else GW_ENOENT with the
  * first missing part named in err. */
 int hf_model_complete(const hf_model *m, char *err, size_t err_len);
