@@ -24,7 +24,7 @@ import tempfile
 import threading
 
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
-PORT = 23100  # below the ephemeral range; no other test uses this block
+PORT = 31400  # below the ephemeral range (32768+); the block 31000-31499 was given to this work
 LINE = re.compile(r"^(?P<name>\S+)\s+\| \S+ \S+\s+\S+ s(?P<stage>\d+) (?P<event>\S+)(?P<rest>.*)$")
 TIMEOUT = 180
 
