@@ -584,8 +584,10 @@ int hf_read_dir(const char *dir, model_config *cfg, float **params, char *err, s
   if (rc) return rc;
   int n = 0;
   model_tensor *t = all_tensors(&c, &n);
+  size_t biggest = 1; /* the scratch for one transposed matrix */
+  for (int i = 0; t && i < n; i++) biggest = t[i].numel > biggest ? t[i].numel : biggest;
   float *p = malloc(hf_model_numel(&c) * sizeof(float));
-  float *tmp = malloc(hf_model_numel(&c) * sizeof(float));
+  float *tmp = malloc(biggest * sizeof(float));
   if (!t || !p || !tmp) rc = GW_ENOMEM;
   for (int i = 0; !rc && i < n; i++) {
     char name[HF_NAME_MAX];

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <sodium.h>
 
+#include "train/checkpoint.h"
 #include "train/generate.h"
 #include "train/hf_export.h"
 #include "util/file.h"
@@ -238,12 +239,47 @@ static void test_stage_states(void **s) {
   gpu_backend_close(be);
 }
 
+/* The sidecar beside a checkpoint: written, read back, refused when bent. */
+static void test_sidecar(void **s) {
+  (void)s;
+  char *dir = testutil_tmpdir(), path[600], side[700], err[256];
+  assert_int_equal(ckpt_run_path(path, sizeof(path), dir, "demo", 2), 0);
+  char want[600];
+  snprintf(want, sizeof(want), "%s/checkpoints/demo.stage2.safetensors", dir);
+  assert_string_equal(path, want);
+  snprintf(path, sizeof(path), "%s/demo.stage2.safetensors", dir);
+  uint8_t hash[STAGE_HASH_BYTES];
+  for (int i = 0; i < STAGE_HASH_BYTES; i++) hash[i] = (uint8_t)(i * 7);
+  assert_int_equal(ckpt_save_blob(path, "abc", 3, "demo", 2, 17, hash), 0);
+  ckpt_sidecar sc;
+  assert_int_equal(ckpt_read_sidecar(path, &sc, err, sizeof(err)), 0);
+  assert_string_equal(sc.run, "demo");
+  assert_int_equal(sc.stage, 2);
+  assert_int_equal(sc.iteration, 17);
+  assert_true(sc.have_hash);
+  assert_memory_equal(sc.weight_hash, hash, sizeof(hash));
+  /* an old sidecar without the hash reads, saying so */
+  assert_int_equal(ckpt_save_blob(path, "abc", 3, "demo", 2, 17, NULL), 0);
+  assert_int_equal(ckpt_read_sidecar(path, &sc, err, sizeof(err)), 0);
+  assert_false(sc.have_hash);
+  snprintf(side, sizeof(side), "%s.json", path);
+  const char *bad[] = {"{\"run\":\"demo\",\"stage\":2}", "{\"run\":\"demo\",\"stage\":2,\"iteration\":1,"
+                       "\"weight_hash\":\"zz\"}", "[1,2]", "not json", "{\"run\":7,\"stage\":2,\"iteration\":1}",
+                       "{\"run\":\"demo\",\"stage\":-1,\"iteration\":1}"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    assert_int_equal(gw_file_write_atomic1(side, bad[i], strlen(bad[i]), 0644), 0);
+    assert_int_equal(ckpt_read_sidecar(path, &sc, err, sizeof(err)), GW_EINVAL);
+  }
+  testutil_rmtree(dir);
+  free(dir);
+}
+
 int main(void) {
   if (sodium_init() < 0) return 1;
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cache_gpt),     cmocka_unit_test(test_cache_llama), cmocka_unit_test(test_pick),
       cmocka_unit_test(test_dir_gpt),       cmocka_unit_test(test_dir_llama),   cmocka_unit_test(test_names),
-      cmocka_unit_test(test_config_refusals), cmocka_unit_test(test_stage_states),
+      cmocka_unit_test(test_config_refusals), cmocka_unit_test(test_stage_states), cmocka_unit_test(test_sidecar),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
