@@ -49,5 +49,9 @@ int cmd_revoke(int argc, char **argv);
 void cmd_revoke_help(void);
 int cmd_bench_dht(int argc, char **argv);
 void cmd_bench_dht_help(void);
+int cmd_export(int argc, char **argv);
+void cmd_export_help(void);
+int cmd_sample(int argc, char **argv);
+void cmd_sample_help(void);
 
 #endif

@@ -14,17 +14,24 @@
 
 #include "gpu/backend.h"
 #include "node/cmd.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/run.h"
 #include "util/err.h"
+#include "util/file.h"
 
 void cmd_train_ref_help(void) {
   printf("usage: gwtf train-ref --dataset PATH [--model PRESET|FILE] [--stages S] [--iterations N]\n"
          "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--seed S]\n"
-         "                      [--data-seed D] [--threads N] [--json]\n\n"
+         "                      [--data-seed D] [--threads N] [--json]\n"
+         "                      [--checkpoint-dir DIR [--run NAME]]\n\n"
          "Trains in one process exactly what a fault-free swarm with these run settings\n"
          "trains (one data node with --data-seed D), and prints the loss of each\n"
-         "iteration. Defaults match `gwtf node --create-run`.\n");
+         "iteration. Defaults match `gwtf node --create-run`.\n\n"
+         "  --checkpoint-dir DIR  at the end, write every stage's checkpoint as a peer\n"
+         "                        of run NAME (default \"ref\") with data dir DIR would:\n"
+         "                        DIR/checkpoints/NAME.stage<s>.safetensors + .json\n"
+         "                        (what gwtf export --from-checkpoints reads)\n");
 }
 
 typedef struct ref {
@@ -63,6 +70,27 @@ static int one_microbatch(ref *r, uint64_t it, uint32_t j, float *bufs[2], int32
   }
   rc = stage_embed_backward(r->st[0], key, y);
   stage_release(r->st[0], key);
+  return rc;
+}
+
+/* Every stage's state and sidecar, as train_node.c writes them after an
+ * aggregation: iteration = aggregations done, hash = stage_weight_hash. */
+static int save_checkpoints(ref *r, const char *dir, const char *run, int iterations) {
+  char path[4096], sub[4096];
+  snprintf(sub, sizeof(sub), "%s/checkpoints", dir);
+  int rc = gw_mkdir_p(sub, 0700);
+  for (int s = 0; rc == 0 && s <= r->run.stages; s++) {
+    uint8_t hash[STAGE_HASH_BYTES], *blob = NULL;
+    size_t len = 0;
+    rc = ckpt_run_path(path, sizeof(path), dir, run, s);
+    if (rc == 0) rc = stage_weight_hash(r->st[s], hash);
+    if (rc == 0) rc = stage_state_size(r->st[s], &len);
+    if (rc == 0 && !(blob = malloc(len))) rc = GW_ENOMEM;
+    if (rc == 0) rc = stage_state_read(r->st[s], 0, blob, len);
+    if (rc == 0) rc = ckpt_save_blob(path, blob, len, run, s, iterations, hash);
+    free(blob);
+    if (rc == 0) fprintf(stderr, "checkpoint.saved path=%s bytes=%zu iter=%d\n", path, len, iterations);
+  }
   return rc;
 }
 
@@ -113,10 +141,11 @@ int cmd_train_ref(int argc, char **argv) {
       {"seq", required_argument, 0, 'T'},     {"lr", required_argument, 0, 'L'},
       {"seed", required_argument, 0, 'S'},    {"data-seed", required_argument, 0, 'd'},
       {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
+      {"checkpoint-dir", required_argument, 0, 'C'}, {"run", required_argument, 0, 'R'},
       {"help", no_argument, 0, 'h'},          {0}};
   static ref r;
   memset(&r, 0, sizeof(r));
-  const char *dataset = NULL, *model = "tiny";
+  const char *dataset = NULL, *model = "tiny", *ckpt_dir = NULL, *run_name = "ref";
   int iterations = 10, threads = 1;
   bool json = false;
   r.run.stages = 3;
@@ -140,6 +169,8 @@ int cmd_train_ref(int argc, char **argv) {
     case 'd': r.data_seed = strtoull(optarg, NULL, 10); break;
     case 't': threads = atoi(optarg); break;
     case 'j': json = true; break;
+    case 'C': ckpt_dir = optarg; break;
+    case 'R': run_name = optarg; break;
     case 'h': cmd_train_ref_help(); return 0;
     default: cmd_train_ref_help(); return 2;
     }
@@ -164,6 +195,7 @@ int cmd_train_ref(int argc, char **argv) {
   int rc = gpu_backend_open(&dev, &gopt, &r.be, err, sizeof(err));
   if (rc == 0) rc = build(&r, err, sizeof(err));
   if (rc == 0) rc = train(&r, iterations, json);
+  if (rc == 0 && ckpt_dir) rc = save_checkpoints(&r, ckpt_dir, run_name, iterations);
   if (rc != 0) fprintf(stderr, "gwtf train-ref: %s\n", *err ? err : gw_strerror(rc));
   for (int s = 0; s <= r.run.stages; s++) stage_destroy(r.st[s]);
   gpu_backend_close(r.be);

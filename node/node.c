@@ -1,6 +1,7 @@
 #include "node/node.h"
 
 #include "node/dht_node.h"
+#include "node/export_swarm.h"
 #include "node/relays.h"
 #include "node/train_node.h"
 
@@ -27,7 +28,7 @@
 
 /* The upper layers, in start order (they stop in reverse). The DHT (issue 3)
  * and training (issue 6) add their entries here. */
-static const node_component *const components[] = {&dht_component, &train_component, NULL};
+static const node_component *const components[] = {&dht_component, &train_component, &export_component, NULL};
 #define N_COMPONENTS (sizeof(components) / sizeof(components[0]) - 1)
 
 typedef struct bootstrap {
@@ -310,7 +311,9 @@ static void on_message(void *ud, const gw_id *from, p2p_msg *msg) {
   node *n = ud;
   for (size_t i = 0; i < n->comp_started; i++) {
     const node_component *c = components[i];
-    if (c->message && msg->type >= c->type_lo && msg->type <= c->type_hi) {
+    /* A component that is not active in this node (its start left no
+     * state: training in `gwtf export`) leaves its types to the next. */
+    if (c->message && n->comp_state[i] && msg->type >= c->type_lo && msg->type <= c->type_hi) {
       c->message(n->comp_state[i], from, msg);
       return;
     }

@@ -49,6 +49,10 @@ typedef struct node_config {
   uint64_t record_ttl_ms;     /* DHT records we publish live this long (0: the DHT's default) */
   bool allow_loopback_peers;  /* the DHT accepts 127.0.0.0/8 contacts (local swarms, tests) */
   const struct train_node_opts *train; /* NULL: no training (a plain peer) */
+  /* `gwtf export --bootstrap` (node/export_swarm.h): fetch a run's weights
+   * instead of training; NULL otherwise. The component writes its results
+   * into it. */
+  struct export_swarm_opts *export_swarm;
   /* Stage-directory announcements made by the DHT component (node/dht_node.c):
    * "RUN:STAGE", kept alive (republished) until shutdown. */
   const char *announce[NODE_MAX_ANNOUNCE];

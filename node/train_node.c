@@ -20,6 +20,7 @@
 #include "node/relays.h"
 #include "node/run_access.h"
 #include "node/worker.h"
+#include "train/checkpoint.h"
 #include "train/compute.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -262,17 +263,16 @@ static void run_job(void *ctx, train_job *job) {
 
 /* ---- compute results ---- */
 
+/* The snapshot job carries the iteration (in key) and the weight hash the
+ * aggregation announced, taken when it was queued: the worker runs jobs in
+ * order, so the snapshot holds exactly those weights. */
 static void write_checkpoint(train_rt *rt, train_job *job) {
   if (job->rc != 0 || !job->blob) return;
-  int rc = gw_file_write_atomic1(rt->ckpt_path, job->blob, job->blob_len, 0644);
-  char side[PATH_MAX + 8], text[256];
-  snprintf(side, sizeof(side), "%s.json", rt->ckpt_path);
-  int n = snprintf(text, sizeof(text), "{\"run\":\"%s\",\"stage\":%d,\"iteration\":%llu}\n", rt->run.name, rt->stage,
-                   (unsigned long long)train_peer_iteration(rt->peer));
-  if (rc == 0) rc = gw_file_write_atomic1(side, text, (size_t)n, 0644);
+  int rc = ckpt_save_blob(rt->ckpt_path, job->blob, job->blob_len, rt->run.name, rt->stage, (long long)job->key,
+                          job->hash);
   if (rc == 0)
     GW_INFO(&rt->log, "checkpoint.saved", "path=%s bytes=%zu iter=%llu", rt->ckpt_path, job->blob_len,
-            (unsigned long long)train_peer_iteration(rt->peer));
+            (unsigned long long)job->key);
   else
     GW_ERROR(&rt->log, "checkpoint.failed", "path=%s err=\"%s\"", rt->ckpt_path, gw_strerror(rc));
 }
@@ -713,9 +713,7 @@ static int start_compute(train_rt *rt, int s) {
   rt->compute_ready = true;
   train_shape shape = {rt->run.batch, rt->run.seq, rt->run.model.d_model, train_compute_n_params(&spec)};
   train_peer_set_shape(rt->peer, &shape);
-  snprintf(rt->ckpt_path, sizeof(rt->ckpt_path), "%s/checkpoints/%s.stage%d.safetensors",
-           node_get_config(rt->n)->data_dir ? node_get_config(rt->n)->data_dir : ".", rt->run.name, s);
-  return 0;
+  return ckpt_run_path(rt->ckpt_path, sizeof(rt->ckpt_path), node_get_config(rt->n)->data_dir, rt->run.name, s);
 }
 
 /* The stage is known: compute, flows and the router follow. */
@@ -785,6 +783,8 @@ static void on_peer_event(void *ud, const train_event *ev) {
       if (job) {
         job->kind = TRAIN_JOB_SNAPSHOT;
         job->owner = &rt->ckpt_marker;
+        job->key = ev->iteration;
+        memcpy(job->hash, ev->hash, sizeof(job->hash));
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s", rt->ckpt_path);
         char *slash = strrchr(dir, '/');

@@ -36,7 +36,7 @@ packages=(build-essential cmake pkg-config libuv1-dev libsodium-dev libprotobuf-
           protobuf-c-compiler libnatpmp-dev libminiupnpc-dev libopenblas-dev libjansson-dev libcmocka-dev
           python3 dpkg-dev)
 if [ "$test_deps" = 1 ]; then
-  packages+=(valgrind clang debootstrap iproute2 iptables miniupnpd-iptables)
+  packages+=(valgrind clang debootstrap iproute2 iptables miniupnpd-iptables python3-torch)
 fi
 
 missing=()
