@@ -33,6 +33,7 @@
 
 #include "node/cmd.h"
 #include "node/swarm_waste.h"
+#include "node/swarm_web.h"
 #include "train/data.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -57,6 +58,8 @@ typedef struct swarm_opts {
   const char *slowdowns; /* comma list, cycled over relays; "" = all 1 */
   const char *capacities; /* comma list, cycled over relays; overrides --capacity */
   double slowdown;       /* every peer */
+  const char *http;      /* --http [IP:]PORT: the live web view (node/swarm_web.h) */
+  bool http_public;
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -158,6 +161,7 @@ struct swarm {
   uint64_t start_ms, end_ms;
   uv_timer_t stop_timer;
   uv_signal_t sigint;
+  swarm_web *web; /* NULL without --http */
 };
 
 static const char *const colours[] = {"\033[36m", "\033[33m", "\033[35m", "\033[32m", "\033[34m", "\033[91m"};
@@ -441,6 +445,8 @@ static void on_line(swarm *sw, peer_proc *p, char *line) {
     return;
   }
   render(sw, p, ev);
+  swarm_web_line(sw->web, p->name, json_string_value(json_object_get(ev, "node")),
+                 json_string_value(json_object_get(ev, "event")), line);
   on_event(sw, p, ev);
   json_decref(ev);
 }
@@ -517,6 +523,10 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
                   (sw->stopping && (term_signal == SIGTERM || term_signal == SIGKILL));
   if (p->crashed_itself && !sw->stopping) p->killed_by_us = true; /* restarted like a churned peer */
   if (p->killed_by_us && !sw->stopping) p->killed_generation = p->generation;
+  char fields[128];
+  snprintf(fields, sizeof(fields), "\"status\":%lld,\"signal\":%d,\"expected\":%s", (long long)status, term_signal,
+           expected ? "true" : "false");
+  swarm_web_note(sw->web, p->name, expected ? "info" : "error", "swarm.exit", fields);
   if (!expected) {
     sw->unexpected_exits++;
     say(sw, "%s exited unexpectedly (status %lld, signal %d)", p->name, (long long)status, term_signal);
@@ -709,6 +719,9 @@ static void start_peer(peer_proc *p) {
   p->process_open = true;
   for (int i = 0; i < 2; i++) uv_read_start((uv_stream_t *)&p->streams[i].pipe, alloc_cb, read_cb);
   if (p->generation > 0) say(sw, "%s restarted with a fresh identity (generation %d)", p->name, p->generation);
+  char fields[64];
+  snprintf(fields, sizeof(fields), "\"generation\":%d,\"late\":%s", p->generation, p->late ? "true" : "false");
+  swarm_web_note(sw->web, p->name, "info", "swarm.start", fields);
 }
 
 /* ---- late joiners ---- */
@@ -732,6 +745,7 @@ static void kill_cb(uv_timer_t *t) {
   p->killed_by_us = true;
   sw->crashes++;
   say(sw, "churn: killing %s (SIGKILL)", p->name);
+  swarm_web_note(sw->web, p->name, "warn", "swarm.kill", "\"signal\":\"SIGKILL\",\"reason\":\"churn\"");
   uv_process_kill(&p->proc, SIGKILL);
 }
 
@@ -889,7 +903,7 @@ void cmd_swarm_help(void) {
       "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
-      "                  [--log-level LEVEL] [--quiet]\n\n"
+      "                  [--log-level LEVEL] [--quiet] [--http [IP:]PORT [--http-public]]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -901,7 +915,12 @@ void cmd_swarm_help(void) {
       "--late-relays K --late-after I starts K more relays after iteration I.\n"
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
-      "likewise gives each relay its own capacity.\n\n"
+      "likewise gives each relay its own capacity.\n"
+      "--http PORT serves a live web view of the whole swarm (stages and members,\n"
+      "flows, microbatches in flight, loss and validation curves, throughput, a\n"
+      "timeline of crashes, re-routes, repairs, joins and aggregations) at\n"
+      "http://127.0.0.1:PORT/, built from the merged log streams (docs/WEB.md);\n"
+      "IP:PORT binds elsewhere, which needs --http-public (no authentication).\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -927,6 +946,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"late-after", required_argument, 0, 'A'},  {"slowdown", required_argument, 0, 'W'},
       {"slowdowns", required_argument, 0, 'X'},   {"capacities", required_argument, 0, 'Y'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
+      {"http", required_argument, 0, 'P'},        {"http-public", no_argument, 0, 'U'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
@@ -972,6 +992,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
     case 'q': o->quiet = true; break;
+    case 'P': o->http = optarg; break;
+    case 'U': o->http_public = true; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -992,10 +1014,16 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (o->restart_after < 1) bad = "--restart-after must be at least 1";
   else if (o->flow_tick < 10 || o->hop_timeout < 50) bad = "--flow-tick >= 10 ms, --hop-timeout >= 50 ms";
   else if (o->slowdown < 1) bad = "--slowdown must be >= 1";
+  char why[300];
+  bool is_public = false;
+  if (!bad && o->http && swarm_web_check(o->http, o->http_public, &is_public, why, sizeof(why)) != 0) bad = why;
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;
   }
+  if (is_public)
+    fprintf(stderr, "gwtf swarm: warning: --http %s serves the live view beyond this machine, without "
+                    "authentication: anyone who reaches it sees the run\n", o->http);
   return 0;
 }
 
@@ -1081,6 +1109,15 @@ int cmd_swarm(int argc, char **argv) {
   sw.sigint.data = &sw;
   uv_signal_start(&sw.sigint, sigint_cb, SIGINT);
   sw.start_ms = uv_now(sw.loop);
+  if (sw.o.http) {
+    char err[300];
+    if (swarm_web_start(sw.o.http, sw.o.http_public, &sw.web, err, sizeof(err)) != 0) {
+      say(&sw, "%s", err);
+      sw.failed = true;
+    } else {
+      say(&sw, "live view: open %s", swarm_web_url(sw.web));
+    }
+  }
   for (int i = 0; i < sw.n_peers && !sw.failed; i++)
     if (!sw.peers[i].late) start_peer(&sw.peers[i]);
   if (sw.failed) stop_all(&sw);
@@ -1097,6 +1134,7 @@ int cmd_swarm(int argc, char **argv) {
   bool complete = sw.leader_iterations >= (uint64_t)sw.o.iterations;
   if (!complete) say(&sw, "only %llu of %d iterations completed", (unsigned long long)sw.leader_iterations, sw.o.iterations);
   int wrc = write_summary(&sw);
+  swarm_web_stop(sw.web);
   free(sw.iters);
   free(sw.costs);
   free(sw.links);
