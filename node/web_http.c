@@ -167,11 +167,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
   (void)upload_data;
   bool get = !strcmp(method, MHD_HTTP_METHOD_GET), head = !strcmp(method, MHD_HTTP_METHOD_HEAD);
   if (!get && !head) return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "only GET\n");
-  if (*req_cls == NULL) { /* headers only so far: a body would come next */
+  /* Nothing here takes a body: refuse one before reading it. */
+  const char *clen = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+  if ((clen && strcmp(clen, "0") != 0) ||
+      MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+    return send_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "no body expected\n");
+  if (*req_cls == NULL) { /* the first call, with the headers: answer at the next */
     *req_cls = &marker;
     return MHD_YES;
   }
-  if (*upload_data_size != 0) return send_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "no body expected\n");
+  if (*upload_data_size != 0) return MHD_NO; /* a body after all: drop the connection */
   if (!strcmp(url, "/api/snapshot")) return serve_snapshot(h, c);
   if (!strcmp(url, "/api/events")) return serve_events(h, c);
   const web_asset *a = web_asset_find(url);

@@ -30,7 +30,7 @@
 #define WEB_HTTP_MAX_SSE 8            /* event streams at once; more get 503 */
 #define WEB_HTTP_REQUEST_MAX (16 * 1024) /* request line and headers */
 #define WEB_HTTP_SSE_BLOCK (WEB_FEED_EVENT_MAX + 4096)
-#define WEB_HTTP_KEEPALIVE_MS 5000    /* a comment on an idle stream: proxies and dead clients notice */
+#define WEB_HTTP_KEEPALIVE_MS 2000    /* a comment on an idle stream: a closed one frees its slot */
 #define WEB_HTTP_IDLE_TIMEOUT_S 60
 
 typedef struct web_http web_http;
