@@ -21,6 +21,7 @@ function resetState() {
   S.loss = [];             // [iter, mean loss], in order of arrival
   S.val = [];              // [iter, val_loss]
   S.tput = [];             // [iter, tokens/s]
+  S.stages = 0;
   S.iter = null; S.lastLoss = null; S.lastVal = null; S.lastTput = null;
   S.crashes = 0; S.repairs = 0;
   S.aggSeen = new Set();
@@ -85,14 +86,45 @@ function onIterationDone(ev) {
   S.dirty.curves = S.dirty.stats = S.dirty.mbs = true;
 }
 
+// A node's flow units, as its flow.* events describe them: {in, out, peer}.
+// `peer` is the other end that changed (next hop, new upstream, or the node
+// a unit was handed over to); which one is read from the stages at drawing time.
 function onFlow(ev, m) {
+  if (!m) return;
   let f = S.flows.get(m.id);
   if (!f) { f = new Map(); S.flows.set(m.id, f); }
-  const key = ev.in + '>' + ev.out;
+  const zero = (x) => !x || /^0+$/.test(x);
+  const key = zero(ev.in) ? 'o' + ev.out : 'i' + ev.in;
   if (ev.event === 'flow.torn_down') f.delete(key);
-  else if (ev.event === 'flow.peer_dead') { for (const [k, p] of f) if (p === ev.peer) f.delete(k); }
-  else if (ev.peer && !/^0+$/.test(ev.peer) && ev.peer !== '-') f.set(key, ev.peer);
+  else if (ev.event === 'flow.peer_dead') { for (const [k, u] of f) if (u.peer === ev.peer) f.delete(k); }
+  else if (!zero(ev.peer) && ev.peer !== '-') f.set(key, { in: ev.in, out: ev.out, peer: ev.peer });
   S.dirty.flows = true;
+}
+
+// Edges "from>to" -> set of segments, from every node's units: a unit whose
+// peer sits in the next stage is its outflow, one in the previous stage its
+// inflow (the last relay stage feeds the data nodes' sinks, stage 0).
+function flowEdges() {
+  let last = S.stages || 0;
+  for (const m of S.members.values()) if (m.stage !== null && m.stage > last) last = m.stage;
+  const next = (s) => (s >= last ? 0 : s + 1);
+  const edges = new Map();
+  const add = (a, b, seg) => {
+    const k = a + '>' + b;
+    if (!edges.has(k)) edges.set(k, new Set());
+    edges.get(k).add(seg);
+  };
+  for (const [id, units] of S.flows) {
+    const me = S.members.get(id);
+    if (!me || !me.alive || me.stage === null) continue;
+    for (const u of units.values()) {
+      const p = S.members.get(u.peer);
+      if (!p || !p.alive || p.stage === null) continue;
+      if (p.stage === next(me.stage)) add(id, u.peer, u.out);
+      else if (me.stage === next(p.stage)) add(u.peer, id, u.in);
+    }
+  }
+  return edges;
 }
 
 const handlers = {
@@ -261,17 +293,13 @@ function renderFlows() {
   const pos = new Map();
   cols.forEach(([s, ms], i) => {
     const x = 40 + (cols.length > 1 ? i * (w - 80) / (cols.length - 1) : (w - 80) / 2);
-    ms.forEach((m, j) => pos.set(m.id, [x, 20 + (ms.length > 1 ? j * (h - 40) / (ms.length - 1) : (h - 40) / 2), m]));
+    ms.forEach((m, j) => pos.set(m.id, [x, 34 + (ms.length > 1 ? j * (h - 58) / (ms.length - 1) : (h - 58) / 2), m]));
     g.fillStyle = '#6b7280'; g.font = '11px system-ui'; g.textAlign = 'center';
     g.fillText(s === 0 ? 'stage 0 (data)' : 'stage ' + s, x, 10);
   });
-  const edges = new Map();
-  for (const [from, f] of S.flows) for (const to of f.values()) {
-    const k = from + '>' + to;
-    edges.set(k, (edges.get(k) || 0) + 1);
-  }
-  for (const [k, n] of edges) {
-    const [a, b] = k.split('>');
+  const edges = flowEdges();
+  for (const [k, segs] of edges) {
+    const [a, b] = k.split('>'), n = segs.size;
     const pa = pos.get(a), pb = pos.get(b);
     if (!pa || !pb) continue;
     g.strokeStyle = pb[0] < pa[0] ? 'rgba(217,119,6,0.55)' : 'rgba(37,99,235,0.6)';
@@ -360,7 +388,7 @@ function renderTimeline() {
     li.className = 'tl-' + e.cls;
     const t = document.createElement('time');
     t.textContent = e.t;
-    li.append(t, e.text);
+    li.append(t, ' ' + e.text);
     frag.prepend(li);
   }
   S.pendingTimeline = [];
@@ -405,5 +433,5 @@ for (const cb of document.querySelectorAll('#filters input')) {
 window.addEventListener('resize', () => { S.dirty.flows = S.dirty.curves = true; schedule(); });
 
 // For tests and benchmarks: feed events as if they came from the server.
-window.gwtf = { ingest, state: S, render: () => { frameAsked = false; render(); } };
+window.gwtf = { ingest, state: S, flowEdges, render: () => { frameAsked = false; render(); } };
 start();
