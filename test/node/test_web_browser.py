@@ -229,7 +229,7 @@ def test(screenshot):
         it0 = driver.execute_script("return window.gwtf.state.iter")
         wait_js(driver, f"window.gwtf.state.iter > {it0}", "an iteration after the crash", timeout=120)
         if screenshot:  # tall enough for the stages' tables and the microbatches too
-            driver.set_window_size(1400, 1700)
+            driver.set_window_size(1400, 1280)
             wait_js(driver, "document.querySelectorAll('tr.member').length >= 8", "the restarted relay as a member")
             os.makedirs(os.path.dirname(os.path.abspath(screenshot)), exist_ok=True)
             driver.save_screenshot(screenshot)
