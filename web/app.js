@@ -7,6 +7,7 @@ const TIMELINE_MAX = 300;   // entries kept in the DOM
 const MB_SHOWN_MAX = 120;   // microbatch chips drawn
 const MB_KEPT_MAX = 5000;   // microbatches tracked
 const POINTS_MAX = 100000;  // per curve
+const DEAD_SHOWN_MAX = 3;   // dead members listed per stage
 
 const S = {};
 function resetState() {
@@ -36,11 +37,20 @@ function member(id) {
   if (!id || id === '-') return null;
   let m = S.members.get(id);
   if (!m) {
-    m = { id, src: '', stage: null, addr: '', device: '', capacity: '', reach: '', ready: false, alive: true };
+    m = { id, seen: 0, src: '', stage: null, addr: '', device: '', capacity: '', reach: '', ready: false, alive: true };
     S.members.set(id, m);
     S.dirty.stages = S.dirty.flows = true;
   }
   return m;
+}
+
+// A member marked dead comes back on its own next line only if it really
+// lives: in a swarm, its process must be running under that identity (lines
+// of a killed process can still arrive after the swarm saw it exit).
+function mayRevive(m) {
+  if (S.kind !== 'swarm' || !m.src) return true;
+  const p = S.procs.get(m.src);
+  return !!p && p.alive && p.node === m.id;
 }
 
 function procDown(name) {
@@ -161,6 +171,7 @@ const handlers = {
     if (m) { m.alive = false; S.dirty.stages = S.dirty.flows = true; }
     timeline('crash', ev, `${who(ev)} presumes ${ev.peer} dead`);
   },
+  'peer.back': (ev) => { const m = S.members.get(ev.peer); if (m && S.kind === 'node') { m.alive = true; S.dirty.stages = true; } },
   'peer.lost': (ev) => { const m = S.members.get(ev.peer); if (m && S.kind === 'node') { m.alive = false; S.dirty.stages = true; } },
   'peer.connected': (ev) => {
     if (S.kind !== 'node') return;
@@ -202,9 +213,10 @@ function ingest(ev) {
   S.events++;
   const m = member(ev.node);
   if (m) {
+    m.seen = S.events;
     if (ev.src) m.src = ev.src;
     if (typeof ev.stage === 'number' && m.stage !== ev.stage) { m.stage = ev.stage; S.dirty.stages = S.dirty.flows = true; }
-    if (!m.alive && ev.event !== 'node.stopped' && ev.event !== 'debug.crash') { m.alive = true; S.dirty.stages = true; }
+    if (!m.alive && ev.event !== 'node.stopped' && ev.event !== 'debug.crash' && mayRevive(m)) { m.alive = true; S.dirty.stages = true; }
   }
   const h = handlers[ev.event];
   if (h) { h(ev, m); S.dirty.stages = true; }
@@ -265,13 +277,16 @@ function byStage() {
 function renderStages() {
   let html = '';
   for (const [s, ms] of byStage()) {
-    ms.sort((a, b) => (b.alive - a.alive) || a.id.localeCompare(b.id));
-    const live = ms.filter((m) => m.alive).length;
+    ms.sort((a, b) => (b.alive - a.alive) || (b.seen - a.seen));
+    const live = ms.filter((m) => m.alive).length, gone = ms.length - live;
+    // under churn the dead pile up: the tables keep the latest few
+    if (gone > DEAD_SHOWN_MAX) ms.length = live + DEAD_SHOWN_MAX;
     html += `<div class="stage" data-stage="${s}"><h3>${s === -1 ? 'stage unknown' : 'stage ' + s}${s === 0 ? ' (data)' : ''} — ${live} live</h3><table><tr><th>ID</th><th>proc</th><th>address</th><th>device</th><th>cap</th><th>reach</th></tr>`;
     for (const m of ms) {
       const cls = !m.alive ? 'dead' : (m.ready || m.stage === 0 ? '' : 'joining');
       html += `<tr class="member ${cls}" data-id="${esc(m.id)}"><td><span class="dot"></span>${esc(m.id)}</td><td>${esc(m.src)}</td><td>${esc(m.addr)}</td><td>${esc(m.device)}</td><td>${esc(m.capacity)}</td><td>${esc(m.reach)}</td></tr>`;
     }
+    if (gone > DEAD_SHOWN_MAX) html += `<tr><td colspan="6" class="more">and ${gone - DEAD_SHOWN_MAX} more gone</td></tr>`;
     html += '</table></div>';
   }
   $('stages').innerHTML = html;
@@ -370,7 +385,7 @@ function renderMbs() {
   let html = '', i = 0;
   const shown = [...S.mbs.values()].slice(-MB_SHOWN_MAX);
   for (const mb of shown) {
-    html += `<span class="mb ${mb.kind === 'backward' ? 'backward' : ''}" title="origin ${esc(mb.origin)} iteration ${esc(mb.iter)}">${esc(mb.origin)}/${esc(mb.mb).slice(-6)} s${esc(mb.stage)} ${esc(mb.kind)}</span>`;
+    html += `<span class="mb ${String(mb.kind).includes('backward') ? 'backward' : ''}" title="origin ${esc(mb.origin)} iteration ${esc(mb.iter)}">${esc(mb.origin)}/${esc(mb.mb).slice(-6)} s${esc(mb.stage)} ${esc(mb.kind)}</span>`;
     i++;
   }
   if (S.mbs.size > i) html += `<span class="more">and ${S.mbs.size - i} more</span>`;
