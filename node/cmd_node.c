@@ -10,6 +10,8 @@
 #include "node/dht_node.h"
 #include "node/node.h"
 #include "node/train_node.h"
+#include "node/web_feed.h"
+#include "node/web_http.h"
 #include "p2p/frame.h"
 #include "util/err.h"
 
@@ -68,7 +70,13 @@ void cmd_node_help(void) {
          "                             1G; at least --max-frame + 1M); more waits\n"
          "  --min-rx-rate BYTES        a frame being received must gain this many bytes a\n"
          "                             second over 20 s, else the peer is cut (default 64K;\n"
-         "                             0: off). docs/P2P.md, Limits\n",
+         "                             0: off). docs/P2P.md, Limits\n"
+         "  --http [IP:]PORT           serve a live web view of this node (its log events:\n"
+         "                             stages, flows, loss, timeline) at http://IP:PORT/;\n"
+         "                             IP defaults to 127.0.0.1 (docs/WEB.md)\n"
+         "  --http-public              allow --http on a non-loopback address (the page\n"
+         "                             has no authentication: anyone who reaches it sees\n"
+         "                             the run)\n",
          NODE_DEFAULT_PORT, dir, DHT_NODE_STATS_MS / 1000, P2P_LIMIT_HANDSHAKES_PER_IP,
          P2P_LIMIT_HANDSHAKES_PER_SUBNET, P2P_LIMIT_SESSIONS_PER_IP, P2P_LIMIT_SESSIONS_PER_SUBNET);
   train_node_print_help();
@@ -105,6 +113,8 @@ enum {
   OPT_LIM_LOOPBACK,
   OPT_LIM_RX_BUFFER,
   OPT_LIM_RX_RATE,
+  OPT_HTTP,
+  OPT_HTTP_PUBLIC,
 };
 
 static int bad(const char *opt, const char *val, const char *want) {
@@ -302,6 +312,8 @@ int cmd_node(int argc, char **argv) {
       {"limit-loopback", required_argument, 0, OPT_LIM_LOOPBACK},
       {"max-rx-buffer", required_argument, 0, OPT_LIM_RX_BUFFER},
       {"min-rx-rate", required_argument, 0, OPT_LIM_RX_RATE},
+      {"http", required_argument, 0, OPT_HTTP},
+      {"http-public", no_argument, 0, OPT_HTTP_PUBLIC},
       {"help", no_argument, 0, 'h'},
       {0},
   };
@@ -318,10 +330,17 @@ int cmd_node(int argc, char **argv) {
   static train_node_opts topts;
   train_node_opts_default(&topts);
   int c;
+  const char *http = NULL;
+  bool http_public = false;
   while ((c = getopt_long(argc, argv, "h", all, NULL)) != -1) {
     if (c == 'h') {
       cmd_node_help();
       return 0;
+    }
+    if (c == OPT_HTTP || c == OPT_HTTP_PUBLIC) {
+      if (c == OPT_HTTP) http = optarg;
+      else http_public = true;
+      continue;
     }
     if (c == '?') {
       fprintf(stderr, "(see gwtf help node)\n");
@@ -354,13 +373,41 @@ int cmd_node(int argc, char **argv) {
     fprintf(stderr, "gwtf node: unexpected argument '%s'\n", argv[optind]);
     return 2;
   }
-  node *n = NULL;
   char err[600];
-  if (node_create(&cfg, &n, err, sizeof(err)) != 0) {
+  bool is_public = false;
+  if (http && web_http_parse_bind(http, http_public, &is_public, err, sizeof(err)) != 0) {
     fprintf(stderr, "gwtf node: %s\n", err);
+    return 2;
+  }
+  web_feed *feed = http ? web_feed_new("node") : NULL;
+  if (http && !feed) {
+    fprintf(stderr, "gwtf node: out of memory\n");
     return 1;
   }
+  cfg.log_feed = feed ? web_feed_log_cb : NULL;
+  cfg.log_feed_ud = feed;
+  node *n = NULL;
+  if (node_create(&cfg, &n, err, sizeof(err)) != 0) {
+    fprintf(stderr, "gwtf node: %s\n", err);
+    web_feed_free(feed);
+    return 1;
+  }
+  web_http *server = NULL;
+  if (feed) {
+    if (web_http_start(feed, http, http_public, &server, err, sizeof(err)) != 0) {
+      fprintf(stderr, "gwtf node: %s\n", err);
+      node_destroy(n);
+      web_feed_free(feed);
+      return 1;
+    }
+    if (is_public)
+      GW_WARN(node_log(n), "http.public", "url=%s msg=\"the live view has no authentication: anyone who reaches "
+                                          "this address sees the run\"", web_http_url(server));
+    GW_INFO(node_log(n), "http.listening", "url=%s", web_http_url(server));
+  }
   int code = node_run(n);
+  web_http_stop(server); /* its threads are gone before the node's log sink */
   node_destroy(n);
+  web_feed_free(feed);
   return code;
 }

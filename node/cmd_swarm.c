@@ -35,6 +35,7 @@
 #include "node/swarm_waste.h"
 #include "p2p/identity.h"
 #include "train/peer.h"
+#include "node/swarm_web.h"
 #include "train/data.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -63,6 +64,8 @@ typedef struct swarm_opts {
   bool no_validation;    /* --no-validate-contributions, passed to every peer (tests) */
   int byzantine;         /* --byzantine N:MODE: the last N relays misbehave (tests) */
   const char *byzantine_mode;
+  const char *http;      /* --http [IP:]PORT: the live web view (node/swarm_web.h) */
+  bool http_public;
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -164,6 +167,7 @@ struct swarm {
   uint64_t start_ms, end_ms;
   uv_timer_t stop_timer;
   uv_signal_t sigint;
+  swarm_web *web; /* NULL without --http */
 };
 
 static const char *const colours[] = {"\033[36m", "\033[33m", "\033[35m", "\033[32m", "\033[34m", "\033[91m"};
@@ -447,6 +451,8 @@ static void on_line(swarm *sw, peer_proc *p, char *line) {
     return;
   }
   render(sw, p, ev);
+  swarm_web_line(sw->web, p->name, json_string_value(json_object_get(ev, "node")),
+                 json_string_value(json_object_get(ev, "event")), line);
   on_event(sw, p, ev);
   json_decref(ev);
 }
@@ -523,6 +529,10 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
                   (sw->stopping && (term_signal == SIGTERM || term_signal == SIGKILL));
   if (p->crashed_itself && !sw->stopping) p->killed_by_us = true; /* restarted like a churned peer */
   if (p->killed_by_us && !sw->stopping) p->killed_generation = p->generation;
+  char fields[128];
+  snprintf(fields, sizeof(fields), "\"status\":%lld,\"signal\":%d,\"expected\":%s", (long long)status, term_signal,
+           expected ? "true" : "false");
+  swarm_web_note(sw->web, p->name, expected ? "info" : "error", "swarm.exit", fields);
   if (!expected) {
     sw->unexpected_exits++;
     say(sw, "%s exited unexpectedly (status %lld, signal %d)", p->name, (long long)status, term_signal);
@@ -753,6 +763,9 @@ static void start_peer(peer_proc *p) {
   p->process_open = true;
   for (int i = 0; i < 2; i++) uv_read_start((uv_stream_t *)&p->streams[i].pipe, alloc_cb, read_cb);
   if (p->generation > 0) say(sw, "%s restarted with a fresh identity (generation %d)", p->name, p->generation);
+  char fields[64];
+  snprintf(fields, sizeof(fields), "\"generation\":%d,\"late\":%s", p->generation, p->late ? "true" : "false");
+  swarm_web_note(sw->web, p->name, "info", "swarm.start", fields);
 }
 
 /* ---- late joiners ---- */
@@ -776,6 +789,7 @@ static void kill_cb(uv_timer_t *t) {
   p->killed_by_us = true;
   sw->crashes++;
   say(sw, "churn: killing %s (SIGKILL)", p->name);
+  swarm_web_note(sw->web, p->name, "warn", "swarm.kill", "\"signal\":\"SIGKILL\",\"reason\":\"churn\"");
   uv_process_kill(&p->proc, SIGKILL);
 }
 
@@ -934,7 +948,8 @@ void cmd_swarm_help(void) {
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
       "                  [--aggregate mean|trimmed-mean] [--byzantine N:MODE]\n"
-      "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n\n"
+      "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n"
+      "                  [--http [IP:]PORT [--http-public]]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -952,7 +967,12 @@ void cmd_swarm_help(void) {
       "--byzantine MODE: nan, scale=K, random, wrong-shape, lying-costs), with node IDs\n"
       "above the honest ones so that they contribute rather than aggregate;\n"
       "--no-validate-contributions turns the aggregators' checks off, to show the\n"
-      "same run without its defence.\n\n"
+      "same run without its defence.\n"
+      "--http PORT serves a live web view of the whole swarm (stages and members,\n"
+      "flows, microbatches in flight, loss and validation curves, throughput, a\n"
+      "timeline of crashes, re-routes, repairs, joins and aggregations) at\n"
+      "http://127.0.0.1:PORT/, built from the merged log streams (docs/WEB.md);\n"
+      "IP:PORT binds elsewhere, which needs --http-public (no authentication).\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -980,6 +1000,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"aggregate", required_argument, 0, 'G'},   {"byzantine", required_argument, 0, 'Z'},
       {"no-validate-contributions", no_argument, 0, 'N'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
+      {"http", required_argument, 0, 'P'},        {"http-public", no_argument, 0, 'U'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
@@ -1041,6 +1062,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       o->byzantine_mode = colon + 1;
       break;
     }
+    case 'P': o->http = optarg; break;
+    case 'U': o->http_public = true; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -1064,10 +1087,16 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (o->byzantine >= o->relays) bad = "--byzantine N needs N below --relays";
   else if (o->aggregate && strcmp(o->aggregate, "mean") != 0 && strcmp(o->aggregate, "trimmed-mean") != 0)
     bad = "--aggregate is mean or trimmed-mean";
+  char why[300];
+  bool is_public = false;
+  if (!bad && o->http && swarm_web_check(o->http, o->http_public, &is_public, why, sizeof(why)) != 0) bad = why;
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;
   }
+  if (is_public)
+    fprintf(stderr, "gwtf swarm: warning: --http %s serves the live view beyond this machine, without "
+                    "authentication: anyone who reaches it sees the run\n", o->http);
   return 0;
 }
 
@@ -1153,6 +1182,14 @@ int cmd_swarm(int argc, char **argv) {
   sw.sigint.data = &sw;
   uv_signal_start(&sw.sigint, sigint_cb, SIGINT);
   sw.start_ms = uv_now(sw.loop);
+  if (sw.o.http) {
+    char err[300];
+    if (swarm_web_start(sw.o.http, sw.o.http_public, &sw.web, err, sizeof(err)) != 0) {
+      say(&sw, "%s; the swarm runs without its live view", err); /* the run matters more than the page */
+    } else {
+      say(&sw, "live view: open %s", swarm_web_url(sw.web));
+    }
+  }
   for (int i = 0; i < sw.n_peers && !sw.failed; i++)
     if (!sw.peers[i].late) start_peer(&sw.peers[i]);
   if (sw.failed) stop_all(&sw);
@@ -1169,6 +1206,7 @@ int cmd_swarm(int argc, char **argv) {
   bool complete = sw.leader_iterations >= (uint64_t)sw.o.iterations;
   if (!complete) say(&sw, "only %llu of %d iterations completed", (unsigned long long)sw.leader_iterations, sw.o.iterations);
   int wrc = write_summary(&sw);
+  swarm_web_stop(sw.web);
   free(sw.iters);
   free(sw.costs);
   free(sw.links);

@@ -198,6 +198,7 @@ int node_create(const node_config *cfg, node **out, char *err, size_t err_len) {
     return rc;
   }
   gw_log_sink_init(&n->sink, stderr, cfg->log_level, cfg->log_format);
+  if (cfg->log_feed) gw_log_sink_subscribe(&n->sink, cfg->log_feed, cfg->log_feed_ud, GW_LOG_INFO);
   gw_log_init(&n->log, &n->sink, &n->me.id);
   if ((rc = uv_loop_init(&n->loop)) != 0) {
     snprintf(err, err_len, "cannot start the event loop: %s", gw_strerror(rc));

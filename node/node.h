@@ -61,6 +61,8 @@ typedef struct node_config {
   p2p_relay_config relay; /* --relay*: serving as a relay for private peers (p2p/relay.h) */
   bool hole_punch;        /* --hole-punch: move relayed sessions to direct ones (p2p/punch.h) */
   p2p_limits_config limits; /* --max-*-per-ip/subnet, --max-rx-buffer, --min-rx-rate (p2p/limits.h) */
+  gw_log_feed log_feed;     /* NULL, or a subscriber to every INFO+ event (--http: node/web_feed.h) */
+  void *log_feed_ud;
 } node_config;
 
 typedef struct node node;

@@ -15,6 +15,10 @@
 # while the loss falls. The merged log stream is on screen; Ctrl-C stops the
 # swarm cleanly. A summary (loss per iteration, crashes, repairs, tokens/s)
 # ends the run and is also written to build/swarm-summary.json.
+#
+# While it runs, open the live view it prints (http://127.0.0.1:8080/: stages
+# and members, flows, loss, a timeline of crashes and repairs; docs/WEB.md).
+# GWTF_HTTP_PORT=PORT serves it elsewhere, GWTF_HTTP_PORT=off not at all.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -28,7 +32,16 @@ fi
 gwtf="$here/build/node/gwtf"
 dataset=$("$here/scripts/fetch_data.sh" "$gwtf")
 
+http_port=${GWTF_HTTP_PORT:-8080}
+http=()
+if [ "$http_port" != off ]; then
+  http=(--http "$http_port")
+fi
+
 echo "== gwtf swarm: 2 data nodes, 8 relays, 3 stages, $iterations iterations, churn 0.1, links of 8 cities" >&2
-exec "$gwtf" swarm --dataset "$dataset" --model tiny --data-nodes 2 --relays 8 --stages 3 \
+if [ "$http_port" != off ]; then
+  echo "== watch it live: open http://127.0.0.1:$http_port/" >&2
+fi
+exec "$gwtf" swarm "${http[@]}" --dataset "$dataset" --model tiny --data-nodes 2 --relays 8 --stages 3 \
   --iterations "$iterations" --churn 0.1 --links "$here/data/links/cities8.json" --base-port 7000 \
   --summary-json "$here/build/swarm-summary.json" "$@"

@@ -34,9 +34,10 @@ done
 
 packages=(build-essential cmake pkg-config libuv1-dev libsodium-dev libprotobuf-c-dev
           protobuf-c-compiler libnatpmp-dev libminiupnpc-dev libopenblas-dev libjansson-dev libcmocka-dev
-          python3 dpkg-dev)
+          libmicrohttpd-dev python3 dpkg-dev)
 if [ "$test_deps" = 1 ]; then
-  packages+=(valgrind clang debootstrap iproute2 iptables miniupnpd-iptables python3-torch)
+  packages+=(valgrind clang debootstrap iproute2 iptables miniupnpd-iptables python3-torch
+             chromium chromium-driver python3-selenium)
 fi
 
 missing=()

@@ -27,6 +27,12 @@ void gw_log_sink_init(gw_log_sink *sink, FILE *fp, gw_log_level level, gw_log_fo
   sink->color = fp && format == GW_LOG_TEXT && isatty(fileno(fp));
 }
 
+void gw_log_sink_subscribe(gw_log_sink *sink, gw_log_feed fn, void *ud, gw_log_level level) {
+  sink->feed = fn;
+  sink->feed_ud = ud;
+  sink->feed_level = level;
+}
+
 int gw_log_level_parse(const char *s, gw_log_level *out) {
   static const char *const names[] = {"debug", "info", "warn", "error", "off"};
   for (int i = 0; i < 5; i++)
@@ -55,8 +61,16 @@ void gw_log_set_node(gw_log *lg, const gw_id *node) {
 
 void gw_log_set_stage(gw_log *lg, int stage) { lg->stage = stage; }
 
+static bool to_terminal(const gw_log_sink *sink, gw_log_level level) {
+  return sink->fp && level >= sink->level && level < GW_LOG_OFF;
+}
+
+static bool to_feed(const gw_log_sink *sink, gw_log_level level) {
+  return sink->feed && level >= sink->feed_level && level < GW_LOG_OFF;
+}
+
 bool gw_log_enabled(const gw_log *lg, gw_log_level level) {
-  return lg && lg->sink && lg->sink->fp && level >= lg->sink->level && level < GW_LOG_OFF;
+  return lg && lg->sink && (to_terminal(lg->sink, level) || to_feed(lg->sink, level));
 }
 
 static void format_time(char *out, size_t n) {
@@ -229,13 +243,21 @@ void gw_log_event(const gw_log *lg, gw_log_level level, const char *event, const
   else fields[0] = '\0';
   va_end(ap);
   format_time(ts, sizeof(ts));
-  size_t len = lg->sink->format == GW_LOG_JSON ? render_json(lg, level, event, ts, fields, line)
-                                               : render_text(lg, level, event, ts, fields, line);
-  line[len] = '\n';
-  fwrite(line, 1, len + 1, lg->sink->fp);
-  fflush(lg->sink->fp);
-  if (lg->sink->hook) {
+  const gw_log_sink *sink = lg->sink;
+  bool term = to_terminal(sink, level), feed = to_feed(sink, level);
+  size_t len = 0;
+  if (term) {
+    len = sink->format == GW_LOG_JSON ? render_json(lg, level, event, ts, fields, line)
+                                      : render_text(lg, level, event, ts, fields, line);
+    line[len] = '\n';
+    fwrite(line, 1, len + 1, sink->fp);
+    fflush(sink->fp);
     line[len] = '\0';
-    lg->sink->hook(lg->sink->hook_ud, level, event, line);
+    if (sink->hook) sink->hook(sink->hook_ud, level, event, line);
+  }
+  if (feed) {
+    /* One event, one rendering: the terminal's JSON line is reused. */
+    if (!term || sink->format != GW_LOG_JSON) len = render_json(lg, level, event, ts, fields, line);
+    sink->feed(sink->feed_ud, level, lg->node, event, line, len);
   }
 }

@@ -18,6 +18,7 @@
 #define GWTF_UTIL_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "util/id.h"
@@ -36,6 +37,15 @@ typedef enum gw_log_format { GW_LOG_TEXT = 0, GW_LOG_JSON = 1 } gw_log_format;
  * line has no trailing newline. */
 typedef void (*gw_log_hook)(void *ud, gw_log_level level, const char *event, const char *line);
 
+/* The fan-out to a second consumer (the live web view, node/web_feed.h): it
+ * receives every event at or above its own level as one JSON object (the
+ * --log-format json rendering, whatever the terminal's format), with the
+ * short node ID and event name beside it. It is called from whichever thread
+ * logged the event (the loop or the compute worker), so it must lock what it
+ * touches, and it must not block. */
+typedef void (*gw_log_feed)(void *ud, gw_log_level level, const char *node, const char *event, const char *json,
+                            size_t len);
+
 typedef struct gw_log_sink {
   FILE *fp;
   gw_log_level level;
@@ -43,6 +53,9 @@ typedef struct gw_log_sink {
   bool color; /* ANSI colours; only ever on when fp is a TTY */
   gw_log_hook hook;
   void *hook_ud;
+  gw_log_feed feed; /* NULL: no subscriber */
+  void *feed_ud;
+  gw_log_level feed_level;
 } gw_log_sink;
 
 typedef struct gw_log {
@@ -53,6 +66,9 @@ typedef struct gw_log {
 
 /* Colour is enabled only when fp is a terminal. */
 void gw_log_sink_init(gw_log_sink *sink, FILE *fp, gw_log_level level, gw_log_format format);
+/* Subscribes fn to every event at or above level (one subscriber per sink;
+ * fn NULL unsubscribes). Events below the terminal's level still reach it. */
+void gw_log_sink_subscribe(gw_log_sink *sink, gw_log_feed fn, void *ud, gw_log_level level);
 /* Parses "debug|info|warn|error|off" / "text|json". Return 0 or GW_EINVAL. */
 int gw_log_level_parse(const char *s, gw_log_level *out);
 int gw_log_format_parse(const char *s, gw_log_format *out);

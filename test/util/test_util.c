@@ -139,6 +139,53 @@ static void test_log_text(void **state) {
   free(line);
 }
 
+/* The fan-out to a subscriber (the live web view): JSON whatever the
+ * terminal's format, its own level, and the terminal line unchanged. */
+typedef struct feed_rec {
+  int calls;
+  char node[16], event[32], json[512];
+} feed_rec;
+
+static void feed_cb(void *ud, gw_log_level level, const char *node, const char *event, const char *json, size_t len) {
+  feed_rec *r = ud;
+  (void)level;
+  r->calls++;
+  snprintf(r->node, sizeof(r->node), "%s", node);
+  snprintf(r->event, sizeof(r->event), "%s", event);
+  assert_int_equal(strlen(json), len);
+  snprintf(r->json, sizeof(r->json), "%s", json);
+}
+
+static void test_log_subscriber(void **state) {
+  (void)state;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *fp = open_memstream(&buf, &len);
+  gw_log_sink sink;
+  gw_log lg;
+  feed_rec r = {0};
+  gw_log_sink_init(&sink, fp, GW_LOG_WARN, GW_LOG_TEXT);
+  gw_log_sink_subscribe(&sink, feed_cb, &r, GW_LOG_INFO);
+  gw_log_init(&lg, &sink, NULL);
+  GW_DEBUG(&lg, "below.both", "x=1");
+  GW_INFO(&lg, "feed.only", "loss=2.5 peer=0042");
+  assert_int_equal(r.calls, 1);
+  assert_string_equal(r.event, "feed.only");
+  assert_string_equal(r.node, "-");
+  assert_non_null(strstr(r.json, "\"event\":\"feed.only\",\"loss\":2.5,\"peer\":\"0042\"}"));
+  assert_int_equal(r.json[0], '{');
+  GW_WARN(&lg, "both.see", "a=1");
+  assert_int_equal(r.calls, 2);
+  fflush(fp);
+  assert_null(strstr(buf, "feed.only"));           /* the terminal keeps its own level */
+  assert_non_null(strstr(buf, " - both.see a=1\n")); /* and its own format */
+  gw_log_sink_subscribe(&sink, NULL, NULL, GW_LOG_INFO);
+  GW_WARN(&lg, "unsubscribed", "a=1");
+  assert_int_equal(r.calls, 2);
+  fclose(fp);
+  free(buf);
+}
+
 static void test_log_json_typed_fields(void **state) {
   (void)state;
   char *line = capture_log(GW_LOG_JSON, "iteration.done",
@@ -200,7 +247,7 @@ int main(void) {
       cmocka_unit_test(test_id_hex_roundtrip),    cmocka_unit_test(test_id_hash_distinct),
       cmocka_unit_test(test_addr_parse_format),   cmocka_unit_test(test_addr_split_names),
       cmocka_unit_test(test_addr_martians),       cmocka_unit_test(test_rng_replays),
-      cmocka_unit_test(test_rng_ranges),          cmocka_unit_test(test_log_text),
+      cmocka_unit_test(test_rng_ranges),          cmocka_unit_test(test_log_text), cmocka_unit_test(test_log_subscriber),
       cmocka_unit_test(test_log_json_typed_fields), cmocka_unit_test(test_file_atomic),
       cmocka_unit_test(test_strerror),
   };
