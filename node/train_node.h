@@ -44,6 +44,9 @@ typedef struct train_node_opts {
   uint64_t seed;          /* create only: weight init and the run's randomness */
   uint64_t data_seed;     /* data nodes: microbatch sampling (0: derived from the node ID) */
   uint64_t iterations;    /* data nodes: stop after this many (0: forever) */
+  double val_fraction;    /* data nodes: hold out the last fraction of the dataset (0: none) */
+  const char *val_dataset; /* data nodes: validation tokens from this file instead */
+  uint64_t eval_every;    /* data nodes: validation loss every N iterations (0: never) */
   int capacity;           /* relays: microbatches in flight (0: from free memory) */
   int threads;            /* compute threads (0: all cores) */
   int checkpoint_every;   /* iterations between stage checkpoints (0: never) */

@@ -157,6 +157,18 @@ int train_dataset_hold_out(train_dataset *ds, double fraction, train_dataset *va
   return 0;
 }
 
+int train_validation_open(train_dataset *ds, const char *val_path, double fraction, train_dataset *val, char *err,
+                          size_t err_len) {
+  memset(val, 0, sizeof(*val));
+  if (val_path && *val_path) return train_dataset_open(val_path, val, err, err_len);
+  int rc = train_dataset_hold_out(ds, fraction, val);
+  if (rc == GW_EINVAL) return gw_fail(err, err_len, rc, "validation fraction %g is not in [0, 0.5]", fraction);
+  if (rc != 0)
+    return gw_fail(err, err_len, rc, "holding out %g of %zu tokens leaves too few for training or validation",
+                   fraction, ds->n_tokens);
+  return 0;
+}
+
 uint32_t train_dataset_val_count(const train_dataset *val, int B, int T) {
   if (B <= 0 || T <= 0 || val->n_tokens < 2) return 0;
   size_t windows = (val->n_tokens - 1) / (size_t)T; /* each needs T+1 tokens from w*T */

@@ -58,6 +58,13 @@ int train_dataset_hold_out(train_dataset *ds, double fraction, train_dataset *va
  * non-overlapping windows of T+1 tokens from the start of val (window w =
  * index*B + b begins at token w*T), the same on every peer and in
  * `gwtf train-ref`. train_dataset_val_count says how many fit. */
+/* The validation set of a data node (and of `gwtf train-ref`): the file at
+ * val_path when given (ds keeps all its tokens), else the last `fraction`
+ * of ds (train_dataset_hold_out), else none (val->n_tokens == 0). Close val
+ * with train_dataset_close after ds's last use. */
+int train_validation_open(train_dataset *ds, const char *val_path, double fraction, train_dataset *val, char *err,
+                          size_t err_len);
+
 uint32_t train_dataset_val_count(const train_dataset *val, int B, int T);
 int train_dataset_val_sample(const train_dataset *val, uint32_t index, int B, int T, int32_t *inputs,
                              int32_t *targets);
