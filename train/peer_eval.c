@@ -112,6 +112,10 @@ static void eval_report(train_peer *p) {
   }
   p->eval.running = false;
   p->eval.done_for = p->iteration + 1;
+  /* The next iteration's time (iteration.done secs, the swarm's time per
+   * microbatch) runs from the last aggregation: the evaluation is not part
+   * of it. */
+  p->last_update_ms += p->now - p->eval.started_ms;
 }
 
 static void eval_start(train_peer *p, uint32_t slots) {

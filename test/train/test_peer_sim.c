@@ -215,6 +215,9 @@ static void test_eval_survives_a_relay_crash(void **state) {
   h_node *dn = &h.nodes[d];
   assert_true(dn->have_eval[0]);
   assert_int_equal(dn->eval_ok_of[0], EVAL_N); /* re-routed, not lost */
+  uint64_t rerouted = 0;
+  for (int i = 0; i < h.n_nodes; i++) rerouted += C(&h, i)->forward_rerouted;
+  assert_true(rerouted >= 1);
   assert_true(dn->have_eval[ITERS]);
   assert_int_equal(dn->iterations_done, ITERS);
   assert_int_equal(dn->eval_states_held, 0);
