@@ -919,7 +919,7 @@ void cmd_swarm_help(void) {
       "identity. Prints a summary at the end and writes it as JSON with\n"
       "--summary-json. Without --dataset a synthetic corpus is generated.\n"
       "For tests: --fault r2:backward:3 makes relay r2 SIGKILL itself at its first\n"
-      "backward of iteration 3 (KIND: embed, forward, loss, backward, aggregate);\n"
+      "backward of iteration 3 (KIND: embed, forward, loss, backward, aggregate, eval);\n"
       "--late-relays K --late-after I starts K more relays after iteration I.\n"
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"

@@ -56,7 +56,8 @@ typedef struct train_node_opts {
   bool exit_when_done;    /* a data node exits once it ran its iterations (default true) */
   /* Fault injection for tests (--debug-crash KIND:ITER): the node kills
    * itself with SIGKILL as it queues its first job of that kind in that
-   * iteration or a later one. KIND: embed, forward, loss, backward, aggregate. */
+   * iteration or a later one. KIND: embed, forward, loss, backward, aggregate,
+   * eval (a relay's validation forward). */
   double slowdown;        /* >= 1: every compute job takes this many times as long
                              (emulates a slower device; issue 7's heterogeneity) */
   int crash_job;          /* a train_job_kind; 0 = none */

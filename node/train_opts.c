@@ -101,7 +101,8 @@ void train_node_print_help(void) {
          "  --slowdown F               emulate a device F times slower (F >= 1; experiments)\n"
          "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
          "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
-         "                             loss, backward, aggregate) from iteration ITER on\n"
+         "                             loss, backward, aggregate; eval: a relay's validation forward)\n"
+         "                             from iteration ITER on\n"
          "run creation only (the others read them from the run record):\n"
          "  --model PRESET|FILE        model preset (");
   size_t n;
@@ -190,7 +191,8 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   case T_DEBUG_CRASH: {
     static const struct { const char *name; int kind; } kinds[] = {
         {"embed", TRAIN_JOB_EMBED},       {"forward", TRAIN_JOB_FORWARD},   {"loss", TRAIN_JOB_LOSS},
-        {"backward", TRAIN_JOB_BACKWARD}, {"aggregate", TRAIN_JOB_GRAD_EXPORT}};
+        {"backward", TRAIN_JOB_BACKWARD}, {"aggregate", TRAIN_JOB_GRAD_EXPORT},
+        {"eval", TRAIN_JOB_EVAL_FORWARD}};
     const char *colon = strchr(arg, ':');
     for (size_t i = 0; colon && i < sizeof(kinds) / sizeof(kinds[0]); i++) {
       if (strlen(kinds[i].name) != (size_t)(colon - arg) || strncmp(arg, kinds[i].name, (size_t)(colon - arg))) continue;
@@ -199,7 +201,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       o->crash_iteration = (uint64_t)v;
       return 0;
     }
-    return bad("--debug-crash", arg, "KIND:ITER with KIND embed, forward, loss, backward or aggregate");
+    return bad("--debug-crash", arg, "KIND:ITER with KIND embed, forward, loss, backward, aggregate or eval");
   }
   default: break;
   }
