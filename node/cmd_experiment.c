@@ -58,6 +58,8 @@ typedef struct scenario {
   char model[PATH_MAX], links[PATH_MAX], dataset[PATH_MAX];
   uint64_t seed;
   int flow_tick_ms, hop_timeout_ms;
+  double val_fraction; /* held-out fraction for the validation loss (0: none) */
+  int eval_every;      /* iterations between evaluations (-1: the swarm's default) */
 } scenario;
 
 typedef struct run_metrics {
@@ -66,17 +68,21 @@ typedef struct run_metrics {
   bool agree, ok;
   double flows_sum, optimal_sum;
   int flows, optimal_flows;
+  json_t *validation; /* the swarm summary's validation curve (NULL: none) */
 } run_metrics;
 
 void cmd_experiment_help(void) {
   printf("usage: gwtf experiment --scenario FILE --routing gwtf|swarm [--repeats N] [--json]\n"
-         "                       [--base-port P] [--workdir DIR]\n\n"
+         "                       [--base-port P] [--workdir DIR]\n"
+         "                       [--val-fraction F] [--eval-every N]\n\n"
          "Runs a scenario (data/scenarios/*.json; format in docs/EVALUATION.md) N times\n"
          "(seeds seed..seed+N-1) as a local swarm and reports, per the GWTF paper's\n"
          "Table II: time per microbatch, throughput (microbatches per iteration),\n"
          "communication time and wasted compute, per repeat and as mean and std.\n"
          "Fault-free runs also report our flows' cost next to the exact optimum\n"
-         "(`gwtf sim flow --algo optimal`) for the same peers and measured links.\n");
+         "(`gwtf sim flow --algo optimal`) for the same peers and measured links.\n"
+         "--val-fraction / --eval-every (or the scenario's val_fraction, eval_every)\n"
+         "add the validation loss curve (gwtf swarm's) to every repeat and its mean.\n");
 }
 
 /* ---- the scenario file ---- */
@@ -129,15 +135,16 @@ static int load_scenario(const char *path, scenario *sc, char *err, size_t err_l
   json_int_t seed = 1;
   sc->data_nodes = 1, sc->stages = 3, sc->relays = 6, sc->iterations = 20, sc->microbatches = 4, sc->batch = 4;
   sc->seq = 64, sc->lr = 1e-3, sc->links_bw_scale = 1, sc->flow_tick_ms = 100, sc->hop_timeout_ms = 2000;
+  sc->eval_every = -1;
   const char *about = NULL; /* free text for people reading the file */
   int rc = json_unpack_ex(o, &jerr, JSON_STRICT,
-                          "{s:s,s?s,s?i,s?i,s?i,s?o,s?o,s?F,s?i,s?s,s?i,s?i,s?i,s?F,s?s,s?F,s?s,s?I,s?i,s?i}", "name",
+                          "{s:s,s?s,s?i,s?i,s?i,s?o,s?o,s?F,s?i,s?s,s?i,s?i,s?i,s?F,s?s,s?F,s?s,s?I,s?i,s?i,s?F,s?i}", "name",
                           &name, "about", &about, "data_nodes", &sc->data_nodes, "stages", &sc->stages, "relays",
                           &sc->relays, "capacities", &caps, "slowdowns", &slows, "churn", &sc->churn, "iterations",
                           &sc->iterations, "model", &model, "microbatches", &sc->microbatches, "batch", &sc->batch,
                           "seq", &sc->seq, "lr", &sc->lr, "links", &links, "links_bw_scale", &sc->links_bw_scale,
                           "dataset", &dataset, "seed", &seed, "flow_tick_ms", &sc->flow_tick_ms, "hop_timeout_ms",
-                          &sc->hop_timeout_ms);
+                          &sc->hop_timeout_ms, "val_fraction", &sc->val_fraction, "eval_every", &sc->eval_every);
   if (rc != 0) {
     snprintf(err, err_len, "%s: %s", path, jerr.text);
     json_decref(o);
@@ -271,6 +278,41 @@ static void read_metrics(json_t *s, run_metrics *m) {
   /* a cost only when a probe measured every flow's path */
   bool all_probed = m->flows > 0 && json_integer_value(json_object_get(fc, "probed")) == m->flows;
   m->flows_sum = all_probed ? json_number_value(json_object_get(fc, "sum")) : NAN;
+  json_t *val = json_object_get(s, "validation");
+  m->validation = json_array_size(val) > 0 ? json_incref(val) : NULL;
+}
+
+/* The repeats' validation curves, averaged per evaluated iteration over the
+ * repeats that have a loss there (partial evaluations included, counted in
+ * "partial"). */
+static json_t *mean_validation(const run_metrics *ms, int n) {
+  json_t *out = json_array();
+  for (json_int_t it = 0;; it++) {
+    double sum = 0;
+    int k = 0, partial = 0, seen = 0;
+    json_int_t next = -1; /* the smallest iteration above `it` any repeat evaluated */
+    for (int r = 0; r < n; r++) {
+      size_t i;
+      json_t *v;
+      json_array_foreach(ms[r].validation, i, v) {
+        json_int_t vi = json_integer_value(json_object_get(v, "iteration"));
+        json_t *loss = json_object_get(v, "val_loss");
+        if (vi > it && (next < 0 || vi < next)) next = vi;
+        if (vi != it) continue;
+        seen++;
+        if (!json_is_number(loss)) continue;
+        sum += json_number_value(loss);
+        k++;
+        partial += !json_is_true(json_object_get(v, "complete"));
+      }
+    }
+    if (seen)
+      json_array_append_new(out, json_pack("{s:I,s:o,s:i,s:i}", "iteration", it, "val_loss",
+                                           k ? json_real(sum / k) : json_null(), "repeats", k, "partial", partial));
+    if (next < 0) break;
+    it = next - 1;
+  }
+  return out;
 }
 
 /* Our flows against the exact min-cost flow on the links the peers measured
@@ -351,6 +393,14 @@ static int run_repeat(const char *exe, const scenario *sc, const char *routing, 
     add(argv, &n, store, "--slowdowns");
     add(argv, &n, store, "%s", sc->slowdowns);
   }
+  if (sc->val_fraction > 0) {
+    add(argv, &n, store, "--val-fraction");
+    add(argv, &n, store, "%.17g", sc->val_fraction);
+  }
+  if (sc->eval_every >= 0) {
+    add(argv, &n, store, "--eval-every");
+    add(argv, &n, store, "%d", sc->eval_every);
+  }
   if (sc->dataset[0]) {
     add(argv, &n, store, "--dataset");
     add(argv, &n, store, "%s", sc->dataset);
@@ -422,6 +472,7 @@ static json_t *report(const scenario *sc, const char *routing, const run_metrics
     json_object_set_new(r, "flows_cost", num_or_null(m->flows_sum));
     json_object_set_new(r, "optimal_flows", json_integer(m->optimal_flows));
     json_object_set_new(r, "optimal_cost", num_or_null(m->optimal_sum));
+    if (m->validation) json_object_set(r, "validation", m->validation);
     json_array_append_new(runs, r);
   }
   for (size_t k = 0; k < sizeof(fields) / sizeof(fields[0]); k++) {
@@ -430,8 +481,12 @@ static json_t *report(const scenario *sc, const char *routing, const run_metrics
     json_object_set_new(mean, fields[k].name, num_or_null(mu));
     json_object_set_new(sd, fields[k].name, num_or_null(s));
   }
-  return json_pack("{s:s,s:s,s:i,s:f,s:o,s:o,s:o}", "scenario", sc->name, "routing", routing, "repeats", n, "churn",
-                   sc->churn, "runs", runs, "mean", mean, "std", sd);
+  json_t *rep = json_pack("{s:s,s:s,s:i,s:f,s:o,s:o,s:o}", "scenario", sc->name, "routing", routing, "repeats", n,
+                          "churn", sc->churn, "runs", runs, "mean", mean, "std", sd);
+  json_t *val = mean_validation(ms, n);
+  if (json_array_size(val) > 0) json_object_set_new(rep, "validation", val);
+  else json_decref(val);
+  return rep;
 }
 
 int cmd_experiment(int argc, char **argv) {
@@ -439,9 +494,11 @@ int cmd_experiment(int argc, char **argv) {
       {"scenario", required_argument, 0, 's'}, {"routing", required_argument, 0, 'r'},
       {"repeats", required_argument, 0, 'n'},  {"json", no_argument, 0, 'j'},
       {"base-port", required_argument, 0, 'p'}, {"workdir", required_argument, 0, 'w'},
+      {"val-fraction", required_argument, 0, 'V'}, {"eval-every", required_argument, 0, 'E'},
       {"help", no_argument, 0, 'h'},           {0}};
   const char *path = NULL, *routing = "gwtf", *workdir = NULL;
-  int repeats = 1, base_port = 28000;
+  int repeats = 1, base_port = 28000, eval_every = -2; /* -2: the scenario's */
+  double val_fraction = -1;                            /* -1: the scenario's */
   bool json = false;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -452,6 +509,8 @@ int cmd_experiment(int argc, char **argv) {
     case 'j': json = true; break;
     case 'p': base_port = atoi(optarg); break;
     case 'w': workdir = optarg; break;
+    case 'V': val_fraction = atof(optarg); break;
+    case 'E': eval_every = atoi(optarg); break;
     case 'h': cmd_experiment_help(); return 0;
     default: cmd_experiment_help(); return 2;
     }
@@ -466,6 +525,12 @@ int cmd_experiment(int argc, char **argv) {
   char err[600];
   if (load_scenario(path, &sc, err, sizeof(err)) != 0) {
     fprintf(stderr, "gwtf experiment: %s\n", err);
+    return 2;
+  }
+  if (val_fraction != -1) sc.val_fraction = val_fraction;
+  if (eval_every != -2) sc.eval_every = eval_every;
+  if (!(sc.val_fraction >= 0 && sc.val_fraction <= 0.5) || sc.eval_every < -1) {
+    fprintf(stderr, "gwtf experiment: the validation fraction is in [0, 0.5], --eval-every >= 0\n");
     return 2;
   }
   char exe[PATH_MAX], wd[PATH_MAX];
@@ -499,6 +564,7 @@ int cmd_experiment(int argc, char **argv) {
              json_number_value(json_object_get(sd, keys[k])));
   }
   json_decref(rep);
+  for (int r = 0; r < repeats; r++) json_decref(ms[r].validation);
   free(ms);
   if (failed) fprintf(stderr, "gwtf experiment: %d of %d repeat(s) did not complete\n", failed, repeats);
   return failed ? 1 : 0;

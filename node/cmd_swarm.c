@@ -32,6 +32,7 @@
 #include <uv.h>
 
 #include "node/cmd.h"
+#include "node/swarm_val.h"
 #include "node/swarm_waste.h"
 #include "p2p/identity.h"
 #include "train/peer.h"
@@ -66,6 +67,9 @@ typedef struct swarm_opts {
   const char *byzantine_mode;
   const char *http;      /* --http [IP:]PORT: the live web view (node/swarm_web.h) */
   bool http_public;
+  double val_fraction;   /* data nodes: held-out fraction (0: none) */
+  const char *val_dataset;
+  int eval_every;        /* -1: the node's default */
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -164,6 +168,7 @@ struct swarm {
   long long reroutes, recoveries, lost;
   double unaggregated_s; /* compute whose gradient never reached an aggregation */
   swarm_waste *waste;    /* the paper's wasted compute */
+  swarm_val *val;        /* the validation curve (eval.done) */
   uint64_t start_ms, end_ms;
   uv_timer_t stop_timer;
   uv_signal_t sigint;
@@ -398,6 +403,8 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   if (!strcmp(e, "train.resync")) p->ready = false;
   if (!strcmp(e, "iteration.done")) {
     on_iteration_done(sw, p, ev);
+  } else if (!strcmp(e, "eval.done")) {
+    swarm_val_event(sw->val, ev);
   } else if (!strcmp(e, "aggregation.done")) {
     const char *hash = json_string_value(json_object_get(ev, "hash"));
     double it = num(ev, "iter"), st = num(ev, "stage"), wasted = num(ev, "wasted_s"); /* stage: the line's own */
@@ -715,6 +722,18 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
     ARG("%s", sw->dataset);
     ARG("--data-seed");
     ARG("%llu", (unsigned long long)(sw->o.seed * 1000 + (uint64_t)p->index));
+    if (sw->o.val_fraction > 0) {
+      ARG("--val-fraction");
+      ARG("%.17g", sw->o.val_fraction);
+    }
+    if (sw->o.val_dataset) {
+      ARG("--val-dataset");
+      ARG("%s", sw->o.val_dataset);
+    }
+    if (sw->o.eval_every >= 0) {
+      ARG("--eval-every");
+      ARG("%d", sw->o.eval_every);
+    }
   }
 #undef ARG
   argv[n] = NULL;
@@ -897,6 +916,7 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
   json_object_set_new(root, "flows_cost", json_pack("{s:i,s:i,s:f}", "flows", sw->flows_n, "probed",
                                                     sw->flows_probed, "sum", isfinite(sw->flows_sum) ? sw->flows_sum : 0));
   json_object_set_new(root, "flow_instance", flow_instance(sw));
+  json_object_set_new(root, "validation", swarm_val_json(sw->val));
   return root;
 }
 
@@ -920,6 +940,7 @@ static int write_summary(swarm *sw) {
          sw->reroutes, sw->recoveries, sw->lost);
   printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
          swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
+  swarm_val_print(sw->val, stdout);
   printf("  stage weights agree: %s, unexpected exits: %d\n", sw->hashes_agree ? "yes" : "NO", sw->unexpected_exits);
   if (sw->o.summary_json) {
     char *text = json_dumps(root, JSON_INDENT(2));
@@ -949,7 +970,8 @@ void cmd_swarm_help(void) {
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
       "                  [--aggregate mean|trimmed-mean] [--byzantine N:MODE]\n"
       "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n"
-      "                  [--http [IP:]PORT [--http-public]]\n\n"
+      "                  [--http [IP:]PORT [--http-public]]\n"
+      "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -957,7 +979,7 @@ void cmd_swarm_help(void) {
       "identity. Prints a summary at the end and writes it as JSON with\n"
       "--summary-json. Without --dataset a synthetic corpus is generated.\n"
       "For tests: --fault r2:backward:3 makes relay r2 SIGKILL itself at its first\n"
-      "backward of iteration 3 (KIND: embed, forward, loss, backward, aggregate);\n"
+      "backward of iteration 3 (KIND: embed, forward, loss, backward, aggregate, eval);\n"
       "--late-relays K --late-after I starts K more relays after iteration I.\n"
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
@@ -973,6 +995,10 @@ void cmd_swarm_help(void) {
       "timeline of crashes, re-routes, repairs, joins and aggregations) at\n"
       "http://127.0.0.1:PORT/, built from the merged log streams (docs/WEB.md);\n"
       "IP:PORT binds elsewhere, which needs --http-public (no authentication).\n\n"
+      "--val-fraction F holds out the last F of the dataset's tokens (--val-dataset:\n"
+      "another file) and the data nodes report the validation loss (eval.done) before\n"
+      "every Nth iteration and after the last (--eval-every N, default 10); the summary\n"
+      "carries the curve (\"validation\"). Off by default.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -1001,11 +1027,14 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"no-validate-contributions", no_argument, 0, 'N'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {"http", required_argument, 0, 'P'},        {"http-public", no_argument, 0, 'U'},
+      {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'u'},
+      {"eval-every", required_argument, 0, 'E'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
-                    .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0};
+                    .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
+                    .eval_every = -1};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -1064,6 +1093,9 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     }
     case 'P': o->http = optarg; break;
     case 'U': o->http_public = true; break;
+    case 'V': o->val_fraction = atof(optarg); break;
+    case 'u': o->val_dataset = optarg; break;
+    case 'E': o->eval_every = atoi(optarg); break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -1090,6 +1122,9 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   char why[300];
   bool is_public = false;
   if (!bad && o->http && swarm_web_check(o->http, o->http_public, &is_public, why, sizeof(why)) != 0) bad = why;
+  else if (!(o->val_fraction >= 0 && o->val_fraction <= 0.5)) bad = "--val-fraction must be in [0, 0.5]";
+  else if (o->val_fraction > 0 && o->val_dataset) bad = "--val-fraction and --val-dataset exclude each other";
+  else if (o->eval_every < -1) bad = "--eval-every must be >= 0";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;
@@ -1145,13 +1180,15 @@ int cmd_swarm(int argc, char **argv) {
   sw.costs = calloc(MB_COSTS_MAX, sizeof(*sw.costs));
   sw.links = calloc(LINK_NODES_MAX, sizeof(*sw.links));
   sw.waste = swarm_waste_new(MB_COSTS_MAX);
-  int rc = sw.iters && sw.costs && sw.links && sw.waste ? prepare_dirs(&sw) : GW_ENOMEM;
+  sw.val = swarm_val_new();
+  int rc = sw.iters && sw.costs && sw.links && sw.waste && sw.val ? prepare_dirs(&sw) : GW_ENOMEM;
   if (rc != 0) {
     fprintf(stderr, "gwtf swarm: cannot prepare %s: %s\n", sw.workdir, gw_strerror(rc));
     free(sw.iters);
     free(sw.costs);
     free(sw.links);
     swarm_waste_free(sw.waste);
+    swarm_val_free(sw.val);
     return 1;
   }
   /* Many peers share few cores: OpenMP threads that spin while waiting
@@ -1212,5 +1249,6 @@ int cmd_swarm(int argc, char **argv) {
   free(sw.links);
   free(sw.hashes);
   swarm_waste_free(sw.waste);
+  swarm_val_free(sw.val);
   return complete && !sw.failed && sw.unexpected_exits == 0 && sw.hashes_agree && wrc == 0 ? 0 : 1;
 }

@@ -24,14 +24,19 @@ void cmd_train_ref_help(void) {
   printf("usage: gwtf train-ref --dataset PATH [--model PRESET|FILE] [--stages S] [--iterations N]\n"
          "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--seed S]\n"
          "                      [--data-seed D] [--threads N] [--json]\n"
-         "                      [--checkpoint-dir DIR [--run NAME]]\n\n"
+         "                      [--checkpoint-dir DIR [--run NAME]]\n"
+         "                      [--val-fraction F | --val-dataset PATH] [--eval-every N]\n\n"
          "Trains in one process exactly what a fault-free swarm with these run settings\n"
          "trains (one data node with --data-seed D), and prints the loss of each\n"
          "iteration. Defaults match `gwtf node --create-run`.\n\n"
          "  --checkpoint-dir DIR  at the end, write every stage's checkpoint as a peer\n"
          "                        of run NAME (default \"ref\") with data dir DIR would:\n"
          "                        DIR/checkpoints/NAME.stage<s>.safetensors + .json\n"
-         "                        (what gwtf export --from-checkpoints reads)\n");
+         "                        (what gwtf export --from-checkpoints reads)\n"
+         "With --val-fraction F (the last F of the dataset's tokens are held out) or\n"
+         "--val-dataset PATH it also prints the validation loss on the same validation\n"
+         "microbatches, at the same moments, as a swarm's data node (eval.done): before\n"
+         "iterations 0, N, 2N, ... and after the last (--eval-every N, default 10).\n");
 }
 
 typedef struct ref {
@@ -41,6 +46,9 @@ typedef struct ref {
   adamw_config opt;
   train_dataset ds;
   uint64_t data_seed;
+  train_dataset val; /* validation tokens (n_tokens 0: none) */
+  uint32_t val_n;    /* validation microbatches */
+  int eval_every;
 } ref;
 
 static int build(ref *r, char *err, size_t err_len) {
@@ -94,6 +102,47 @@ static int save_checkpoints(ref *r, const char *dir, const char *run, int iterat
   return rc;
 }
 
+/* The validation loss of the current weights, as a swarm's data node
+ * computes it (train/peer_eval.c): each validation microbatch forward only,
+ * nothing kept, no gradient; the mean of the per-microbatch losses, summed
+ * in index order in double. */
+static int evaluate(ref *r, float *bufs[2], int32_t *tok, int32_t *tgt, double *out) {
+  const train_run *run = &r->run;
+  double sum = 0;
+  for (uint32_t j = 0; j < r->val_n; j++) {
+    uint64_t key = (1ULL << 63) | j;
+    int rc = train_dataset_val_sample(&r->val, j, run->batch, run->seq, tok, tgt);
+    float *x = bufs[0], *y = bufs[1], *t, loss = 0;
+    if (rc == 0) rc = stage_embed_forward(r->st[0], key, tok, x);
+    stage_release(r->st[0], key);
+    for (int s = 1; rc == 0 && s <= run->stages; s++, t = x, x = y, y = t) {
+      rc = stage_forward(r->st[s], key, x, y);
+      stage_release(r->st[s], key);
+    }
+    if (rc == 0) rc = stage_loss_eval(r->st[0], x, tgt, &loss);
+    if (rc != 0) return rc;
+    sum += loss;
+  }
+  *out = sum / r->val_n;
+  return 0;
+}
+
+static bool eval_due(const ref *r, int it, int iterations) {
+  return r->val_n > 0 && r->eval_every > 0 && (it % r->eval_every == 0 || it == iterations);
+}
+
+static int print_eval(ref *r, int it, float *bufs[2], int32_t *tok, int32_t *tgt, bool json, int *n_printed) {
+  double v;
+  int rc = evaluate(r, bufs, tok, tgt, &v);
+  if (rc != 0) return rc;
+  long long tokens = (long long)r->val_n * r->run.batch * r->run.seq;
+  if (json)
+    printf("%s{\"iteration\":%d,\"val_loss\":%.9g,\"tokens\":%lld}", (*n_printed)++ ? "," : "", it, v, tokens);
+  else
+    printf("eval iter %d val_loss %.6f tokens %lld\n", it, v, tokens);
+  return 0;
+}
+
 static int step_all(ref *r) {
   for (int s = 0; s <= r->run.stages; s++) {
     float lr = adamw_lr_at(&r->opt, stage_step_count(r->st[s]) + 1);
@@ -110,8 +159,13 @@ static int train(ref *r, int iterations, bool json) {
   float *bufs[2] = {malloc(act * sizeof(float)), malloc(act * sizeof(float))};
   int32_t *tok = malloc(bt * sizeof(int32_t)), *tgt = malloc(bt * sizeof(int32_t));
   int rc = bufs[0] && bufs[1] && tok && tgt ? 0 : GW_ENOMEM;
-  if (json) printf("{\"iterations\":[");
+  /* JSON: the iterations, then the validation curve (printed as computed) */
+  double *losses = calloc((size_t)iterations, sizeof(double));
+  if (!losses) rc = GW_ENOMEM;
+  int n_evals = 0;
+  if (json) printf("{\"validation\":[");
   for (int it = 0; rc == 0 && it < iterations; it++) {
+    if (eval_due(r, it, iterations)) rc = print_eval(r, it, bufs, tok, tgt, json, &n_evals);
     double sum = 0;
     for (int j = 0; rc == 0 && j < run->microbatches; j++) {
       float l = 0;
@@ -120,12 +174,17 @@ static int train(ref *r, int iterations, bool json) {
     }
     if (rc == 0) rc = step_all(r);
     double loss = sum / run->microbatches;
-    if (json)
-      printf("%s{\"iteration\":%d,\"loss\":%.9g}", it ? "," : "", it, loss);
-    else
-      printf("iter %d loss %.6f\n", it, loss);
+    if (rc == 0) losses[it] = loss;
+    if (!json) printf("iter %d loss %.6f\n", it, loss);
   }
-  if (json) printf("]}\n");
+  if (rc == 0 && eval_due(r, iterations, iterations)) rc = print_eval(r, iterations, bufs, tok, tgt, json, &n_evals);
+  if (json) {
+    printf("],\"iterations\":[");
+    for (int it = 0; rc == 0 && it < iterations; it++)
+      printf("%s{\"iteration\":%d,\"loss\":%.9g}", it ? "," : "", it, losses[it]);
+    printf("]}\n");
+  }
+  free(losses);
   free(bufs[0]);
   free(bufs[1]);
   free(tok);
@@ -142,10 +201,14 @@ int cmd_train_ref(int argc, char **argv) {
       {"seed", required_argument, 0, 'S'},    {"data-seed", required_argument, 0, 'd'},
       {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
       {"checkpoint-dir", required_argument, 0, 'C'}, {"run", required_argument, 0, 'R'},
+      {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'W'},
+      {"eval-every", required_argument, 0, 'E'},
       {"help", no_argument, 0, 'h'},          {0}};
   static ref r;
   memset(&r, 0, sizeof(r));
-  const char *dataset = NULL, *model = "tiny", *ckpt_dir = NULL, *run_name = "ref";
+  const char *dataset = NULL, *model = "tiny", *ckpt_dir = NULL, *run_name = "ref", *val_dataset = NULL;
+  double val_fraction = 0;
+  r.eval_every = 10;
   int iterations = 10, threads = 1;
   bool json = false;
   r.run.stages = 3;
@@ -171,6 +234,9 @@ int cmd_train_ref(int argc, char **argv) {
     case 'j': json = true; break;
     case 'C': ckpt_dir = optarg; break;
     case 'R': run_name = optarg; break;
+    case 'V': val_fraction = atof(optarg); break;
+    case 'W': val_dataset = optarg; break;
+    case 'E': r.eval_every = atoi(optarg); break;
     case 'h': cmd_train_ref_help(); return 0;
     default: cmd_train_ref_help(); return 2;
     }
@@ -184,10 +250,22 @@ int cmd_train_ref(int argc, char **argv) {
     fprintf(stderr, "gwtf train-ref: %s\n", err);
     return 2;
   }
+  if (val_fraction < 0 || val_fraction > 0.5 || r.eval_every < 0 || (val_dataset && val_fraction > 0)) {
+    fprintf(stderr, "gwtf train-ref: --val-fraction in [0, 0.5] or --val-dataset, --eval-every >= 0\n");
+    return 2;
+  }
   if (train_dataset_open(dataset, &r.ds, err, sizeof(err)) != 0) {
     fprintf(stderr, "gwtf train-ref: %s\n", err);
     return 1;
   }
+  if (train_validation_open(&r.ds, val_dataset, val_fraction, &r.val, err, sizeof(err)) != 0) {
+    fprintf(stderr, "gwtf train-ref: %s\n", err);
+    train_dataset_close(&r.ds);
+    return 1;
+  }
+  /* as a data node: one iteration's microbatches, fewer if they do not fit */
+  uint32_t avail = train_dataset_val_count(&r.val, r.run.batch, r.run.seq);
+  r.val_n = avail < (uint32_t)r.run.microbatches ? avail : (uint32_t)r.run.microbatches;
   adamw_defaults(&r.opt);
   r.opt.lr = (float)r.run.lr;
   gpu_device dev = {GPU_CPU, 0};
@@ -199,6 +277,7 @@ int cmd_train_ref(int argc, char **argv) {
   if (rc != 0) fprintf(stderr, "gwtf train-ref: %s\n", *err ? err : gw_strerror(rc));
   for (int s = 0; s <= r.run.stages; s++) stage_destroy(r.st[s]);
   gpu_backend_close(r.be);
+  train_dataset_close(&r.val);
   train_dataset_close(&r.ds);
   return rc == 0 ? 0 : 1;
 }

@@ -63,6 +63,7 @@ void train_node_opts_default(train_node_opts *o) {
   o->exit_when_done = true;
   o->slowdown = 1.0;
   o->byzantine_scale = 100.0;
+  o->eval_every = 10;
 }
 
 /* ---- the component's state ---- */
@@ -105,6 +106,8 @@ typedef struct train_rt {
   uint32_t capacity;
   train_dataset ds;
   bool ds_open;
+  train_dataset val; /* validation tokens (n_tokens 0: none) */
+  uint32_t val_n;    /* validation microbatches */
   uint64_t data_seed;
   train_peer *peer;
   train_compute compute;
@@ -640,6 +643,35 @@ static int sample(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs,
   return train_dataset_sample(&rt->ds, rt->data_seed, iteration, index, rt->run.batch, rt->run.seq, inputs, targets);
 }
 
+static int val_sample(void *ud, uint32_t index, int32_t *inputs, int32_t *targets) {
+  train_rt *rt = ud;
+  return train_dataset_val_sample(&rt->val, index, rt->run.batch, rt->run.seq, inputs, targets);
+}
+
+/* The validation set: the run's microbatches per iteration (one iteration's
+ * forward work), fewer if the held-out tokens hold fewer. */
+static int open_validation(train_rt *rt) {
+  const train_node_opts *o = rt->o;
+  char err[512];
+  if (train_validation_open(&rt->ds, o->val_dataset, o->val_fraction, &rt->val, err, sizeof(err)) != 0) {
+    GW_ERROR(&rt->log, "train.dataset", "err=\"%s\"", err);
+    return GW_EINVAL;
+  }
+  if ((int)rt->val.vocab_needed > rt->run.model.vocab_size) {
+    GW_ERROR(&rt->log, "train.dataset", "err=\"the validation set needs a vocabulary of %u, the model has %d\"",
+             rt->val.vocab_needed, rt->run.model.vocab_size);
+    return GW_EINVAL;
+  }
+  uint32_t avail = train_dataset_val_count(&rt->val, rt->run.batch, rt->run.seq);
+  rt->val_n = avail < (uint32_t)rt->run.microbatches ? avail : (uint32_t)rt->run.microbatches;
+  if (rt->val.n_tokens > 0)
+    GW_INFO(&rt->log, "validation.opened", "tokens=%zu train_tokens=%zu microbatches=%u eval_every=%llu",
+            rt->val.n_tokens, rt->ds.n_tokens, rt->val_n, (unsigned long long)o->eval_every);
+  if (rt->val.n_tokens > 0 && rt->val_n == 0)
+    GW_WARN(&rt->log, "validation.empty", "msg=\"the held-out tokens hold no whole microbatch\"");
+  return 0;
+}
+
 /* Microbatches in flight a stage must hold: a little more than the peer
  * admits, for releases still queued on the worker. */
 static void spec_for_stage(const train_rt *rt, int s, stage_spec *spec) {
@@ -821,6 +853,7 @@ static int start_peer(train_rt *rt) {
     train_dataset_describe(&rt->ds, desc, sizeof(desc));
     GW_INFO(&rt->log, "dataset.opened", "path=%s desc=\"%s\"", o->dataset, desc);
     rt->data_seed = o->data_seed ? o->data_seed : (uint64_t)node_identity(rt->n)->id.b[0] << 8 | 0x5eed;
+    if (open_validation(rt) != 0) return GW_EINVAL;
   }
   if (probe_compute(rt, data) != 0) return GW_EINVAL;
   if (node_worker_new(rt->loop, run_job, rt, on_job_done, rt, &rt->worker) != 0) return GW_EIO;
@@ -878,6 +911,7 @@ static int start_peer(train_rt *rt) {
   }
   if (data) {
     train_peer_set_sampler(rt->peer, sample, rt);
+    train_peer_set_validation(rt->peer, val_sample, rt, rt->val_n, o->eval_every);
     enter_stage(rt, 0);
   }
   if (!data) {
@@ -1078,6 +1112,7 @@ static void comp_stop(node *n, void *state) {
   rt->flow = NULL;
   route_swarm_free(rt->rs);
   if (rt->compute_ready) train_compute_free(&rt->compute);
+  train_dataset_close(&rt->val); /* a view of ds unmaps nothing */
   if (rt->ds_open) train_dataset_close(&rt->ds);
   uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer, &rt->cost_timer, &rt->stop_timer};
   for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) uv_close((uv_handle_t *)timers[i], timer_closed);

@@ -45,6 +45,9 @@ typedef struct train_node_opts {
   uint64_t seed;          /* create only: weight init and the run's randomness */
   uint64_t data_seed;     /* data nodes: microbatch sampling (0: derived from the node ID) */
   uint64_t iterations;    /* data nodes: stop after this many (0: forever) */
+  double val_fraction;    /* data nodes: hold out the last fraction of the dataset (0: none) */
+  const char *val_dataset; /* data nodes: validation tokens from this file instead */
+  uint64_t eval_every;    /* data nodes: validation loss every N iterations (0: never) */
   int capacity;           /* relays: microbatches in flight (0: from free memory) */
   int threads;            /* compute threads (0: all cores) */
   int checkpoint_every;   /* iterations between stage checkpoints (0: never) */
@@ -54,7 +57,8 @@ typedef struct train_node_opts {
   bool exit_when_done;    /* a data node exits once it ran its iterations (default true) */
   /* Fault injection for tests (--debug-crash KIND:ITER): the node kills
    * itself with SIGKILL as it queues its first job of that kind in that
-   * iteration or a later one. KIND: embed, forward, loss, backward, aggregate. */
+   * iteration or a later one. KIND: embed, forward, loss, backward, aggregate,
+   * eval (a relay's validation forward). */
   double slowdown;        /* >= 1: every compute job takes this many times as long
                              (emulates a slower device; issue 7's heterogeneity) */
   int crash_job;          /* a train_job_kind; 0 = none */

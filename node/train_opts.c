@@ -45,6 +45,9 @@ enum {
   T_AGGREGATE,
   T_NO_VALIDATE,
   T_BYZANTINE,
+  T_VAL_FRACTION,
+  T_VAL_DATASET,
+  T_EVAL_EVERY,
 };
 
 const struct option train_node_options[] = {
@@ -79,6 +82,9 @@ const struct option train_node_options[] = {
     {"aggregate", required_argument, 0, T_AGGREGATE},
     {"no-validate-contributions", no_argument, 0, T_NO_VALIDATE},
     {"byzantine", required_argument, 0, T_BYZANTINE},
+    {"val-fraction", required_argument, 0, T_VAL_FRACTION},
+    {"val-dataset", required_argument, 0, T_VAL_DATASET},
+    {"eval-every", required_argument, 0, T_EVAL_EVERY},
     {0},
 };
 
@@ -101,6 +107,11 @@ void train_node_print_help(void) {
          "  --dataset PATH             data nodes: UTF-8 text or llm.c uint16 token file\n"
          "  --iterations N             data nodes: stop after N iterations (0: forever)\n"
          "  --data-seed S              data nodes: microbatch sampling seed\n"
+         "  --val-fraction F           data nodes: hold out the last F of the dataset's tokens (0..0.5,\n"
+         "                             default 0: none) and report the validation loss on them\n"
+         "  --val-dataset PATH         data nodes: the validation tokens come from this file instead\n"
+         "  --eval-every N             data nodes: validation loss before every Nth iteration and after\n"
+         "                             the last (default 10; 0: never; needs one of the two above)\n"
          "  --threads N                compute threads (default 0 = all cores this process may use)\n"
          "  --routing gwtf|swarm       GWTF flows (default) or SWARM's stochastic wiring\n"
          "  --checkpoint-every N       write the stage's checkpoint every N iterations (default 10)\n"
@@ -121,7 +132,8 @@ void train_node_print_help(void) {
          "                             lying-costs (claim ~0 compute time and capacity 4096 in HELLO)\n"
          "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
          "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
-         "                             loss, backward, aggregate) from iteration ITER on\n"
+         "                             loss, backward, aggregate; eval: a relay's validation forward)\n"
+         "                             from iteration ITER on\n"
          "run creation only (the others read them from the run record):\n"
          "  --model PRESET|FILE        model preset (");
   size_t n;
@@ -174,6 +186,13 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     return 0;
   case T_MODEL: o->model = arg; return 0;
   case T_DATASET: o->dataset = arg; return 0;
+  case T_VAL_DATASET: o->val_dataset = arg; return 0;
+  case T_VAL_FRACTION: {
+    char *end = NULL;
+    o->val_fraction = strtod(arg, &end);
+    return end != arg && !*end && o->val_fraction >= 0 && o->val_fraction <= 0.5 ? 0
+                                                                                : bad("--val-fraction", arg, "a fraction in [0, 0.5]");
+  }
   case T_DEVICE:
     if (gpu_device_parse(arg, &dev) != 0) return bad("--device", arg, "cpu, cuda or cuda:N");
     o->device = arg;
@@ -228,7 +247,8 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   case T_DEBUG_CRASH: {
     static const struct { const char *name; int kind; } kinds[] = {
         {"embed", TRAIN_JOB_EMBED},       {"forward", TRAIN_JOB_FORWARD},   {"loss", TRAIN_JOB_LOSS},
-        {"backward", TRAIN_JOB_BACKWARD}, {"aggregate", TRAIN_JOB_GRAD_EXPORT}};
+        {"backward", TRAIN_JOB_BACKWARD}, {"aggregate", TRAIN_JOB_GRAD_EXPORT},
+        {"eval", TRAIN_JOB_EVAL_FORWARD}};
     const char *colon = strchr(arg, ':');
     for (size_t i = 0; colon && i < sizeof(kinds) / sizeof(kinds[0]); i++) {
       if (strlen(kinds[i].name) != (size_t)(colon - arg) || strncmp(arg, kinds[i].name, (size_t)(colon - arg))) continue;
@@ -237,7 +257,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       o->crash_iteration = (uint64_t)v;
       return 0;
     }
-    return bad("--debug-crash", arg, "KIND:ITER with KIND embed, forward, loss, backward or aggregate");
+    return bad("--debug-crash", arg, "KIND:ITER with KIND embed, forward, loss, backward, aggregate or eval");
   }
   default: break;
   }
@@ -248,6 +268,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       {T_SEQ, "--seq", 2, 65536},             {T_ITERS, "--iterations", 0, 100000000},
       {T_THREADS, "--threads", 0, 1024},      {T_CKPT, "--checkpoint-every", 0, 100000000},
       {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
+      {T_EVAL_EVERY, "--eval-every", 0, 100000000},
   };
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
     if (ints[i].code != code) continue;
@@ -267,6 +288,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     case T_CKPT: o->checkpoint_every = (int)v; break;
     case T_FLOW_TICK: o->flow_tick_ms = (uint64_t)v; break;
     case T_HOP_TIMEOUT: o->hop_timeout_ms = (uint64_t)v; break;
+    case T_EVAL_EVERY: o->eval_every = (uint64_t)v; break;
     }
     return 0;
   }
@@ -289,6 +311,10 @@ int train_node_check(const train_node_opts *o, bool *training) {
   }
   if ((o->create_run || o->data) && !o->dataset) {
     fprintf(stderr, "gwtf node: a data node needs --dataset PATH\n");
+    return 2;
+  }
+  if (o->val_dataset && o->val_fraction > 0) {
+    fprintf(stderr, "gwtf node: --val-dataset and --val-fraction exclude each other\n");
     return 2;
   }
   return 0;

@@ -4,6 +4,7 @@ docs/EVALUATION.md (side-by-side table, mean ± std) and its plots.
 
     scripts/evaluate.py [--repeats N] [--gwtf PATH] [--only NAME ...]
     scripts/evaluate.py --render        # rewrite the report from saved results
+    scripts/evaluate.py --val-fraction 0.05 --eval-every 3   # also the validation loss
 
 Each cell is `gwtf experiment --scenario data/scenarios/NAME.json --routing R
 --repeats N --json`; the raw reports are kept in docs/evaluation/*.json so the
@@ -38,9 +39,9 @@ def result_path(name, routing):
     return os.path.join(OUT, f"{name}-{routing}.json")
 
 
-def run_cell(gwtf, name, routing, repeats, port):
+def run_cell(gwtf, name, routing, repeats, port, val_args=()):
     cmd = [gwtf, "experiment", "--scenario", os.path.join(SCEN, name + ".json"), "--routing", routing,
-           "--repeats", str(repeats), "--json", "--base-port", str(port)]
+           "--repeats", str(repeats), "--json", "--base-port", str(port), *val_args]
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if not p.stdout.strip():
@@ -156,6 +157,32 @@ def optimum():
     return "\n".join(rows)
 
 
+def validation_curves():
+    """(label, routing, [(iteration, mean val_loss)]) of every saved cell that has one."""
+    out = []
+    for n in GRID:
+        for r in ROUTINGS:
+            rep = load(n, r)
+            pts = [(v["iteration"], v["val_loss"]) for v in (rep or {}).get("validation", []) if v["val_loss"] is not None]
+            if pts:
+                out.append((n, r, pts))
+    return out
+
+
+def validation_table():
+    """The final validation loss per cell (the mean over repeats of the last evaluation)."""
+    curves = validation_curves()
+    if not curves:
+        return "(not measured: run with --val-fraction F to add the validation loss)"
+    rows = ["| scenario | SWARM: final validation loss | GWTF: final validation loss |", "|---|---|---|"]
+    for n in GRID:
+        last = {r: pts[-1] for m, r, pts in curves if m == n}
+        if last:
+            rows.append(f"| {n} | " + " | ".join(f"{last[r][1]:.3f} (after iteration {last[r][0]})" if r in last
+                                                   else "n/a" for r in ROUTINGS) + " |")
+    return "\n".join(rows)
+
+
 def plot(path):
     try:
         import matplotlib
@@ -165,7 +192,6 @@ def plot(path):
         print("evaluate: no matplotlib (apt install python3-matplotlib): skipping the plots", file=sys.stderr)
         return False
     fig, axes = plt.subplots(2, 3, figsize=(15, 7))
-    axes.flat[-1].axis("off")
     x = range(len(GRID))
     for ax, (key, label) in zip(axes.flat, METRICS):
         for k, (r, color) in enumerate((("swarm", "#d95f02"), ("gwtf", "#1b9e77"))):
@@ -182,6 +208,20 @@ def plot(path):
         ax.set_title(label, fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     axes.flat[0].legend()
+    ax = axes.flat[-1]
+    curves = validation_curves()
+    if curves:
+        # the validation loss (mean over repeats) before each evaluated iteration
+        for n, r, pts in curves:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", lw=1,
+                    color="#d95f02" if r == "swarm" else "#1b9e77", ls="-" if "hetero" in n else "--",
+                    label=f"{'SWARM' if r == 'swarm' else 'GWTF'} {n}")
+        ax.set_title("Validation loss (mean over repeats)", fontsize=10)
+        ax.set_xlabel("iteration", fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    else:
+        ax.axis("off")
     fig.suptitle("gwtf evaluation: SWARM vs GWTF routing, same peers and links (mean ± std)")
     fig.tight_layout()
     tmp = path + ".tmp.png"
@@ -271,6 +311,10 @@ heterogeneous 10 % went from 1.55 s (commit 4bf863d) to 1.16–1.43 s.
 Bold: the better mean of the pair.
 
 {"![SWARM vs GWTF](img/evaluation.png)" if have_plot else "(no plot: matplotlib missing)"}
+
+## Validation loss
+
+{validation_table()}
 
 ## Against the issue's targets
 
@@ -380,6 +424,8 @@ def main():
     ap.add_argument("--routing", choices=ROUTINGS, help="one routing only")
     ap.add_argument("--render", action="store_true", help="only rewrite docs/EVALUATION.md from saved results")
     ap.add_argument("--base-port", type=int, default=28000)
+    ap.add_argument("--val-fraction", type=float, help="hold out this fraction and report the validation loss")
+    ap.add_argument("--eval-every", type=int, help="iterations between validation losses (gwtf's default: 10)")
     a = ap.parse_args()
     info = os.path.join(OUT, "machine.txt")
     if not a.render:
@@ -392,7 +438,9 @@ def main():
             for r in ([a.routing] if a.routing else ROUTINGS):
                 if n == "flow-optimum" and r == "swarm":
                     continue
-                run_cell(a.gwtf, n, r, a.repeats, a.base_port)
+                val_args = (["--val-fraction", str(a.val_fraction)] if a.val_fraction else []) + \
+                    (["--eval-every", str(a.eval_every)] if a.eval_every is not None else [])
+                run_cell(a.gwtf, n, r, a.repeats, a.base_port, val_args)
         os.makedirs(OUT, exist_ok=True)
         with open(info, "w") as f:
             f.write(machine() + "\n")

@@ -101,6 +101,13 @@ static int embed(train_compute *c, train_job *job) {
   return rc;
 }
 
+/* Validation: run the forward and let go of what it kept at once. */
+static int eval_forward(train_compute *c, train_job *job, bool data_node) {
+  int rc = data_node ? embed(c, job) : forward(c, job);
+  stage_release(c->st, job->key);
+  return rc;
+}
+
 void train_compute_run(void *ctx, train_job *job) {
   train_compute *c = ctx;
   job->rc = ensure_stage(c);
@@ -128,6 +135,9 @@ void train_compute_run(void *ctx, train_job *job) {
     break;
   case TRAIN_JOB_SNAPSHOT: job->rc = snapshot(c, job); break;
   case TRAIN_JOB_RESTORE: job->rc = restore(c, job); break;
+  case TRAIN_JOB_EVAL_EMBED: job->rc = eval_forward(c, job, true); break;
+  case TRAIN_JOB_EVAL_FORWARD: job->rc = eval_forward(c, job, false); break;
+  case TRAIN_JOB_EVAL_LOSS: job->rc = stage_loss_eval(c->st, job->in, job->targets, &job->loss); break;
   default: job->rc = GW_EINVAL; break;
   }
 }

@@ -138,6 +138,57 @@ int train_dataset_sample(const train_dataset *ds, uint64_t seed, uint64_t iterat
   return 0;
 }
 
+/* ---- validation ---- */
+
+int train_dataset_hold_out(train_dataset *ds, double fraction, train_dataset *val) {
+  memset(val, 0, sizeof(*val));
+  if (!(fraction >= 0 && fraction <= 0.5)) return GW_EINVAL;
+  if (fraction == 0) return 0;
+  size_t n_val = (size_t)((double)ds->n_tokens * fraction);
+  if (n_val < 2 || ds->n_tokens - n_val < 2) return GW_ERANGE;
+  size_t cut = ds->n_tokens - n_val;
+  *val = *ds;
+  val->map = NULL; /* a view: train_dataset_close(val) unmaps nothing */
+  val->map_len = 0;
+  val->n_tokens = n_val;
+  if (ds->kind == TRAIN_DATA_TEXT) val->bytes = ds->bytes + cut;
+  else val->toks = ds->toks + cut;
+  ds->n_tokens = cut;
+  return 0;
+}
+
+int train_validation_open(train_dataset *ds, const char *val_path, double fraction, train_dataset *val, char *err,
+                          size_t err_len) {
+  memset(val, 0, sizeof(*val));
+  if (val_path && *val_path) return train_dataset_open(val_path, val, err, err_len);
+  int rc = train_dataset_hold_out(ds, fraction, val);
+  if (rc == GW_EINVAL) return gw_fail(err, err_len, rc, "validation fraction %g is not in [0, 0.5]", fraction);
+  if (rc != 0)
+    return gw_fail(err, err_len, rc, "holding out %g of %zu tokens leaves too few for training or validation",
+                   fraction, ds->n_tokens);
+  return 0;
+}
+
+uint32_t train_dataset_val_count(const train_dataset *val, int B, int T) {
+  if (B <= 0 || T <= 0 || val->n_tokens < 2) return 0;
+  size_t windows = (val->n_tokens - 1) / (size_t)T; /* each needs T+1 tokens from w*T */
+  size_t n = windows / (size_t)B;
+  return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+int train_dataset_val_sample(const train_dataset *val, uint32_t index, int B, int T, int32_t *inputs,
+                             int32_t *targets) {
+  if (index >= train_dataset_val_count(val, B, T)) return GW_ERANGE;
+  for (int b = 0; b < B; b++) {
+    size_t pos = ((size_t)index * (size_t)B + (size_t)b) * (size_t)T;
+    for (int t = 0; t < T; t++) {
+      inputs[b * T + t] = token_at(val, pos + (size_t)t);
+      targets[b * T + t] = token_at(val, pos + (size_t)t + 1);
+    }
+  }
+  return 0;
+}
+
 /* ---- synthetic corpus ---- */
 
 static const char *const subjects[] = {"the whale", "the captain", "the sea", "a sailor", "the ship",

@@ -45,6 +45,30 @@ void train_dataset_describe(const train_dataset *ds, char *out, size_t out_len);
 int train_dataset_sample(const train_dataset *ds, uint64_t seed, uint64_t iteration, uint32_t index, int B,
                          int T, int32_t *inputs, int32_t *targets);
 
+/* ---- validation (held-out) data ----
+ *
+ * train_dataset_hold_out cuts the last `fraction` of ds's tokens off: ds then
+ * samples training microbatches from the first part only (no training window
+ * reaches into the held-out tokens), and *val views the tail. val borrows
+ * ds's mapping: close only ds. fraction must be in [0, 0.5]; 0 leaves ds whole
+ * and val empty. GW_ERANGE when either part would have fewer than 2 tokens. */
+int train_dataset_hold_out(train_dataset *ds, double fraction, train_dataset *val);
+
+/* The fixed validation set: microbatch `index` is B consecutive,
+ * non-overlapping windows of T+1 tokens from the start of val (window w =
+ * index*B + b begins at token w*T), the same on every peer and in
+ * `gwtf train-ref`. train_dataset_val_count says how many fit. */
+/* The validation set of a data node (and of `gwtf train-ref`): the file at
+ * val_path when given (ds keeps all its tokens), else the last `fraction`
+ * of ds (train_dataset_hold_out), else none (val->n_tokens == 0). Close val
+ * with train_dataset_close after ds's last use. */
+int train_validation_open(train_dataset *ds, const char *val_path, double fraction, train_dataset *val, char *err,
+                          size_t err_len);
+
+uint32_t train_dataset_val_count(const train_dataset *val, int B, int T);
+int train_dataset_val_sample(const train_dataset *val, uint32_t index, int B, int T, int32_t *inputs,
+                             int32_t *targets);
+
 /* Writes `bytes` bytes of synthetic English-like text (a small seeded grammar,
  * so there is structure to learn) to path, atomically. Used when the default
  * dataset cannot be fetched. */

@@ -186,6 +186,7 @@ void train_peer_free(train_peer *p) {
   free(p->mbs);
   for (int s = 0; s <= PEER_MAX_STAGES; s++) free(p->members[s].v);
   free(p->backlog);
+  eval_free(p);
   agg_free(p);
   join_free(p);
   admit_free(p);

@@ -91,6 +91,10 @@ typedef enum train_job_kind {
   TRAIN_JOB_SKIP_STEP,        /* no microbatches anywhere: zero grads, hash              */
   TRAIN_JOB_SNAPSHOT,         /* serialize the stage state (weights, optimizer, step)    */
   TRAIN_JOB_RESTORE,          /* load a serialized state, hash                          */
+  /* validation (train/peer_eval.c): forward only, nothing kept, no gradient */
+  TRAIN_JOB_EVAL_EMBED,       /* data: tokens [B,T] -> out [B,T,C]                       */
+  TRAIN_JOB_EVAL_FORWARD,     /* relay: in [B,T,C] -> out [B,T,C]                        */
+  TRAIN_JOB_EVAL_LOSS,        /* data: in [B,T,C], targets -> loss                       */
 } train_job_kind;
 
 #define TRAIN_JOB_MAX_ORPHANS 5
@@ -153,6 +157,9 @@ typedef enum train_event_kind {
   TRAIN_EV_READY,              /* weights in place, taking microbatches */
   TRAIN_EV_AGGREGATED,         /* weights changed: checkpoint if due */
   TRAIN_EV_ITERATION_DONE,     /* a data node finished an iteration (summary fields set) */
+  TRAIN_EV_EVAL_DONE,          /* a data node evaluated the validation set: iteration (weights after
+                                  that many steps), loss (mean over `done` microbatches, NaN when
+                                  none), done, deferred (= not evaluated), seconds */
 } train_event_kind;
 
 typedef struct train_event {
@@ -272,6 +279,13 @@ int train_peer_new(train_peer **out, const train_peer_config *cfg, const train_i
                    const train_router *router, const gw_log *log);
 void train_peer_free(train_peer *p);
 void train_peer_set_sampler(train_peer *p, train_sample_fn fn, void *ud);
+/* Validation (data nodes; train/peer_eval.c): before iteration i starts, for
+ * i = 0, every, 2*every, ... and once more after the last iteration, the
+ * data node runs the n validation microbatches fn draws (the same ones each
+ * time) forward through the pipeline without gradients and logs their mean
+ * loss (eval.done). every = 0 or n = 0: never. */
+typedef int (*train_val_fn)(void *ud, uint32_t index, int32_t *inputs, int32_t *targets);
+void train_peer_set_validation(train_peer *p, train_val_fn fn, void *ud, uint32_t n, uint64_t every);
 /* Called once the stage is known (n_params depends on it). */
 void train_peer_set_shape(train_peer *p, const train_shape *shape);
 

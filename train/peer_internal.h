@@ -59,6 +59,7 @@ typedef struct peer_mb {
   int32_t *tokens, *targets; /* data */
   bool grad_acked;           /* BACKWARD_DONE received for `grad`: it is safe upstream */
   bool has_state;            /* the compute layer holds activations for key */
+  bool eval;                 /* validation: forward only, nothing kept for a backward (peer_eval.c) */
   train_job *job;            /* the job computing on our buffers, until it ends */
   uint64_t fwd_deadline, bwd_deadline;
   uint64_t trip_deadline; /* data: the microbatch must come back (or finish backward) by then */
@@ -331,6 +332,20 @@ struct train_peer {
   size_t n_backlog, cap_backlog;
   bool finished;
 
+  /* data node: validation (peer_eval.c) */
+  struct {
+    train_val_fn fn;
+    void *ud;
+    uint32_t n;              /* validation microbatches */
+    uint64_t every;          /* iterations between evaluations (0: never) */
+    bool running;
+    uint64_t done_for;       /* iteration + 1 of the last evaluation (0: none yet) */
+    uint32_t next, finished, ok; /* launched, ended, came back with a loss */
+    float *loss;             /* per validation microbatch, summed in index order */
+    bool *got;
+    uint64_t started_ms;
+  } eval;
+
   /* leader */
   gw_id iter_reports[PEER_MAX_CONTRIB];
   uint32_t n_iter_reports;
@@ -422,6 +437,21 @@ void mb_release_queued(train_peer *p);
 void data_tick(train_peer *p);
 void data_start_iteration(train_peer *p);
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
+bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots);
+uint32_t data_share(train_peer *p);
+
+/* peer_eval.c: validation microbatches (forward only) */
+#define EVAL_ID_BIT (1ULL << 63) /* an eval microbatch's id: never a training one's */
+/* Data node, before an iteration starts: true while an evaluation is due or
+ * running (the iteration waits for it). */
+bool eval_tick(train_peer *p);
+/* Data node: an eval microbatch came back; its loss job runs (no gradient). */
+void eval_on_return(train_peer *p, peer_mb *mb);
+/* An eval microbatch's job ended (data node or relay). */
+void eval_job_done(train_peer *p, peer_mb *mb, train_job *job);
+/* Data node: an eval microbatch is over (COMPLETE with its loss, or not). */
+void eval_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
+void eval_free(train_peer *p);
 
 /* peer_repair.c */
 void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecover *r);

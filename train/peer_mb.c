@@ -67,7 +67,7 @@ peer_mb *mb_new(train_peer *p, const gw_id *origin, uint64_t id) {
 void mb_free(train_peer *p, peer_mb *mb) {
   if (!mb->used) return;
   bool useful = p->cfg.role == TRAIN_DATA ? mb->end == MB_COMPLETE : mb->bwd == BWD_DONE;
-  if (!useful) p->counters.wasted_seconds += mb->compute_s;
+  if (!useful && !mb->eval) p->counters.wasted_seconds += mb->compute_s; /* eval trains nothing by design */
   if (mb->job && !p->closing) {
     /* A job still computes on our buffers: they go with it, and the state
      * it leaves in the compute layer is released when it ends. (Closing,
@@ -146,6 +146,7 @@ static void fill_mb_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, con
   m->repair_end_stage = mb->repair_end_stage;
   if (mb->repair) m->repair_target = id_bytes(&mb->repair_target);
   m->flow_id = mb->flow_out;
+  m->eval = mb->eval;
 }
 
 static bool valid_act(const train_peer *p, const train_tensor *t) {
@@ -317,6 +318,7 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
   mb->repair = m->repair;
   mb->repair_end_stage = m->repair_end_stage;
   if (m->repair) id_from_bytes(&mb->repair_target, m->repair_target);
+  mb->eval = m->eval && !m->repair; /* forward only: nothing kept for a backward */
   size_t n = peer_act_floats(p);
   mb->in = copy_floats(t->data, n);
   mb->out = malloc(n * sizeof(float));
@@ -330,7 +332,8 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
     return;
   }
   mb->fwd = FWD_COMPUTE;
-  if (!peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float))) {
+  if (!peer_submit(p, mb->eval ? TRAIN_JOB_EVAL_FORWARD : TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out,
+                   n * sizeof(float))) {
     mb_free(p, mb);
     deny_raw(p, from, m, "compute_unavailable");
   }
@@ -343,7 +346,8 @@ void mb_release_queued(train_peer *p) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used || mb->fwd != FWD_QUEUED || mb->iteration != p->iteration) continue;
     mb->fwd = FWD_COMPUTE;
-    if (!peer_submit(p, TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out, n * sizeof(float)))
+    if (!peer_submit(p, mb->eval ? TRAIN_JOB_EVAL_FORWARD : TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float),
+                     mb->out, n * sizeof(float)))
       mb_free(p, mb);
   }
 }
@@ -365,6 +369,7 @@ static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMi
   size_t n = peer_act_floats(p);
   free(mb->in);
   mb->in = copy_floats(t->data, n);
+  if (mb->eval) return eval_on_return(p, mb);
   if (!mb->grad) mb->grad = malloc(n * sizeof(float)); /* reused by a restarted attempt */
   if (!mb->in || !mb->grad) return data_mb_finished(p, mb, MB_DEFERRED);
   mb->fwd = FWD_LOSS;
@@ -417,6 +422,9 @@ static void forward_through(train_peer *p, peer_mb *mb) {
     mb->fwd_done_sent = true;
     ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
   }
+  /* No backward comes for an eval microbatch: its output is safe two hops
+   * on, so the relay keeps nothing of it. */
+  if (p->cfg.role == TRAIN_RELAY && mb->eval) mb_free(p, mb);
 }
 
 void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
@@ -612,11 +620,14 @@ void mb_job_done(train_peer *p, train_job *job) {
   if (!mb) {
     /* Abandoned while computing (mb_free): drop the state kept under the
      * key, which a backward has already consumed itself. */
-    if (job->kind != TRAIN_JOB_BACKWARD && job->kind != TRAIN_JOB_EMBED_BACKWARD) peer_release_key(p, job->key);
+    bool kept = job->kind != TRAIN_JOB_BACKWARD && job->kind != TRAIN_JOB_EMBED_BACKWARD &&
+                job->kind < TRAIN_JOB_EVAL_EMBED; /* eval jobs keep nothing */
+    if (kept) peer_release_key(p, job->key);
     return;
   }
   mb->job = NULL;
   mb->compute_s += job->seconds;
+  if (mb->eval) return eval_job_done(p, mb, job);
   if (job->rc != 0) {
     GW_ERROR(&p->log, "compute.failed", "mb=%llx kind=%d rc=%d", (unsigned long long)mb->id, (int)job->kind,
              job->rc);
@@ -683,7 +694,7 @@ void mb_tick(train_peer *p) {
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;
-    if (mb->fwd == FWD_WAIT && p->cfg.role == TRAIN_DATA && p->iter_wrap_up && !mb->repair) {
+    if (mb->fwd == FWD_WAIT && p->cfg.role == TRAIN_DATA && p->iter_wrap_up && !mb->repair && !mb->eval) {
       /* still outside the pipeline, and the iteration is closing */
       data_mb_finished(p, mb, MB_DEFERRED);
       continue;
@@ -769,6 +780,7 @@ static uint32_t live_mbs(const train_peer *p) {
 static void data_refill(train_peer *p, uint32_t slot);
 
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
+  if (mb->eval) return eval_mb_finished(p, mb, how);
   mb->end = how;
   if (how == MB_COMPLETE) {
     p->iter_done++;
@@ -872,7 +884,7 @@ static bool every_stage_served(train_peer *p) {
  * every iteration (3 slots, 2 data nodes: 1 microbatch each, one after
  * another); rounded up, the one microbatch too many waits for a slot
  * (FWD_WAIT) and takes it the moment it frees. */
-static uint32_t data_share(train_peer *p) {
+uint32_t data_share(train_peer *p) {
   uint64_t narrowest = UINT64_MAX;
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     uint64_t cap = 0;
@@ -889,7 +901,7 @@ static uint32_t data_share(train_peer *p) {
 
 /* How many microbatches the iteration can start with, once the routes allow
  * it; false: wait (data_tick asks again next tick). */
-static bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots) {
+bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots) {
   if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
   uint64_t waited = p->now - p->waiting_flows_since;
   /* GWTF §V-C: training proceeds once the flows reached a steady state.
@@ -979,6 +991,7 @@ void data_tick(train_peer *p) {
   }
   if (p->iter_reported) return; /* waiting for the leader's aggregation */
   if (p->iteration > 0 && p->downstream_ready < p->iteration) return; /* no CAN_TAKE yet */
+  if (eval_tick(p)) return; /* validation first, on the weights this iteration starts from */
   if (p->cfg.iterations && p->iteration >= p->cfg.iterations) {
     p->finished = true;
     GW_INFO(&p->log, "run.finished", "iterations=%llu", (unsigned long long)p->iteration);

@@ -627,6 +627,37 @@ int stage_loss(stage *st, const float *y, const int32_t *targets, float *loss, f
   return gpu_download(be, dy, dx, act_bytes(st));
 }
 
+int stage_loss_eval(stage *st, const float *y, const int32_t *targets, float *loss) {
+  if (!st->spec.has_head) return GW_EINVAL;
+  if (check_tokens(st, targets)) return GW_EINVAL;
+  gpu_backend *be = st->be;
+  const model_config *c = &st->spec.model;
+  int N = st->spec.batch * st->spec.seq_len, C = c->d_model, V = c->vocab_size;
+  ws_layout w = workspace_layout(&st->spec);
+  float *x = st->ws + w.x, *nf = st->ws + w.nf, *logits = st->ws + w.logits, *losses = st->ws + w.losses;
+  head_ptrs p = head_at(st, st->params);
+  int rc = gpu_upload(be, x, y, act_bytes(st));
+  if (!rc) rc = gpu_upload(be, st->targets, targets, (size_t)N * sizeof(int32_t));
+  if (rc) return rc;
+  if (c->arch == MODEL_GPT)
+    gpu_layernorm_forward(be, nf, st->ws + w.nf_mean, st->ws + w.nf_rstd, x, p.nfw, p.nfb, N, C, c->eps);
+  else
+    gpu_rmsnorm_forward(be, nf, st->ws + w.nf_rstd, x, p.nfw, N, C, c->eps);
+  gpu_matmul_forward(be, logits, nf, p.lm, NULL, NULL, N, C, V);
+  gpu_crossentropy_forward(be, losses, logits, logits, st->targets, N, V);
+  float *host = malloc((size_t)N * sizeof(float));
+  if (!host) return GW_ENOMEM;
+  rc = gpu_download(be, host, losses, (size_t)N * sizeof(float));
+  if (rc == 0) {
+    /* summed in double in position order, as stage_loss does */
+    double sum = 0.0;
+    for (int i = 0; i < N; i++) sum += host[i];
+    *loss = (float)(sum / N);
+  }
+  free(host);
+  return rc;
+}
+
 /* ---- parameters and optimizer ----------------------------------------------------- */
 
 size_t stage_n_params(const stage *st) { return st->n_params; }

@@ -121,6 +121,9 @@ int stage_embed_backward(stage *st, uint64_t mb, const float *dx);
  * activation y coming back from the last block; writes the loss and
  * dy = d loss / dy, and accumulates the head's gradients. Nothing is kept. */
 int stage_loss(stage *st, const float *y, const int32_t *targets, float *loss, float *dy);
+/* The same loss, bit for bit, without any gradient: nothing accumulates and
+ * nothing is kept (validation). */
+int stage_loss_eval(stage *st, const float *y, const int32_t *targets, float *loss);
 
 /* ---- parameters and optimizer ----------------------------------------------------- */
 

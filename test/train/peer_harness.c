@@ -175,6 +175,18 @@ static void io_event(void *ud, const train_event *ev) {
     if (ev->iteration < 64) n->loss_of[ev->iteration] = ev->loss;
     if (ev->iteration < 64) n->secs_of[ev->iteration] = ev->seconds;
     break;
+  case TRAIN_EV_EVAL_DONE: {
+    int held = 0;
+    for (int i = 0; i < n->h->n_nodes; i++)
+      if (n->h->nodes[i].alive) held += h_states_held(&n->h->nodes[i]);
+    if (held > n->eval_states_held) n->eval_states_held = held;
+    if (ev->iteration <= 64) {
+      n->have_eval[ev->iteration] = true;
+      n->eval_loss_of[ev->iteration] = ev->loss;
+      n->eval_ok_of[ev->iteration] = ev->done;
+    }
+    break;
+  }
   default: break;
   }
 }
@@ -296,6 +308,27 @@ static void run_job(h_node *n, train_job *job) {
       for (int k = 0; k < H_NP; k++) ((float *)job->blob)[k] += 1.0f;
     job->blob_len = sizeof(n->w);
     break;
+  /* validation: the same arithmetic, nothing kept, no gradient */
+  case TRAIN_JOB_EVAL_EMBED: {
+    const int32_t *tok = job->in;
+    for (int i = 0; i < H_B * H_T; i++)
+      for (int c = 0; c < H_C; c++)
+        out[i * H_C + c] = (float)tok[i] / 256.0f * (1.0f + n->w[0]) + n->w[1] * (float)(c + 1);
+    break;
+  }
+  case TRAIN_JOB_EVAL_FORWARD:
+    for (int i = 0; i < ACT_FLOATS; i++) out[i] = in[i] * (1.0f + n->w[0]) + n->w[1];
+    break;
+  case TRAIN_JOB_EVAL_LOSS: {
+    double loss = 0;
+    for (int i = 0; i < H_B * H_T; i++)
+      for (int c = 0; c < H_C; c++) {
+        float d = in[i * H_C + c] - (float)job->targets[i] / 256.0f;
+        loss += (double)d * d;
+      }
+    job->loss = (float)(loss / ACT_FLOATS);
+    break;
+  }
   case TRAIN_JOB_RESTORE:
     if (job->in_bytes != sizeof(n->w)) {
       job->rc = GW_EINVAL;
@@ -364,6 +397,15 @@ int h_sample(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs, int3
   (void)ud;
   for (int i = 0; i < H_B * H_T; i++) {
     inputs[i] = (int32_t)((iteration * 31 + index * 7 + (uint64_t)i * 3) % 256);
+    targets[i] = (inputs[i] * 5 + 11) % 256;
+  }
+  return 0;
+}
+
+int h_val_sample(void *ud, uint32_t index, int32_t *inputs, int32_t *targets) {
+  (void)ud;
+  for (int i = 0; i < H_B * H_T; i++) {
+    inputs[i] = (int32_t)((index * 53 + (uint32_t)i * 11 + 5) % 256);
     targets[i] = (inputs[i] * 5 + 11) % 256;
   }
   return 0;

@@ -76,6 +76,11 @@ typedef struct h_node {
   bool have_hash[64];
   double loss_of[64];
   double secs_of[64]; /* data node: each iteration's wall time (virtual s) */
+  /* data node: validation before iteration i (TRAIN_EV_EVAL_DONE) */
+  bool have_eval[65];
+  double eval_loss_of[65];
+  uint32_t eval_ok_of[65];
+  int eval_states_held; /* compute states held by every node when an evaluation ended (max) */
 } h_node;
 
 /* Called before a node's job runs; return true to crash `crash` right then
@@ -120,5 +125,7 @@ int h_states_held(const h_node *n);
 bool h_hashes_agree(h_harness *h, uint64_t iterations, char *why, size_t why_len);
 /* The fake sampler (shared with the direct reference). */
 int h_sample(void *ud, uint64_t iteration, uint32_t index, int32_t *inputs, int32_t *targets);
+/* The fake validation set (train_peer_set_validation's sampler). */
+int h_val_sample(void *ud, uint32_t index, int32_t *inputs, int32_t *targets);
 
 #endif

@@ -113,12 +113,91 @@ static void test_sampling_is_deterministic(void **state) {
   train_dataset_close(&ds);
 }
 
+/* Held-out tokens: training windows never reach into them, the validation
+ * set reads them in order, the same every time, and a token file's tail is
+ * held out the same way. */
+static void test_hold_out_and_validation_set(void **state) {
+  (void)state;
+  const char *p = path_in_tmp("val.txt");
+  char text[1000];
+  for (int i = 0; i < 1000; i++) text[i] = (char)('a' + i % 26);
+  assert_int_equal(gw_file_write_atomic1(p, text, sizeof(text), 0644), 0);
+  train_dataset ds, val;
+  char err[256];
+  assert_int_equal(train_dataset_open(p, &ds, err, sizeof(err)), 0);
+  assert_int_equal(train_dataset_hold_out(&ds, 0.6, &val), GW_EINVAL);
+  assert_int_equal(train_dataset_hold_out(&ds, 0, &val), 0);
+  assert_int_equal(ds.n_tokens, 1000);
+  assert_int_equal(val.n_tokens, 0);
+  assert_int_equal(train_dataset_val_count(&val, 2, 5), 0);
+  assert_int_equal(train_dataset_hold_out(&ds, 0.1, &val), 0);
+  assert_int_equal(ds.n_tokens, 900);
+  assert_int_equal(val.n_tokens, 100);
+  /* training: every window, targets included, lies in the first 900 (token
+   * i of this file is i, so a token says where it came from) */
+  const char *ip = path_in_tmp("ids.bin");
+  uint16_t ids[1000];
+  for (int i = 0; i < 1000; i++) ids[i] = (uint16_t)i;
+  write_tokens(ip, ids, 1000, 1000, 1);
+  train_dataset ids_ds, ids_val;
+  assert_int_equal(train_dataset_open(ip, &ids_ds, err, sizeof(err)), 0);
+  assert_int_equal(train_dataset_hold_out(&ids_ds, 0.1, &ids_val), 0);
+  int32_t in[4 * 8], tg[4 * 8], top = 0;
+  for (uint32_t k = 0; k < 500; k++) {
+    assert_int_equal(train_dataset_sample(&ids_ds, 5, k, 0, 4, 8, in, tg), 0);
+    for (int i = 0; i < 4 * 8; i++) top = tg[i] > top ? tg[i] : top;
+  }
+  assert_true(top <= 899);
+  assert_true(top >= 880); /* and they do reach its end */
+  assert_int_equal(train_dataset_val_sample(&ids_val, 0, 1, 8, in, tg), 0);
+  assert_int_equal(in[0], 900);
+  train_dataset_close(&ids_val);
+  train_dataset_close(&ids_ds);
+  /* validation: (100 - 1) / 8 = 12 windows, 3 microbatches of 4 */
+  assert_int_equal(train_dataset_val_count(&val, 4, 8), 3);
+  int32_t a[4 * 8], at[4 * 8];
+  assert_int_equal(train_dataset_val_sample(&val, 1, 4, 8, a, at), 0);
+  for (int b = 0; b < 4; b++)
+    for (int t = 0; t < 8; t++) {
+      size_t pos = 900 + (size_t)(1 * 4 + b) * 8 + (size_t)t;
+      assert_int_equal(a[b * 8 + t], text[pos]);
+      assert_int_equal(at[b * 8 + t], text[pos + 1]);
+    }
+  assert_int_equal(train_dataset_val_sample(&val, 1, 4, 8, in, tg), 0);
+  assert_memory_equal(a, in, sizeof(a));
+  assert_int_equal(train_dataset_val_sample(&val, 3, 4, 8, in, tg), GW_ERANGE);
+  train_dataset_close(&val); /* a view: unmaps nothing */
+  train_dataset_close(&ds);
+  /* a separate validation file, and a fraction that leaves too little */
+  assert_int_equal(train_dataset_open(p, &ds, err, sizeof(err)), 0);
+  assert_int_equal(train_validation_open(&ds, p, 0, &val, err, sizeof(err)), 0);
+  assert_int_equal(ds.n_tokens, 1000);
+  assert_int_equal(val.n_tokens, 1000);
+  train_dataset_close(&val);
+  assert_int_equal(train_validation_open(&ds, NULL, 0.001, &val, err, sizeof(err)), GW_ERANGE);
+  assert_non_null(strstr(err, "too few"));
+  train_dataset_close(&ds);
+  /* llm.c tokens */
+  const char *tp = path_in_tmp("vt.bin");
+  uint16_t toks[100];
+  for (int i = 0; i < 100; i++) toks[i] = (uint16_t)(i * 3);
+  write_tokens(tp, toks, 100, 100, 1);
+  assert_int_equal(train_dataset_open(tp, &ds, err, sizeof(err)), 0);
+  assert_int_equal(train_validation_open(&ds, NULL, 0.2, &val, err, sizeof(err)), 0);
+  assert_int_equal(ds.n_tokens, 80);
+  assert_int_equal(train_dataset_val_sample(&val, 0, 1, 4, in, tg), 0);
+  for (int t = 0; t < 4; t++) assert_int_equal(in[t], (80 + t) * 3), assert_int_equal(tg[t], (81 + t) * 3);
+  train_dataset_close(&val);
+  train_dataset_close(&ds);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_text_dataset),
       cmocka_unit_test(test_rejects_invalid_utf8),
       cmocka_unit_test(test_llmc_tokens),
       cmocka_unit_test(test_sampling_is_deterministic),
+      cmocka_unit_test(test_hold_out_and_validation_set),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

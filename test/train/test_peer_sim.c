@@ -64,6 +64,31 @@ static void ref_iteration(ref_model *rm, uint64_t it, double *loss_out) {
   *loss_out = loss_sum / M;
 }
 
+/* The validation loss of the reference's current weights: the same forward,
+ * per-microbatch losses as floats, their mean in double. */
+static double ref_eval(const ref_model *rm, uint32_t n) {
+  enum { A = H_B * H_T * H_C };
+  double sum = 0;
+  for (uint32_t j = 0; j < n; j++) {
+    int32_t tok[H_B * H_T], tgt[H_B * H_T];
+    h_val_sample(NULL, j, tok, tgt);
+    float x[A];
+    for (int i = 0; i < H_B * H_T; i++)
+      for (int c = 0; c < H_C; c++)
+        x[i * H_C + c] = (float)tok[i] / 256.0f * (1.0f + rm->w[0][0]) + rm->w[0][1] * (float)(c + 1);
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < A; k++) x[k] = x[k] * (1.0f + rm->w[s][0]) + rm->w[s][1];
+    double l = 0;
+    for (int i = 0; i < H_B * H_T; i++)
+      for (int c = 0; c < H_C; c++) {
+        float d = x[i * H_C + c] - (float)tgt[i] / 256.0f;
+        l += (double)d * d;
+      }
+    sum += (float)(l / A);
+  }
+  return sum / n;
+}
+
 /* ---- swarms ---- */
 
 /* One data node and two relays per stage, placed by the leader. */
@@ -106,6 +131,96 @@ static void test_fault_free_matches_reference(void **state) {
   /* final weights of every stage equal the reference's */
   for (int i = 0; i < h.n_nodes; i++)
     for (int k = 0; k < H_NP; k++) assert_float_equal(h.nodes[i].w[k], rm.w[h.nodes[i].stage][k], 1e-6);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* Validation (peer_eval.c): evaluations before iterations 0, 2, 4 and after
+ * the last one leave training exactly as without them (losses and final
+ * weights equal the direct reference, every stage agrees), leave no compute
+ * state anywhere, count as no forward or backward of the relays (their
+ * aggregation weight), and their loss equals the reference's validation
+ * loss at the same weights. */
+#define EVAL_N 3
+#define EVAL_EVERY 2
+static void test_eval_leaves_training_unchanged(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 1, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  train_peer_set_validation(h.nodes[d].tp, h_val_sample, NULL, EVAL_N, EVAL_EVERY);
+  h_start(&h, d);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  assert_true(h_run_until_finished(&h, 120000));
+  h_node *dn = &h.nodes[d];
+  ref_model rm = {{{0}}};
+  int evals = 0;
+  for (uint64_t it = 0; it <= ITERS; it++) {
+    bool due = it % EVAL_EVERY == 0 || it == ITERS;
+    assert_int_equal(dn->have_eval[it], due);
+    if (due) {
+      evals++;
+      double want = ref_eval(&rm, EVAL_N), got = dn->eval_loss_of[it];
+      assert_int_equal(dn->eval_ok_of[it], EVAL_N);
+      if (fabs(got - want) > 1e-5 * fmax(1.0, fabs(want)))
+        fail_msg("eval before iter %llu: val_loss %.9f, reference %.9f", (unsigned long long)it, got, want);
+    }
+    if (it == ITERS) break;
+    double ref;
+    ref_iteration(&rm, it, &ref);
+    double got = dn->loss_of[it];
+    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref))) fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
+  }
+  assert_int_equal(evals, 4);
+  assert_int_equal(dn->eval_states_held, 0);
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
+  /* the relays' forwards and backwards are the training ones only */
+  for (int s = 1; s <= STAGES; s++) {
+    uint64_t fwd = 0, bwd = 0;
+    for (int i = 0; i < h.n_nodes; i++)
+      if (h.nodes[i].stage == s) fwd += C(&h, i)->forward_computed, bwd += C(&h, i)->backward_computed;
+    assert_int_equal(fwd, (uint64_t)M * ITERS);
+    assert_int_equal(bwd, (uint64_t)M * ITERS);
+  }
+  for (int i = 0; i < h.n_nodes; i++) {
+    assert_int_equal(h_states_held(&h.nodes[i]), 0);
+    for (int k = 0; k < H_NP; k++) assert_float_equal(h.nodes[i].w[k], rm.w[h.nodes[i].stage][k], 1e-6);
+  }
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* A relay dies as its first eval forward runs: the eval microbatch is
+ * re-routed like a training one, the evaluation still covers the whole
+ * validation set (or says how much it covered), and training goes on. */
+static bool crash_at_eval_forward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  (void)h;
+  if (job->kind != TRAIN_JOB_EVAL_FORWARD || n->role != TRAIN_RELAY || n->stage != 2) return false;
+  *crash = n->index;
+  return true;
+}
+
+static void test_eval_survives_a_relay_crash(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 3, verbose());
+  h.hook = crash_at_eval_forward;
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  train_peer_set_validation(h.nodes[d].tp, h_val_sample, NULL, EVAL_N, EVAL_EVERY);
+  h_start(&h, d);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  assert_true(h_run_until_finished(&h, 300000));
+  assert_true(h.hook_fired);
+  h_node *dn = &h.nodes[d];
+  assert_true(dn->have_eval[0]);
+  assert_int_equal(dn->eval_ok_of[0], EVAL_N); /* re-routed, not lost */
+  uint64_t rerouted = 0;
+  for (int i = 0; i < h.n_nodes; i++) rerouted += C(&h, i)->forward_rerouted;
+  assert_true(rerouted >= 1);
+  assert_true(dn->have_eval[ITERS]);
+  assert_int_equal(dn->iterations_done, ITERS);
+  assert_int_equal(dn->eval_states_held, 0);
   assert_agree(&h, ITERS);
   h_free(&h);
 }
@@ -845,6 +960,8 @@ static void test_churn_soak(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fault_free_matches_reference),
+      cmocka_unit_test(test_eval_leaves_training_unchanged),
+      cmocka_unit_test(test_eval_survives_a_relay_crash),
       cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_starts_up_to_its_share),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),

@@ -235,6 +235,40 @@ static stage *trained_head(gpu_backend *be, uint64_t seed) {
   return st;
 }
 
+/* Validation's loss: bit for bit stage_loss's, and nothing moves — no
+ * gradient accumulates, no parameter changes, nothing is kept. */
+static void test_loss_eval(void **state) {
+  (void)state;
+  gpu_backend *be = tt_cpu(2);
+  for (int arch = 0; arch < 2; arch++) {
+    model_config m = tt_model(arch ? MODEL_LLAMA : MODEL_GPT, 2);
+    stage_spec s = tt_spec(m, 0, 1, true, B, T, 2);
+    stage *st = tt_stage(&s, be, 5);
+    size_t n = (size_t)B * T * m.d_model, np = stage_n_params(st);
+    int32_t *tok = tt_tokens(B * T, m.vocab_size, 4);
+    float *y = tt_randn(n, 6, 1.0f), *dy = malloc(n * 4), le = 0, lt = 0;
+    float *p0 = tt_read_all(st, STAGE_PARAMS), *g0 = tt_read_all(st, STAGE_GRADS);
+    uint8_t h0[STAGE_HASH_BYTES], h1[STAGE_HASH_BYTES];
+    assert_int_equal(stage_weight_hash(st, h0), 0);
+    assert_int_equal(stage_loss_eval(st, y, tok, &le), 0);
+    float *p1 = tt_read_all(st, STAGE_PARAMS), *g1 = tt_read_all(st, STAGE_GRADS);
+    assert_memory_equal(p0, p1, np * 4);
+    assert_memory_equal(g0, g1, np * 4);
+    assert_int_equal(stage_weight_hash(st, h1), 0);
+    assert_memory_equal(h0, h1, sizeof(h0));
+    assert_int_equal(stage_in_flight(st), 0);
+    assert_int_equal(stage_loss(st, y, tok, &lt, dy), 0);
+    assert_memory_equal(&le, &lt, sizeof(float));
+    float *g2 = tt_read_all(st, STAGE_GRADS);
+    assert_memory_not_equal(g0, g2, np * 4); /* the training loss does accumulate */
+    tok[0] = -1;
+    assert_int_equal(stage_loss_eval(st, y, tok, &le), GW_EINVAL);
+    free(tok), free(y), free(dy), free(p0), free(p1), free(g0), free(g1), free(g2);
+    stage_destroy(st);
+  }
+  gpu_backend_close(be);
+}
+
 static void assert_same_state(stage *a, stage *b) {
   for (stage_buf w = STAGE_PARAMS; w <= STAGE_ADAM_V; w++) {
     if (w == STAGE_GRADS) continue;
@@ -426,6 +460,7 @@ int main(void) {
       cmocka_unit_test(test_threads_identical), cmocka_unit_test(test_split_gpt),
       cmocka_unit_test(test_split_llama),     cmocka_unit_test(test_slots),
       cmocka_unit_test(test_recompute),       cmocka_unit_test(test_bad_tokens),
+      cmocka_unit_test(test_loss_eval),
       cmocka_unit_test(test_checkpoint),      cmocka_unit_test(test_state_stream),
       cmocka_unit_test(test_step_and_hash),   cmocka_unit_test(test_memory),
       cmocka_unit_test(test_adamw_same_on_every_cpu), cmocka_unit_test(test_spec_validation),

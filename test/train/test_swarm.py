@@ -4,7 +4,8 @@ loopback, started by `gwtf swarm`, checked through the swarm's summary JSON
 and the merged log stream.
 
     test_swarm.py SCENARIO     (fault_free, forward_crash, backward_crash,
-                                join, leader_crash, churn_soak)
+                                join, leader_crash, churn_soak, validation,
+                                validation_crash)
 
 Every scenario is seeded; crashes are injected at exact protocol moments
 with --fault (the node kills itself with SIGKILL as it queues that job), so
@@ -20,7 +21,7 @@ GWTF = os.environ.get("GWTF_BIN", "gwtf")
 LINE = re.compile(r"^(?P<name>\S+)\s+\| (?P<ts>\S+) (?P<level>\S+)\s+(?P<node>\S+) (?P<stage>\S+) (?P<event>\S+)(?P<rest>.*)$")
 # below the ephemeral port range (32768+), one block per scenario so they run side by side
 PORTS = {"fault_free": 21000, "forward_crash": 21300, "backward_crash": 21600, "join": 21900,
-         "leader_crash": 22200, "churn_soak": 22500}
+         "leader_crash": 22200, "churn_soak": 22500, "validation": 23700, "validation_crash": 24000}
 
 
 class Failure(Exception):
@@ -111,10 +112,92 @@ def fault_free(tmp):
     print(f"fault-free: losses {['%.5f' % x for x in ls]} equal the single-process reference")
 
 
+def validation(tmp):
+    """Validation loss (docs/TRAINING.md): eval microbatches before iterations
+    0, 3, 6 and after the last leave training as it was (the losses still
+    equal train-ref's with the same held-out split), their losses equal
+    train-ref's validation losses, fall, and the summary carries the curve."""
+    n, every, frac = 8, 3, "0.05"
+    s, ev, _ = run_swarm(tmp, "validation", "--relays", "6", "--stages", "3", "--iterations", str(n),
+                         "--val-fraction", frac, "--eval-every", str(every))
+    check_common(s, n)
+    for it in s["iterations"]:
+        check(it["microbatches_done"] == 4 and it["microbatches_deferred"] == 0,
+              f"iteration {it['iteration']}: {it['microbatches_done']} done, {it['microbatches_deferred']} deferred")
+    evals = [e["f"] for e in ev if e["event"] == "eval.done"]
+    want_iters = [i for i in range(n + 1) if i % every == 0 or i == n]
+    check([int(e["iter"]) for e in evals] == want_iters, f"eval.done at {[e['iter'] for e in evals]}, wanted {want_iters}")
+    tokens = 4 * 4 * 64  # the run's microbatches per iteration x batch x seq
+    for e in evals:
+        check(e["complete"] == "1" and int(e["tokens"]) == tokens == int(e["wanted"]),
+              f"eval before iteration {e['iter']} incomplete: {e}")
+    curve = s["validation"]
+    check([c["iteration"] for c in curve] == want_iters, f"summary validation curve: {curve}")
+    for c, e in zip(curve, evals):
+        # the merged log renders numbers with 6 significant digits
+        check(c["complete"] and c["tokens"] == tokens and abs(c["val_loss"] - float(e["val_loss"])) < 1e-5 * c["val_loss"],
+              f"summary {c} against eval.done {e}")
+    vl = [c["val_loss"] for c in curve]
+    check(vl[-1] < vl[0] - 0.5, f"validation loss did not fall: {vl}")
+    # the same run in one process: training and validation losses
+    ref = subprocess.run([GWTF, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(n),
+                          "--data-seed", "1000", "--val-fraction", frac, "--eval-every", str(every), "--json"],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    r = json.loads(ref.stdout)
+    # 1e-5 relative, as fault_free: the aggregation sums gradients in another
+    # order than the single process, so weights may differ in their last bits;
+    # the evaluation itself runs the same kernels on the same tokens.
+    for i, (got, exp) in enumerate(zip(losses(s), [it["loss"] for it in r["iterations"]])):
+        check(abs(got - exp) <= 1e-5 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, reference {exp}")
+    check([x["iteration"] for x in r["validation"]] == want_iters, f"train-ref evaluated at {r['validation']}")
+    for c, x in zip(curve, r["validation"]):
+        check(x["tokens"] == tokens, f"train-ref evaluated {x['tokens']} tokens")
+        check(abs(c["val_loss"] - x["val_loss"]) <= 1e-5 * max(1.0, abs(x["val_loss"])),
+              f"before iteration {c['iteration']}: swarm val_loss {c['val_loss']}, reference {x['val_loss']}")
+    print(f"validation: val_loss {['%.5f' % x for x in vl]} at {want_iters} equal train-ref's; "
+          f"training losses equal too")
+
+
 def crash_of(ev, name):
     c = [e for e in ev if e["event"] == "debug.crash" and e["name"] == name]
     check(c, f"{name} never crashed")
     return c[0]["f"]["mb"], int(c[0]["f"]["iter"])
+
+
+def validation_crash(tmp):
+    """A relay dies as it runs a validation forward (two relays of capacity 3
+    per stage for 4 eval microbatches: r1 surely carries one). The eval
+    microbatch is re-routed like a training one, eval.done says how much of the
+    validation set came back, and training is as without the crash: every
+    microbatch trained, losses equal to train-ref's."""
+    n, every, frac = 6, 3, "0.05"
+    s, ev, _ = run_swarm(tmp, "validation_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
+                         "--capacity", "3", "--val-fraction", frac, "--eval-every", str(every), "--fault", "r1:eval:3")
+    check_common(s, n)
+    mb, it = crash_of(ev, "r1")
+    check(int(mb, 16) >> 63 == 1 and it == 3, f"r1 died holding {mb} in iteration {it}, not an eval microbatch of 3")
+    check(any(e["event"] == "forward.rerouted" and e["f"]["mb"] == mb for e in ev),
+          f"eval microbatch {mb}, in r1's hands when it died, was not re-routed")
+    evals = {int(e["f"]["iter"]): e["f"] for e in ev if e["event"] == "eval.done"}
+    check(sorted(evals) == [0, 3, 6], f"eval.done at {sorted(evals)}")
+    e3 = evals[3]
+    done, wanted = (int(x) for x in e3["microbatches"].split("/"))
+    check(wanted == 4 and int(e3["tokens"]) == done * 4 * 64 and (e3["complete"] == "1") == (done == 4),
+          f"eval.done before iteration 3 miscounts: {e3}")
+    curve = {c["iteration"]: c for c in s["validation"]}
+    check(curve[3]["tokens"] == int(e3["tokens"]) and curve[3]["complete"] == (done == 4),
+          f"summary {curve[3]} against eval.done {e3}")
+    for it_ in s["iterations"]:
+        check(it_["microbatches_done"] == 4 and it_["microbatches_deferred"] == 0,
+              f"iteration {it_['iteration']}: {it_['microbatches_done']} done, {it_['microbatches_deferred']} deferred")
+    ref = subprocess.run([GWTF, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(n),
+                          "--data-seed", "1000", "--val-fraction", frac, "--json"],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    want = [x["loss"] for x in json.loads(ref.stdout)["iterations"]]
+    for i, (got, exp) in enumerate(zip(losses(s), want)):
+        check(abs(got - exp) <= 1e-5 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, reference {exp}")
+    print(f"validation crash: r1 died running eval microbatch {mb}; it was re-routed; the evaluation before "
+          f"iteration 3 covered {done}/4 microbatches; training equals train-ref")
 
 
 def forward_crash(tmp):
@@ -225,7 +308,8 @@ def churn_soak(tmp):
           f"{s['backward_recoveries']} recoveries, loss {ls[0]:.3f} -> {ls[-1]:.3f}")
 
 
-SCENARIOS = {f.__name__: f for f in (fault_free, forward_crash, backward_crash, join, leader_crash, churn_soak)}
+SCENARIOS = {f.__name__: f for f in (fault_free, forward_crash, backward_crash, join, leader_crash, churn_soak,
+                                     validation, validation_crash)}
 
 
 def main():
