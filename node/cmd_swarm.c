@@ -34,6 +34,7 @@
 #include "node/cmd.h"
 #include "node/swarm_waste.h"
 #include "train/data.h"
+#include "train/wire_codec.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/rng.h"
@@ -57,6 +58,7 @@ typedef struct swarm_opts {
   const char *slowdowns; /* comma list, cycled over relays; "" = all 1 */
   const char *capacities; /* comma list, cycled over relays; overrides --capacity */
   double slowdown;       /* every peer */
+  const char *wire_dtype, *wire_accept; /* passed to every peer (NULL: node defaults) */
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -645,6 +647,14 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("%d", relay_capacity(sw, p));
     }
   }
+  if (sw->o.wire_dtype) {
+    ARG("--wire-dtype");
+    ARG("%s", sw->o.wire_dtype);
+  }
+  if (sw->o.wire_accept) {
+    ARG("--wire-accept");
+    ARG("%s", sw->o.wire_accept);
+  }
   double slow = sw->o.slowdown * relay_slowdown(sw, p);
   if (slow > 1.0) {
     ARG("--slowdown");
@@ -889,6 +899,7 @@ void cmd_swarm_help(void) {
       "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
+      "                  [--wire-dtype fp32|bf16|fp16|int8] [--wire-accept LIST]\n"
       "                  [--log-level LEVEL] [--quiet]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -901,7 +912,9 @@ void cmd_swarm_help(void) {
       "--late-relays K --late-after I starts K more relays after iteration I.\n"
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
-      "likewise gives each relay its own capacity.\n\n"
+      "likewise gives each relay its own capacity. --wire-dtype and --wire-accept go to\n"
+      "every peer (see gwtf help node): activations and their gradients between stages\n"
+      "compressed where the receiver accepts it.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -926,6 +939,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"fault", required_argument, 0, 'f'},       {"late-relays", required_argument, 0, 'K'},
       {"late-after", required_argument, 0, 'A'},  {"slowdown", required_argument, 0, 'W'},
       {"slowdowns", required_argument, 0, 'X'},   {"capacities", required_argument, 0, 'Y'},
+      {"wire-dtype", required_argument, 0, 'Z'},  {"wire-accept", required_argument, 0, 'Q'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
@@ -971,12 +985,16 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'Y': o->capacities = optarg; break;
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
+    case 'Z': o->wire_dtype = optarg; break;
+    case 'Q': o->wire_accept = optarg; break;
     case 'q': o->quiet = true; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
   }
   const char *bad = NULL;
+  train_dtype wd;
+  uint32_t wa;
   if (optind < argc) bad = "unexpected argument";
   else if (o->stages < 1 || o->stages > 64) bad = "--stages must be in 1..64";
   else if (o->data_nodes < 1 || o->relays < o->stages) bad = "need at least one data node and one relay per stage";
@@ -992,6 +1010,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (o->restart_after < 1) bad = "--restart-after must be at least 1";
   else if (o->flow_tick < 10 || o->hop_timeout < 50) bad = "--flow-tick >= 10 ms, --hop-timeout >= 50 ms";
   else if (o->slowdown < 1) bad = "--slowdown must be >= 1";
+  else if (o->wire_dtype && wire_dtype_parse(o->wire_dtype, &wd) != 0) bad = "--wire-dtype is fp32, bf16, fp16 or int8";
+  else if (o->wire_accept && wire_mask_parse(o->wire_accept, &wa) != 0) bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

@@ -24,6 +24,7 @@
 #include "train/run.h"
 #include "train/route_swarm.h"
 #include "train/stage.h"
+#include "train/wire_codec.h"
 #include "util/err.h"
 #include "util/file.h"
 
@@ -277,7 +278,13 @@ static double link_cost(train_rt *rt, const gw_id *peer) {
   double cj = k && k->compute_s > 0 ? k->compute_s : ci;
   double lat = st.rtt_samples ? st.rtt_ms / 2000.0 : 0.0;
   double tx = st.tx_Bps > 0 ? st.tx_Bps : DEFAULT_BW_BPS, rx = st.rx_Bps > 0 ? st.rx_Bps : DEFAULT_BW_BPS;
-  double size = (double)rt->run.batch * rt->run.seq * rt->run.model.d_model * sizeof(float);
+  /* Eq. 1's size: the bytes one microbatch puts on this link each way, as
+   * negotiated (train_peer_wire_to/from): our activation to a next-stage
+   * peer and its gradient back, or the reverse for a previous-stage peer.
+   * Compression makes a slow link cheaper, and the flows follow. */
+  size_t rows = (size_t)rt->run.batch * (size_t)rt->run.seq, cols = (size_t)rt->run.model.d_model;
+  double size = 0.5 * ((double)wire_bytes(train_peer_wire_to(rt->peer, peer), rows, cols) +
+                       (double)wire_bytes(train_peer_wire_from(rt->peer, peer), rows, cols));
   /* In milliseconds: the annealing temperature (T0 = 1.7, GWTF §VI) is
    * calibrated for costs of a few units to a few tens, and link costs in
    * seconds (~0.01) would make it accept almost every worse change. */
@@ -793,6 +800,8 @@ static int start_peer(train_rt *rt) {
   train_tunables_default(&cfg.tun);
   cfg.tun.tick_ms = PEER_TICK_MS;
   cfg.tun.hop_timeout_ms = o->hop_timeout_ms;
+  cfg.wire_dtype = o->wire_dtype;
+  cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
   train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = on_peer_event,

@@ -56,6 +56,8 @@ typedef struct train_node_opts {
    * iteration or a later one. KIND: embed, forward, loss, backward, aggregate. */
   double slowdown;        /* >= 1: every compute job takes this many times as long
                              (emulates a slower device; issue 7's heterogeneity) */
+  train_dtype wire_dtype; /* --wire-dtype: activations and their gradients on the wire (0 = fp32) */
+  uint32_t wire_accept;   /* --wire-accept: WIRE_BIT mask (0 = every dtype this build decodes) */
   int crash_job;          /* a train_job_kind; 0 = none */
   uint64_t crash_iteration;
 } train_node_opts;

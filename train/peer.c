@@ -183,6 +183,7 @@ void train_peer_free(train_peer *p) {
   free(p->backlog);
   agg_free(p);
   join_free(p);
+  wire_free(p);
   free(p);
 }
 
@@ -322,6 +323,7 @@ static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
                      : 0.0f;
   h.iteration = p->iteration;
   h.step = p->step;
+  wire_fill_hello(p, &h);
   *h0 = h;
 }
 
@@ -338,6 +340,7 @@ void peer_send_hellos(train_peer *p) {
 }
 
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
+  wire_on_hello(p, from, h);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
   if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
   if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
