@@ -16,7 +16,7 @@
  * correction (error feedback telescopes only for a quantity that is summed
  * as is, like a parameter gradient). Per (microbatch, hop) there is nothing
  * to carry it into either: each gradient crosses each hop once. Round to
- * nearest keeps the error small instead: <= 2^-9 relative (bf16) or half a
+ * nearest keeps the error small instead: <= 2^-8 relative (bf16) or half a
  * step of the row's scale (int8). */
 #include "train/peer_internal.h"
 

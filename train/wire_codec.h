@@ -5,8 +5,9 @@
  * becomes one of:
  *   TRAIN_F32    4 bytes per element, unchanged (the default, bit-exact);
  *   TRAIN_BF16   2 bytes: the top half of the float, rounded to nearest even
- *                (relative error <= 2^-9 for normal values);
- *   TRAIN_F16    2 bytes: IEEE binary16, rounded to nearest even; magnitudes
+ *                (relative error <= 2^-8 for normal values);
+ *   TRAIN_F16    2 bytes: IEEE binary16, rounded to nearest even (relative
+ *                error <= 2^-11 from 2^-14 to 65504); magnitudes
  *                past 65504 become +-Inf, below 2^-24 become (signed) zero;
  *   TRAIN_Q8ROW  per row: the row's largest magnitude m as a 4-byte float,
  *                then `cols` signed bytes q = round_even(x * 127 / m), so
