@@ -412,7 +412,10 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
 
 /* peer_wire.c: activation compression per link (train/wire_codec.h) */
 void wire_fill_hello(const train_peer *p, Gwtf__TrainHello *h);
-void wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h);
+/* Returns true when the sender would like to compress and has not heard our
+ * HELLO yet (as far as we know): answer it with ours at once, so that its
+ * compression starts now rather than a HELLO period later. */
+bool wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h);
 /* Sends a FORWARD or BACKWARD with the activation (or gradient) `data`
  * (B x T x C floats) in the dtype negotiated with `to`. */
 int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data);

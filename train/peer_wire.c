@@ -45,8 +45,9 @@ void wire_fill_hello(const train_peer *p, Gwtf__TrainHello *h) {
   h->wire_dtype = (uint32_t)my_want(p);
 }
 
-void wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
+bool wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
   peer_wire_link *l = (peer_wire_link *)link_find(p, from);
+  bool fresh = !l;
   if (!l) {
     if (p->n_wire < PEER_WIRE_MAX) {
       l = &p->wire[p->n_wire++];
@@ -73,6 +74,7 @@ void wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) 
   }
   l->to = to;
   l->from = fr;
+  return fresh && l->want != TRAIN_F32;
 }
 
 train_dtype train_peer_wire_to(const train_peer *p, const gw_id *peer) {
