@@ -182,6 +182,14 @@ static int io_compute(void *ud, train_job *job) {
   return node_worker_submit(rt->worker, job);
 }
 
+/* What our activations and gradients cost the links so far (--wire-dtype):
+ * one line per aggregation, cumulative. */
+static void log_wire(train_rt *rt, uint64_t iteration) {
+  const train_counters *c = train_peer_counters(rt->peer);
+  GW_INFO(&rt->log, "wire.sent", "iter=%llu tensors=%llu bytes=%llu fp32_bytes=%llu", (unsigned long long)iteration,
+          (unsigned long long)c->wire_tensors, (unsigned long long)c->wire_bytes, (unsigned long long)c->wire_f32_bytes);
+}
+
 static void on_peer_event(void *ud, const train_event *ev);
 
 /* ---- flow protocol io ---- */
@@ -733,6 +741,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
     }
     break;
   case TRAIN_EV_AGGREGATED:
+    log_wire(rt, ev->iteration);
     if (rt->o->checkpoint_every > 0 && ev->iteration % (uint64_t)rt->o->checkpoint_every == 0) {
       train_job *job = calloc(1, sizeof(*job));
       if (job) {

@@ -301,6 +301,9 @@ typedef struct train_counters {
   /* trust: messages refused by the dispatch table (or as evidence), contributions
    * rejected by validation, bans, resyncs started */
   uint64_t messages_refused, contributions_rejected, peers_banned, resyncs;
+  /* activations and gradients sent (FORWARD, BACKWARD): tensors, payload
+   * bytes on the wire, and what they would have taken as fp32 */
+  uint64_t wire_tensors, wire_bytes, wire_f32_bytes;
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

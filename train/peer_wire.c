@@ -89,24 +89,35 @@ train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer) {
 
 static size_t act_rows(const train_peer *p) { return (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T; }
 
+static int send_counted(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg,
+                        const train_tensor *t) {
+  int rc = peer_send(p, to, type, msg, t);
+  if (rc == 0) {
+    p->counters.wire_tensors++;
+    p->counters.wire_bytes += t->nbytes;
+    p->counters.wire_f32_bytes += peer_act_floats(p) * sizeof(float);
+  }
+  return rc;
+}
+
 int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data) {
   train_tensor t;
   peer_tensor_f32(&t, data, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
   train_dtype d = train_peer_wire_to(p, to);
-  if (d == TRAIN_F32) return peer_send(p, to, type, msg, &t);
+  if (d == TRAIN_F32) return send_counted(p, to, type, msg, &t);
   size_t rows = act_rows(p), cols = (size_t)p->cfg.shape.C, need = wire_bytes(d, rows, cols);
   if (need > p->wire_buf_len) {
     uint8_t *b = realloc(p->wire_buf, need);
-    if (!b) return peer_send(p, to, type, msg, &t); /* F32 is always accepted */
+    if (!b) return send_counted(p, to, type, msg, &t); /* F32 is always accepted */
     p->wire_buf = b;
     p->wire_buf_len = need;
   }
-  if (wire_encode(d, data, rows, cols, p->wire_buf, need) != 0) return peer_send(p, to, type, msg, &t);
+  if (wire_encode(d, data, rows, cols, p->wire_buf, need) != 0) return send_counted(p, to, type, msg, &t);
   t.dtype = d;
   if (d == TRAIN_Q8ROW) t.shape[2] += 4; /* each row: its 4-byte scale, then C bytes */
   t.data = p->wire_buf;
   t.nbytes = need;
-  return peer_send(p, to, type, msg, &t);
+  return send_counted(p, to, type, msg, &t);
 }
 
 bool wire_act_ok(const train_peer *p, const train_tensor *t) {
