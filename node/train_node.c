@@ -291,8 +291,9 @@ static double link_cost(train_rt *rt, const gw_id *peer) {
    * peer and its gradient back, or the reverse for a previous-stage peer.
    * Compression makes a slow link cheaper, and the flows follow. */
   size_t rows = (size_t)rt->run.batch * (size_t)rt->run.seq, cols = (size_t)rt->run.model.d_model;
-  double size = 0.5 * ((double)wire_bytes(train_peer_wire_to(rt->peer, peer), rows, cols) +
-                       (double)wire_bytes(train_peer_wire_from(rt->peer, peer), rows, cols));
+  train_dtype to = rt->peer ? train_peer_wire_to(rt->peer, peer) : TRAIN_F32;
+  train_dtype from = rt->peer ? train_peer_wire_from(rt->peer, peer) : TRAIN_F32;
+  double size = 0.5 * ((double)wire_bytes(to, rows, cols) + (double)wire_bytes(from, rows, cols));
   /* In milliseconds: the annealing temperature (T0 = 1.7, GWTF §VI) is
    * calibrated for costs of a few units to a few tens, and link costs in
    * seconds (~0.01) would make it accept almost every worse change. */

@@ -11,6 +11,8 @@ one way), and one `gwtf train-ref --wire-dtype` of the same run (the same
 arithmetic in one process, no network). Reports per dtype:
   - bytes per activation (or gradient) tensor on one hop, and per microbatch
     over all hops, from the peers' own `wire.sent` counters;
+  - the flow protocol's link cost (Eq. 1, ms; median over the next-stage
+    links of the run's second half): it counts the negotiated bytes;
   - seconds per microbatch (the swarm summary's median time_per_microbatch_s,
     first two iterations left out: flows and HELLOs settle there);
   - the final loss (last iteration, and the mean of the last 10) of the
@@ -46,14 +48,16 @@ def swarm(gwtf, tmp, dtype, a):
     if p.returncode != 0:
         tail = "\n".join(p.stdout.splitlines()[-20:])
         raise SystemExit(f"gwtf swarm --wire-dtype {dtype} exited {p.returncode}:\n{tail}")
-    last = {}
+    last, costs = {}, []
     for line in p.stdout.splitlines():
         m = LINE.match(line)
         if m and m.group("event") == "wire.sent":
             last[m.group("name")] = fields(m.group("rest"))
+        if m and m.group("event") == "flow.link_costs":  # Eq. 1 per next-stage link, in ms
+            costs += [float(c.rsplit(":", 1)[1]) for c in fields(m.group("rest"))["to"].split(",")]
     with open(summary) as f:
         s = json.load(f)
-    return s, last
+    return s, last, costs[len(costs) // 2:]  # the second half: links measured under load
 
 
 def train_ref(gwtf, tmp, dtype, iterations):
@@ -80,7 +84,7 @@ def main():
         subprocess.run([gwtf, "data", "synth", "--out", os.path.join(tmp, "corpus.txt"), "--bytes", "1000000",
                         "--seed", "1"], check=True, stderr=subprocess.DEVNULL)
         for d in a.dtypes.split(","):
-            s, sent = swarm(gwtf, tmp, d, a)
+            s, sent, costs = swarm(gwtf, tmp, d, a)
             its = s["iterations"]
             losses = [it["loss"] for it in its if it["loss"] is not None]
             done = sum(it["microbatches_done"] for it in its)
@@ -95,20 +99,22 @@ def main():
                          "fp32_over_bytes": f32 / nbytes if nbytes else None,
                          "s_per_microbatch_median": statistics.median(per_mb) if per_mb else None,
                          "iteration_s_median": statistics.median(it["iteration_s"] for it in its[2:]),
+                         "link_cost_ms_median": statistics.median(costs) if costs else None,
                          "loss_last": losses[-1], "loss_last10": sum(losses[-10:]) / len(losses[-10:]),
                          "ref_loss_last": ref[-1], "ref_loss_last10": sum(ref[-10:]) / len(ref[-10:])})
             print(json.dumps(rows[-1]), flush=True)
     base = next((r for r in rows if r["dtype"] == "fp32"), None)
     print(f"\n{a.iterations} iterations, links {os.path.basename(a.links)}, {a.relays} relays / 3 stages, "
           "tiny model, 4 microbatches of 4 x 64 tokens")
-    print("| dtype | bytes/tensor | bytes/microbatch | vs fp32 | s/microbatch | iteration s | swarm loss (last, last-10 mean) "
-          "| Δ fp32 | train-ref loss (last, last-10) | Δ fp32 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| dtype | bytes/tensor | bytes/microbatch | vs fp32 | s/microbatch | iteration s | link cost ms "
+          "| swarm loss (last, last-10 mean) | Δ fp32 | train-ref loss (last, last-10) | Δ fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         dl = (r["loss_last10"] / base["loss_last10"] - 1) * 100 if base else float("nan")
         dr = (r["ref_loss_last10"] / base["ref_loss_last10"] - 1) * 100 if base else float("nan")
         print(f"| {r['dtype']} | {r['bytes_per_tensor']:.0f} | {r['bytes_per_microbatch']:.0f} | "
               f"{r['fp32_over_bytes']:.2f}x fewer | {r['s_per_microbatch_median']:.3f} | {r['iteration_s_median']:.2f} | "
+              f"{r['link_cost_ms_median']:.1f} | "
               f"{r['loss_last']:.4f}, {r['loss_last10']:.4f} | {dl:+.2f} % | "
               f"{r['ref_loss_last']:.4f}, {r['ref_loss_last10']:.4f} | {dr:+.2f} % |")
     if a.json:
