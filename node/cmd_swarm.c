@@ -38,6 +38,7 @@
 #include "train/peer.h"
 #include "node/swarm_web.h"
 #include "train/data.h"
+#include "train/wire_codec.h"
 #include "util/err.h"
 #include "util/file.h"
 #include "util/rng.h"
@@ -70,6 +71,7 @@ typedef struct swarm_opts {
   double val_fraction;   /* data nodes: held-out fraction (0: none) */
   const char *val_dataset;
   int eval_every;        /* -1: the node's default */
+  const char *wire_dtype, *wire_accept; /* passed to every peer (NULL: node defaults) */
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -696,6 +698,14 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("%d", relay_capacity(sw, p));
     }
   }
+  if (sw->o.wire_dtype) {
+    ARG("--wire-dtype");
+    ARG("%s", sw->o.wire_dtype);
+  }
+  if (sw->o.wire_accept) {
+    ARG("--wire-accept");
+    ARG("%s", sw->o.wire_accept);
+  }
   double slow = sw->o.slowdown * relay_slowdown(sw, p);
   if (slow > 1.0) {
     ARG("--slowdown");
@@ -971,7 +981,8 @@ void cmd_swarm_help(void) {
       "                  [--aggregate mean|trimmed-mean] [--byzantine N:MODE]\n"
       "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n"
       "                  [--http [IP:]PORT [--http-public]]\n"
-      "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n\n"
+      "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
+      "                  [--wire-dtype fp32|bf16|fp16|int8] [--wire-accept LIST]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -998,7 +1009,9 @@ void cmd_swarm_help(void) {
       "--val-fraction F holds out the last F of the dataset's tokens (--val-dataset:\n"
       "another file) and the data nodes report the validation loss (eval.done) before\n"
       "every Nth iteration and after the last (--eval-every N, default 10); the summary\n"
-      "carries the curve (\"validation\"). Off by default.\n\n"
+      "carries the curve (\"validation\"). Off by default.\n"
+      "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
+      "and their gradients between stages compressed where the receiver accepts it.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -1025,6 +1038,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"slowdowns", required_argument, 0, 'X'},   {"capacities", required_argument, 0, 'Y'},
       {"aggregate", required_argument, 0, 'G'},   {"byzantine", required_argument, 0, 'Z'},
       {"no-validate-contributions", no_argument, 0, 'N'},
+      {"wire-dtype", required_argument, 0, 'z'},  {"wire-accept", required_argument, 0, 'Q'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {"http", required_argument, 0, 'P'},        {"http-public", no_argument, 0, 'U'},
       {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'u'},
@@ -1074,6 +1088,8 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'Y': o->capacities = optarg; break;
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
+    case 'z': o->wire_dtype = optarg; break;
+    case 'Q': o->wire_accept = optarg; break;
     case 'q': o->quiet = true; break;
     case 'G': o->aggregate = optarg; break;
     case 'N': o->no_validation = true; break;
@@ -1101,6 +1117,10 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     }
   }
   const char *bad = NULL;
+  train_dtype wd;
+  uint32_t wa;
+  char why[300];
+  bool is_public = false;
   if (optind < argc) bad = "unexpected argument";
   else if (o->stages < 1 || o->stages > 64) bad = "--stages must be in 1..64";
   else if (o->data_nodes < 1 || o->relays < o->stages) bad = "need at least one data node and one relay per stage";
@@ -1119,12 +1139,12 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (o->byzantine >= o->relays) bad = "--byzantine N needs N below --relays";
   else if (o->aggregate && strcmp(o->aggregate, "mean") != 0 && strcmp(o->aggregate, "trimmed-mean") != 0)
     bad = "--aggregate is mean or trimmed-mean";
-  char why[300];
-  bool is_public = false;
-  if (!bad && o->http && swarm_web_check(o->http, o->http_public, &is_public, why, sizeof(why)) != 0) bad = why;
+  else if (o->http && swarm_web_check(o->http, o->http_public, &is_public, why, sizeof(why)) != 0) bad = why;
   else if (!(o->val_fraction >= 0 && o->val_fraction <= 0.5)) bad = "--val-fraction must be in [0, 0.5]";
   else if (o->val_fraction > 0 && o->val_dataset) bad = "--val-fraction and --val-dataset exclude each other";
   else if (o->eval_every < -1) bad = "--eval-every must be >= 0";
+  else if (o->wire_dtype && wire_dtype_parse(o->wire_dtype, &wd) != 0) bad = "--wire-dtype is fp32, bf16, fp16 or int8";
+  else if (o->wire_accept && wire_mask_parse(o->wire_accept, &wa) != 0) bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

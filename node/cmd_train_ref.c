@@ -17,6 +17,7 @@
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/run.h"
+#include "train/wire_codec.h"
 #include "util/err.h"
 #include "util/file.h"
 
@@ -24,6 +25,7 @@ void cmd_train_ref_help(void) {
   printf("usage: gwtf train-ref --dataset PATH [--model PRESET|FILE] [--stages S] [--iterations N]\n"
          "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--seed S]\n"
          "                      [--data-seed D] [--threads N] [--json]\n"
+         "                      [--wire-dtype fp32|bf16|fp16|int8]\n"
          "                      [--checkpoint-dir DIR [--run NAME]]\n"
          "                      [--val-fraction F | --val-dataset PATH] [--eval-every N]\n\n"
          "Trains in one process exactly what a fault-free swarm with these run settings\n"
@@ -36,7 +38,9 @@ void cmd_train_ref_help(void) {
          "With --val-fraction F (the last F of the dataset's tokens are held out) or\n"
          "--val-dataset PATH it also prints the validation loss on the same validation\n"
          "microbatches, at the same moments, as a swarm's data node (eval.done): before\n"
-         "iterations 0, N, 2N, ... and after the last (--eval-every N, default 10).\n");
+         "iterations 0, N, 2N, ... and after the last (--eval-every N, default 10).\n"
+         "--wire-dtype passes every activation and gradient between two stages through\n"
+         "that wire format, as a swarm whose peers all use it does.\n");
 }
 
 typedef struct ref {
@@ -49,7 +53,18 @@ typedef struct ref {
   train_dataset val; /* validation tokens (n_tokens 0: none) */
   uint32_t val_n;    /* validation microbatches */
   int eval_every;
+  train_dtype wire;  /* stage boundaries go through this wire format (F32: untouched) */
+  uint8_t *wire_buf;
 } ref;
+
+/* What crossing one link does to an activation or gradient. */
+static int wire_cross(ref *r, float *x) {
+  if (r->wire == TRAIN_F32) return 0;
+  size_t rows = (size_t)r->run.batch * r->run.seq, cols = (size_t)r->run.model.d_model;
+  size_t n = wire_bytes(r->wire, rows, cols);
+  int rc = wire_encode(r->wire, x, rows, cols, r->wire_buf, n);
+  return rc ? rc : wire_decode(r->wire, r->wire_buf, n, rows, cols, x);
+}
 
 static int build(ref *r, char *err, size_t err_len) {
   for (int s = 0; s <= r->run.stages; s++) {
@@ -68,12 +83,13 @@ static int one_microbatch(ref *r, uint64_t it, uint32_t j, float *bufs[2], int32
   uint64_t key = it << 20 | j;
   if ((rc = train_dataset_sample(&r->ds, r->data_seed, it, j, run->batch, run->seq, tok, tgt)) != 0) return rc;
   float *x = bufs[0], *y = bufs[1], *t;
-  if ((rc = stage_embed_forward(r->st[0], key, tok, x)) != 0) return rc;
+  if ((rc = stage_embed_forward(r->st[0], key, tok, x)) != 0 || (rc = wire_cross(r, x)) != 0) return rc;
   for (int s = 1; s <= S; s++, t = x, x = y, y = t)
-    if ((rc = stage_forward(r->st[s], key, x, y)) != 0) return rc;
+    if ((rc = stage_forward(r->st[s], key, x, y)) != 0 || (rc = wire_cross(r, y)) != 0) return rc;
   if ((rc = stage_loss(r->st[0], x, tgt, loss, y)) != 0) return rc; /* y = d loss / d x */
+  if ((rc = wire_cross(r, y)) != 0) return rc;
   for (int s = S; s >= 1; s--, t = x, x = y, y = t) {
-    if ((rc = stage_backward(r->st[s], key, y, x)) != 0) return rc;
+    if ((rc = stage_backward(r->st[s], key, y, x)) != 0 || (rc = wire_cross(r, x)) != 0) return rc;
     stage_release(r->st[s], key);
   }
   rc = stage_embed_backward(r->st[0], key, y);
@@ -203,6 +219,7 @@ int cmd_train_ref(int argc, char **argv) {
       {"checkpoint-dir", required_argument, 0, 'C'}, {"run", required_argument, 0, 'R'},
       {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'W'},
       {"eval-every", required_argument, 0, 'E'},
+      {"wire-dtype", required_argument, 0, 'w'},
       {"help", no_argument, 0, 'h'},          {0}};
   static ref r;
   memset(&r, 0, sizeof(r));
@@ -217,6 +234,7 @@ int cmd_train_ref(int argc, char **argv) {
   r.run.seq = 64;
   r.run.lr = 1e-3;
   r.run.seed = 1;
+  r.wire = TRAIN_F32;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -237,6 +255,12 @@ int cmd_train_ref(int argc, char **argv) {
     case 'V': val_fraction = atof(optarg); break;
     case 'W': val_dataset = optarg; break;
     case 'E': r.eval_every = atoi(optarg); break;
+    case 'w':
+      if (wire_dtype_parse(optarg, &r.wire) != 0) {
+        fprintf(stderr, "gwtf train-ref: --wire-dtype is fp32, bf16, fp16 or int8\n");
+        return 2;
+      }
+      break;
     case 'h': cmd_train_ref_help(); return 0;
     default: cmd_train_ref_help(); return 2;
     }
@@ -272,10 +296,15 @@ int cmd_train_ref(int argc, char **argv) {
   gpu_options gopt = {.threads = threads};
   int rc = gpu_backend_open(&dev, &gopt, &r.be, err, sizeof(err));
   if (rc == 0) rc = build(&r, err, sizeof(err));
+  if (rc == 0) {
+    r.wire_buf = malloc(wire_bytes(TRAIN_F32, (size_t)r.run.batch * r.run.seq, (size_t)r.run.model.d_model));
+    if (!r.wire_buf) rc = GW_ENOMEM;
+  }
   if (rc == 0) rc = train(&r, iterations, json);
   if (rc == 0 && ckpt_dir) rc = save_checkpoints(&r, ckpt_dir, run_name, iterations);
   if (rc != 0) fprintf(stderr, "gwtf train-ref: %s\n", *err ? err : gw_strerror(rc));
   for (int s = 0; s <= r.run.stages; s++) stage_destroy(r.st[s]);
+  free(r.wire_buf);
   gpu_backend_close(r.be);
   train_dataset_close(&r.val);
   train_dataset_close(&r.ds);

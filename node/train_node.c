@@ -28,6 +28,7 @@
 #include "train/run.h"
 #include "train/route_swarm.h"
 #include "train/stage.h"
+#include "train/wire_codec.h"
 #include "util/err.h"
 #include "util/file.h"
 
@@ -195,6 +196,14 @@ static int io_compute(void *ud, train_job *job) {
   return node_worker_submit(rt->worker, job);
 }
 
+/* What our activations and gradients cost the links so far (--wire-dtype):
+ * one line per aggregation, cumulative. */
+static void log_wire(train_rt *rt, uint64_t iteration) {
+  const train_counters *c = train_peer_counters(rt->peer);
+  GW_INFO(&rt->log, "wire.sent", "iter=%llu tensors=%llu bytes=%llu fp32_bytes=%llu", (unsigned long long)iteration,
+          (unsigned long long)c->wire_tensors, (unsigned long long)c->wire_bytes, (unsigned long long)c->wire_f32_bytes);
+}
+
 static void on_peer_event(void *ud, const train_event *ev);
 
 static uint64_t io_unix_s(void *ud) {
@@ -306,7 +315,14 @@ static double link_cost(train_rt *rt, const gw_id *peer) {
   double cj = k && k->compute_s > 0 ? k->compute_s : ci;
   double lat = st.rtt_samples ? st.rtt_ms / 2000.0 : 0.0;
   double tx = st.tx_Bps > 0 ? st.tx_Bps : DEFAULT_BW_BPS, rx = st.rx_Bps > 0 ? st.rx_Bps : DEFAULT_BW_BPS;
-  double size = (double)rt->run.batch * rt->run.seq * rt->run.model.d_model * sizeof(float);
+  /* Eq. 1's size: the bytes one microbatch puts on this link each way, as
+   * negotiated (train_peer_wire_to/from): our activation to a next-stage
+   * peer and its gradient back, or the reverse for a previous-stage peer.
+   * Compression makes a slow link cheaper, and the flows follow. */
+  size_t rows = (size_t)rt->run.batch * (size_t)rt->run.seq, cols = (size_t)rt->run.model.d_model;
+  train_dtype to = rt->peer ? train_peer_wire_to(rt->peer, peer) : TRAIN_F32;
+  train_dtype from = rt->peer ? train_peer_wire_from(rt->peer, peer) : TRAIN_F32;
+  double size = 0.5 * ((double)wire_bytes(to, rows, cols) + (double)wire_bytes(from, rows, cols));
   /* In milliseconds: the annealing temperature (T0 = 1.7, GWTF §VI) is
    * calibrated for costs of a few units to a few tens, and link costs in
    * seconds (~0.01) would make it accept almost every worse change. */
@@ -810,6 +826,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
     }
     break;
   case TRAIN_EV_AGGREGATED:
+    log_wire(rt, ev->iteration);
     if (rt->o->checkpoint_every > 0 && ev->iteration % (uint64_t)rt->o->checkpoint_every == 0) {
       train_job *job = calloc(1, sizeof(*job));
       if (job) {
@@ -887,6 +904,8 @@ static int start_peer(train_rt *rt) {
   if (o->byzantine != TRAIN_BYZ_NONE)
     GW_WARN(&rt->log, "debug.byzantine", "mode=%s scale=%g msg=\"test tool: this peer misbehaves on purpose\"",
             train_byzantine_name(o->byzantine), o->byzantine_scale);
+  cfg.wire_dtype = o->wire_dtype;
+  cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
   train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = on_peer_event,

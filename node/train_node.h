@@ -61,6 +61,8 @@ typedef struct train_node_opts {
    * eval (a relay's validation forward). */
   double slowdown;        /* >= 1: every compute job takes this many times as long
                              (emulates a slower device; issue 7's heterogeneity) */
+  train_dtype wire_dtype; /* --wire-dtype: activations and their gradients on the wire (0 = fp32) */
+  uint32_t wire_accept;   /* --wire-accept: WIRE_BIT mask (0 = every dtype this build decodes) */
   int crash_job;          /* a train_job_kind; 0 = none */
   uint64_t crash_iteration;
   /* private runs (docs/TRAINING.md, "Private runs") */

@@ -11,6 +11,7 @@
 #include "node/train_node.h"
 #include "train/model.h"
 #include "train/run.h"
+#include "train/wire_codec.h"
 #include "util/err.h"
 
 enum {
@@ -48,6 +49,8 @@ enum {
   T_VAL_FRACTION,
   T_VAL_DATASET,
   T_EVAL_EVERY,
+  T_WIRE_DTYPE,
+  T_WIRE_ACCEPT,
 };
 
 const struct option train_node_options[] = {
@@ -85,6 +88,8 @@ const struct option train_node_options[] = {
     {"val-fraction", required_argument, 0, T_VAL_FRACTION},
     {"val-dataset", required_argument, 0, T_VAL_DATASET},
     {"eval-every", required_argument, 0, T_EVAL_EVERY},
+    {"wire-dtype", required_argument, 0, T_WIRE_DTYPE},
+    {"wire-accept", required_argument, 0, T_WIRE_ACCEPT},
     {0},
 };
 
@@ -130,6 +135,11 @@ void train_node_print_help(void) {
          "  --byzantine MODE           TEST TOOL: misbehave on purpose as a hostile relay. MODE: nan,\n"
          "                             scale=K, random, wrong-shape (corrupt our gradient contribution),\n"
          "                             lying-costs (claim ~0 compute time and capacity 4096 in HELLO)\n"
+         "  --wire-dtype fp32|bf16|fp16|int8\n"
+         "                             activations and their gradients to the next/previous stage in\n"
+         "                             this format (int8: a scale per row) where the receiver accepts\n"
+         "                             it, else fp32 (default fp32; weights always fp32)\n"
+         "  --wire-accept LIST         the wire dtypes we take, e.g. fp32,bf16 (default all; fp32 always)\n"
          "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
          "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
          "                             loss, backward, aggregate; eval: a relay's validation forward)\n"
@@ -204,6 +214,13 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   case T_SLOWDOWN:
     o->slowdown = atof(arg);
     return o->slowdown >= 1 && o->slowdown <= 1000 ? 0 : bad("--slowdown", arg, "a factor in [1, 1000]");
+  case T_WIRE_DTYPE:
+    if (wire_dtype_parse(arg, &o->wire_dtype) != 0) return bad("--wire-dtype", arg, "fp32, bf16, fp16 or int8");
+    return 0;
+  case T_WIRE_ACCEPT:
+    if (wire_mask_parse(arg, &o->wire_accept) != 0)
+      return bad("--wire-accept", arg, "a comma list of fp32, bf16, fp16, int8");
+    return 0;
   case T_LR:
     o->lr = atof(arg);
     return o->lr > 0 && o->lr < 10 ? 0 : bad("--lr", arg, "a rate in (0, 10)");

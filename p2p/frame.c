@@ -42,7 +42,8 @@ size_t p2p_dtype_size(uint32_t dtype) {
   case GWTF__DTYPE__DTYPE_F16:
   case GWTF__DTYPE__DTYPE_BF16:
   case GWTF__DTYPE__DTYPE_U16: return 2;
-  case GWTF__DTYPE__DTYPE_U8: return 1;
+  case GWTF__DTYPE__DTYPE_U8:
+  case GWTF__DTYPE__DTYPE_Q8ROW: return 1;
   default: return 0;
   }
 }

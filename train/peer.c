@@ -190,6 +190,7 @@ void train_peer_free(train_peer *p) {
   agg_free(p);
   join_free(p);
   admit_free(p);
+  wire_free(p);
   free(p);
 }
 
@@ -365,6 +366,7 @@ static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
     h.capacity = 4096;
     h.compute_ms = 0.001f;
   }
+  wire_fill_hello(p, &h);
   *h0 = h;
 }
 
@@ -380,7 +382,14 @@ void peer_send_hellos(train_peer *p) {
   }
 }
 
+static void hello_to(train_peer *p, const gw_id *to) {
+  Gwtf__TrainHello me = GWTF__TRAIN_HELLO__INIT;
+  fill_hello(p, &me);
+  peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_HELLO, &me.base, NULL);
+}
+
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
+  if (wire_on_hello(p, from, h) && p->stage >= 0) hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
   if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
   if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
@@ -391,9 +400,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
   if (h->iteration > p->iteration) {
     trust_claim_ahead(p, from, h->iteration, "hello");
   } else if (h->iteration < p->iteration) {
-    Gwtf__TrainHello me = GWTF__TRAIN_HELLO__INIT;
-    fill_hello(p, &me);
-    peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_HELLO, &me.base, NULL);
+    hello_to(p, from);
   }
 }
 

@@ -66,7 +66,17 @@ typedef enum train_recovery {
 
 /* ---- tensors on the wire ---- */
 
-typedef enum train_dtype { TRAIN_F32 = 1, TRAIN_I32 = 4, TRAIN_U8 = 6 } train_dtype;
+/* Values are gwtf.DType's. F16, BF16 and Q8ROW carry compressed activations
+ * and activation gradients between stages (train/wire_codec.h); weights and
+ * aggregation always travel as F32. */
+typedef enum train_dtype {
+  TRAIN_F32 = 1,
+  TRAIN_F16 = 2,
+  TRAIN_BF16 = 3,
+  TRAIN_I32 = 4,
+  TRAIN_U8 = 6,
+  TRAIN_Q8ROW = 7, /* int8 with one float scale per row: shape [.., cols + 4] bytes */
+} train_dtype;
 
 typedef struct train_tensor {
   train_dtype dtype;
@@ -269,6 +279,13 @@ typedef struct train_peer_config {
   train_recovery recovery;
   train_tunables tun;
   bool initial_weights; /* this peer may start from its seeded init (the run's first members) */
+  /* Wire compression of activations and their gradients (--wire-dtype):
+   * what we would like to send (0 = F32), and the set of dtypes we accept
+   * (WIRE_BIT mask, train/wire_codec.h; 0 = every one this build decodes).
+   * HELLO carries both; we send a neighbour wire_dtype only once it said it
+   * accepts it, else F32. */
+  train_dtype wire_dtype;
+  uint32_t wire_accept;
 } train_peer_config;
 
 /* Data nodes draw their microbatches through this callback (train/data.h). */
@@ -356,6 +373,13 @@ bool train_peer_certified(const train_peer *p);
 
 /* ---- queries ---- */
 
+/* The dtype of the activations we send to `peer` (F32 until its HELLO said
+ * it accepts our wire_dtype), and of the gradients it sends us (F32 until its
+ * HELLO said what it would like to send and we accept it). The driver's link
+ * costs use their sizes. */
+train_dtype train_peer_wire_to(const train_peer *p, const gw_id *peer);
+train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer);
+
 int train_peer_stage(const train_peer *p);
 uint64_t train_peer_iteration(const train_peer *p);
 bool train_peer_is_leader(const train_peer *p);
@@ -379,6 +403,9 @@ typedef struct train_counters {
    * issued (holders) and verified; downloads refuted by the stage's hashes */
   uint64_t admissions_refused, certs_issued, certs_verified, downloads_refuted;
   uint64_t splits_healed; /* a lower vouched aggregator's average overrode the one we applied */
+  /* activations and gradients sent (FORWARD, BACKWARD): tensors, payload
+   * bytes on the wire, and what they would have taken as fp32 */
+  uint64_t wire_tensors, wire_bytes, wire_f32_bytes;
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

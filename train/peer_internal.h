@@ -276,6 +276,18 @@ typedef struct peer_verify {
   uint32_t n_agree, n_disagree;
 } peer_verify;
 
+/* ---- wire compression (peer_wire.c) ---- */
+
+#define PEER_WIRE_MAX 128 /* neighbours remembered; the least recently heard is forgotten */
+
+typedef struct peer_wire_link {
+  gw_id id;
+  uint32_t accept;  /* WIRE_BIT mask its HELLO said it accepts (always F32) */
+  train_dtype want; /* what it would like to send us */
+  train_dtype to, from; /* negotiated: what we send it, what it sends us */
+  uint64_t at_ms;
+} peer_wire_link;
+
 /* ---- the peer ---- */
 
 typedef enum peer_state {
@@ -373,6 +385,10 @@ struct train_peer {
   gw_id snapshot_for;
 
   uint64_t last_hello_ms;
+  peer_wire_link wire[PEER_WIRE_MAX];
+  uint32_t n_wire;
+  uint8_t *wire_buf; /* encoded activations, reused (the driver copies what it sends) */
+  size_t wire_buf_len;
   train_counters counters;
   bool closing; /* train_peer_free: no more jobs; the compute layer drops its own state */
   double wasted_reported; /* counters.wasted_seconds at the last aggregation.done */
@@ -533,6 +549,23 @@ bool verify_begin(train_peer *p, const gw_id *source, uint64_t iteration, const 
 void verify_on_hash_req(train_peer *p, const gw_id *from, uint64_t iteration);
 void verify_on_hash(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *h);
 void verify_tick(train_peer *p);
+
+/* peer_wire.c: activation compression per link (train/wire_codec.h) */
+void wire_fill_hello(const train_peer *p, Gwtf__TrainHello *h);
+/* Returns true when the sender would like to compress and has not heard our
+ * HELLO yet (as far as we know): answer it with ours at once, so that its
+ * compression starts now rather than a HELLO period later. */
+bool wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h);
+/* Sends a FORWARD or BACKWARD with the activation (or gradient) `data`
+ * (B x T x C floats) in the dtype negotiated with `to`. */
+int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data);
+/* An activation tensor we can take: a dtype we accept, the [B,T,C] shape
+ * (Q8ROW: [B,T,C+4]), exactly the bytes that needs, valid row scales. */
+bool wire_act_ok(const train_peer *p, const train_tensor *t);
+/* Decodes a tensor that passed wire_act_ok into new B x T x C floats (NULL:
+ * out of memory). */
+float *wire_act_decode(const train_peer *p, const train_tensor *t);
+void wire_free(train_peer *p);
 
 /* peer_join.c */
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j);

@@ -149,15 +149,8 @@ static void fill_mb_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, con
   m->eval = mb->eval;
 }
 
-static bool valid_act(const train_peer *p, const train_tensor *t) {
-  return t && t->dtype == TRAIN_F32 && t->nbytes == peer_act_floats(p) * sizeof(float);
-}
-
-static float *copy_floats(const void *src, size_t n) {
-  float *f = malloc(n * sizeof(float));
-  if (f) memcpy(f, src, n * sizeof(float));
-  return f;
-}
+/* Activations and gradients may arrive compressed (train/peer_wire.c). */
+static bool valid_act(const train_peer *p, const train_tensor *t) { return wire_act_ok(p, t); }
 
 /* A data node gives a microbatch this long to travel the whole ring once
  * (forward, or backward): long enough for every hop's own timeout and
@@ -245,12 +238,10 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
   Gwtf__TrainMicrobatch m;
   ProtobufCBinaryData path[PEER_MAX_PATH];
   fill_mb_msg(&m, path, mb);
-  train_tensor t;
-  peer_tensor_f32(&t, mb->out, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
   mb->fwd = FWD_SENT;
   mb->sent_ms = p->now;
   mb->fwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
-  if (peer_send(p, &next, GWTF__TRAIN_MSG__TRAIN_FORWARD, &m.base, &t) != 0) {
+  if (wire_send_act(p, &next, GWTF__TRAIN_MSG__TRAIN_FORWARD, &m.base, mb->out) != 0) {
     /* The session is gone: the tick re-routes at once. */
     mb->fwd_deadline = p->now;
   }
@@ -320,7 +311,7 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
   if (m->repair) id_from_bytes(&mb->repair_target, m->repair_target);
   mb->eval = m->eval && !m->repair; /* forward only: nothing kept for a backward */
   size_t n = peer_act_floats(p);
-  mb->in = copy_floats(t->data, n);
+  mb->in = wire_act_decode(p, t);
   mb->out = malloc(n * sizeof(float));
   if (!mb->in || !mb->out) {
     mb_free(p, mb);
@@ -368,7 +359,7 @@ static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMi
   ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
   size_t n = peer_act_floats(p);
   free(mb->in);
-  mb->in = copy_floats(t->data, n);
+  mb->in = wire_act_decode(p, t);
   if (mb->eval) return eval_on_return(p, mb);
   if (!mb->grad) mb->grad = malloc(n * sizeof(float)); /* reused by a restarted attempt */
   if (!mb->in || !mb->grad) return data_mb_finished(p, mb, MB_DEFERRED);
@@ -495,11 +486,9 @@ void mb_send_backward(train_peer *p, peer_mb *mb) {
   ProtobufCBinaryData path[PEER_MAX_PATH];
   fill_mb_msg(&m, path, mb);
   m.repair = false;
-  train_tensor t;
-  peer_tensor_f32(&t, mb->grad, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
   mb->grad_acked = mb->grad_received = false;
   mb->bwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
-  if (peer_send(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, &t) != 0)
+  if (wire_send_act(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, mb->grad) != 0)
     mb->bwd_deadline = p->now; /* session gone: report at the next tick */
 }
 
@@ -515,7 +504,7 @@ void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   if (mb->bwd != BWD_NONE) return; /* a duplicate after a repair: the first one wins */
   size_t n = peer_act_floats(p);
   free(mb->in);
-  mb->in = copy_floats(t->data, n);
+  mb->in = wire_act_decode(p, t);
   if (!mb->in) return;
   mb->next = *from; /* whoever sent the gradient gets our BACKWARD_DONE */
   mb->bwd = BWD_COMPUTE;

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""scripts/bench_wire.py — wire compression of activations (--wire-dtype), measured.
+
+    scripts/bench_wire.py [--build DIR] [--iterations N] [--dtypes fp32,bf16,fp16,int8]
+                          [--links FILE] [--relays N] [--base-port P] [--json FILE]
+
+For each wire dtype, one `gwtf swarm` (1 data node, --relays relays over 3
+stages, the tiny model, 4 microbatches of 4 x 64 tokens per iteration) over
+emulated links (default data/links/wan50.json: every link 50 Mbit/s, 10 ms
+one way), and one `gwtf train-ref --wire-dtype` of the same run (the same
+arithmetic in one process, no network). Reports per dtype:
+  - bytes per activation (or gradient) tensor on one hop, and per microbatch
+    over all hops, from the peers' own `wire.sent` counters;
+  - the flow protocol's link cost (Eq. 1, ms; median over the next-stage
+    links of the run's second half): it counts the negotiated bytes;
+  - seconds per microbatch (the swarm summary's median time_per_microbatch_s,
+    first two iterations left out: flows and HELLOs settle there);
+  - the final loss (last iteration, and the mean of the last 10) of the
+    swarm and of train-ref, and how far each is from fp32's.
+Numbers go to docs/TRAINING.md, "Wire compression". Not a pass/fail test."""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+LINE = re.compile(r"^(?P<name>\S+)\s+\| (?P<ts>\S+) (?P<level>\S+)\s+(?P<node>\S+) (?P<stage>\S+) (?P<event>\S+)(?P<rest>.*)$")
+
+
+def fields(rest):
+    return dict(kv.split("=", 1) for kv in rest.split() if "=" in kv)
+
+
+def swarm(gwtf, tmp, dtype, a):
+    summary = os.path.join(tmp, f"summary-{dtype}.json")
+    cmd = [gwtf, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
+           "--base-port", str(a.base_port), "--workdir", os.path.join(tmp, f"peers-{dtype}"),
+           "--relays", str(a.relays), "--stages", "3", "--iterations", str(a.iterations),
+           "--links", a.links, "--wire-dtype", dtype]
+    print("$", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
+    if p.returncode != 0:
+        tail = "\n".join(p.stdout.splitlines()[-20:])
+        raise SystemExit(f"gwtf swarm --wire-dtype {dtype} exited {p.returncode}:\n{tail}")
+    last, costs = {}, []
+    for line in p.stdout.splitlines():
+        m = LINE.match(line)
+        if m and m.group("event") == "wire.sent":
+            last[m.group("name")] = fields(m.group("rest"))
+        if m and m.group("event") == "flow.link_costs":  # Eq. 1 per next-stage link, in ms
+            costs += [float(c.rsplit(":", 1)[1]) for c in fields(m.group("rest"))["to"].split(",")]
+    with open(summary) as f:
+        s = json.load(f)
+    return s, last, costs[len(costs) // 2:]  # the second half: links measured under load
+
+
+def train_ref(gwtf, tmp, dtype, iterations):
+    r = subprocess.run([gwtf, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations",
+                        str(iterations), "--data-seed", "1000", "--json", "--wire-dtype", dtype],
+                       stdout=subprocess.PIPE, text=True, check=True)
+    return [it["loss"] for it in json.loads(r.stdout)["iterations"]]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--dtypes", default="fp32,bf16,fp16,int8")
+    ap.add_argument("--links", default=os.path.join(ROOT, "data/links/wan50.json"))
+    ap.add_argument("--relays", type=int, default=3)
+    ap.add_argument("--base-port", type=int, default=29000)
+    ap.add_argument("--timeout", type=int, default=3600)
+    ap.add_argument("--json", help="write the results here too")
+    a = ap.parse_args()
+    gwtf = os.path.join(a.build, "node/gwtf")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gwtf-bench-wire-") as tmp:
+        subprocess.run([gwtf, "data", "synth", "--out", os.path.join(tmp, "corpus.txt"), "--bytes", "1000000",
+                        "--seed", "1"], check=True, stderr=subprocess.DEVNULL)
+        for d in a.dtypes.split(","):
+            s, sent, costs = swarm(gwtf, tmp, d, a)
+            its = s["iterations"]
+            losses = [it["loss"] for it in its if it["loss"] is not None]
+            done = sum(it["microbatches_done"] for it in its)
+            tensors = sum(int(f["tensors"]) for f in sent.values())
+            nbytes = sum(int(f["bytes"]) for f in sent.values())
+            f32 = sum(int(f["fp32_bytes"]) for f in sent.values())
+            per_mb = [it["time_per_microbatch_s"] for it in its[2:] if it["time_per_microbatch_s"] is not None]
+            ref = train_ref(gwtf, tmp, d, a.iterations)
+            rows.append({"dtype": d, "iterations": len(its), "microbatches": done, "tensors": tensors,
+                         "bytes_per_tensor": nbytes / tensors if tensors else None,
+                         "bytes_per_microbatch": nbytes / done if done else None,
+                         "fp32_over_bytes": f32 / nbytes if nbytes else None,
+                         "s_per_microbatch_median": statistics.median(per_mb) if per_mb else None,
+                         "iteration_s_median": statistics.median(it["iteration_s"] for it in its[2:]),
+                         "link_cost_ms_median": statistics.median(costs) if costs else None,
+                         "loss_last": losses[-1], "loss_last10": sum(losses[-10:]) / len(losses[-10:]),
+                         "ref_loss_last": ref[-1], "ref_loss_last10": sum(ref[-10:]) / len(ref[-10:])})
+            print(json.dumps(rows[-1]), flush=True)
+    base = next((r for r in rows if r["dtype"] == "fp32"), None)
+    print(f"\n{a.iterations} iterations, links {os.path.basename(a.links)}, {a.relays} relays / 3 stages, "
+          "tiny model, 4 microbatches of 4 x 64 tokens")
+    print("| dtype | bytes/tensor | bytes/microbatch | vs fp32 | s/microbatch | iteration s | link cost ms "
+          "| swarm loss (last, last-10 mean) | Δ fp32 | train-ref loss (last, last-10) | Δ fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        dl = (r["loss_last10"] / base["loss_last10"] - 1) * 100 if base else float("nan")
+        dr = (r["ref_loss_last10"] / base["ref_loss_last10"] - 1) * 100 if base else float("nan")
+        print(f"| {r['dtype']} | {r['bytes_per_tensor']:.0f} | {r['bytes_per_microbatch']:.0f} | "
+              f"{r['fp32_over_bytes']:.2f}x fewer | {r['s_per_microbatch_median']:.3f} | {r['iteration_s_median']:.2f} | "
+              f"{r['link_cost_ms_median']:.1f} | "
+              f"{r['loss_last']:.4f}, {r['loss_last10']:.4f} | {dl:+.2f} % | "
+              f"{r['ref_loss_last']:.4f}, {r['ref_loss_last10']:.4f} | {dr:+.2f} % |")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+/* Wire compression negotiated per link (train/peer_wire.c), on the
+ * deterministic harness:
+ *   - every peer would like to send int8; one stage-2 relay accepts only
+ *     fp32 and bf16: it never receives int8 (fp32 from the peers that want
+ *     int8, bf16 from the stage-1 relays that want bf16), everybody else gets
+ *     int8 where the sender wants it, and the run trains like the fp32 run;
+ *   - a hostile FORWARD (short payload, wrong shape, NaN row scale, a dtype
+ *     the receiver does not accept) is refused with one train.malformed line
+ *     each, and the run goes on. */
+#include "testutil.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "peer_harness.h"
+#include "train.pb-c.h"
+#include "train/wire_codec.h"
+
+#define M 4
+#define ITERS 8
+#define STAGES 2
+
+static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
+
+typedef struct net {
+  h_harness h;
+  int data;
+  int s1[2], s2[2]; /* s2[1]: accepts fp32 and bf16 only */
+} net;
+
+/* want: what every peer wants to send (stage-1 relays: want1). */
+static void build(net *n, uint64_t seed, train_dtype want, train_dtype want1, bool picky) {
+  h_harness *h = &n->h;
+  h_init(h, STAGES, seed, verbose());
+  h->wire_dtype = want;
+  n->data = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  h->wire_dtype = want1;
+  for (int k = 0; k < 2; k++) n->s1[k] = h_add(h, TRAIN_RELAY, 1, M, 0, true);
+  h->wire_dtype = want;
+  n->s2[0] = h_add(h, TRAIN_RELAY, 2, M, 0, true);
+  if (picky) h->wire_accept = WIRE_BIT(TRAIN_F32) | WIRE_BIT(TRAIN_BF16);
+  n->s2[1] = h_add(h, TRAIN_RELAY, 2, M, 0, true);
+  h->wire_accept = 0;
+  for (int i = 0; i < h->n_nodes; i++) h_start(h, i);
+}
+
+static void assert_trained(net *n) {
+  char why[200] = "";
+  if (!h_hashes_agree(&n->h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  h_node *d = &n->h.nodes[n->data];
+  assert_true(isfinite(d->last_loss));
+  assert_true(d->last_loss < d->loss_of[0]);
+}
+
+static double run_plain(uint64_t seed, train_dtype want) {
+  net n;
+  build(&n, seed, want, want, false);
+  assert_true(h_run_until_finished(&n.h, 120000));
+  assert_trained(&n);
+  double loss = n.h.nodes[n.data].last_loss;
+  uint64_t wanted = 0;
+  for (int i = 0; i < n.h.n_nodes; i++) { /* nothing but the wanted dtype, and fp32 before the first HELLO */
+    wanted += n.h.nodes[i].act_recv[want];
+    for (int d = 0; d < 8; d++)
+      if (d != TRAIN_F32 && d != (int)want) assert_int_equal(n.h.nodes[i].act_recv[d], 0);
+  }
+  assert_true(wanted > 0);
+  h_free(&n.h);
+  return loss;
+}
+
+static void test_negotiation(void **state) {
+  (void)state;
+  net n;
+  build(&n, 31, TRAIN_Q8ROW, TRAIN_BF16, true);
+  assert_true(h_run_until_finished(&n.h, 120000));
+  assert_trained(&n);
+  h_node *picky = &n.h.nodes[n.s2[1]];
+  for (int i = 0; verbose() && i < n.h.n_nodes; i++)
+    fprintf(stderr, "node %d stage %d: f32 %llu bf16 %llu int8 %llu\n", i, n.h.nodes[i].stage,
+            (unsigned long long)n.h.nodes[i].act_recv[TRAIN_F32], (unsigned long long)n.h.nodes[i].act_recv[TRAIN_BF16],
+            (unsigned long long)n.h.nodes[i].act_recv[TRAIN_Q8ROW]);
+  assert_int_equal(picky->act_recv[TRAIN_Q8ROW], 0);  /* the data node wants int8: fp32 instead */
+  assert_true(picky->act_recv[TRAIN_F32] > 0);
+  assert_true(picky->act_recv[TRAIN_BF16] > 0);       /* stage 1 wants bf16, which it accepts */
+  /* the others took int8 wherever the sender wanted it: the data node from
+   * stage 2 (both relays, the picky one included) and stage 1 from stage 2 */
+  assert_true(n.h.nodes[n.data].act_recv[TRAIN_Q8ROW] > 0);
+  assert_true(n.h.nodes[n.s1[0]].act_recv[TRAIN_Q8ROW] + n.h.nodes[n.s1[1]].act_recv[TRAIN_Q8ROW] > 0);
+  assert_int_equal(train_peer_wire_to(n.h.nodes[n.data].tp, &picky->peer.id), TRAIN_F32);
+  assert_int_equal(train_peer_wire_to(n.h.nodes[n.data].tp, &n.h.nodes[n.s1[0]].peer.id), TRAIN_Q8ROW);
+  assert_int_equal(train_peer_wire_from(n.h.nodes[n.data].tp, &n.h.nodes[n.s1[0]].peer.id), TRAIN_BF16);
+  assert_int_equal(train_peer_wire_to(picky->tp, &n.h.nodes[n.data].peer.id), TRAIN_Q8ROW);
+  assert_int_equal(train_peer_wire_from(picky->tp, &n.h.nodes[n.data].peer.id), TRAIN_F32);
+  h_free(&n.h);
+}
+
+/* Compressed runs train like the fp32 one: the same seeded run, each dtype. */
+static void test_loss_close_to_fp32(void **state) {
+  (void)state;
+  double f32 = run_plain(32, TRAIN_F32);
+  const train_dtype ds[] = {TRAIN_BF16, TRAIN_F16, TRAIN_Q8ROW};
+  for (size_t i = 0; i < sizeof(ds) / sizeof(ds[0]); i++) {
+    double l = run_plain(32, ds[i]);
+    if (verbose()) fprintf(stderr, "%s: loss %.6f, fp32 %.6f\n", wire_dtype_name(ds[i]), l, f32);
+    if (fabs(l - f32) > 0.02 * fabs(f32)) fail_msg("%s: final loss %g, fp32 %g", wire_dtype_name(ds[i]), l, f32);
+  }
+}
+
+static int malformed;
+
+static void count_hook(void *ud, gw_log_level level, const char *event, const char *line) {
+  (void)ud, (void)level, (void)line;
+  if (strcmp(event, "train.malformed") == 0) malformed++;
+}
+
+static void inject_forward(net *n, int from, int to, train_dtype d, uint64_t last_dim, size_t nbytes, const void *data) {
+  h_node *dn = &n->h.nodes[n->data];
+  Gwtf__TrainMicrobatch m = GWTF__TRAIN_MICROBATCH__INIT;
+  ProtobufCBinaryData path[1] = {{GW_ID_BYTES, dn->peer.id.b}};
+
+  m.id = 0xabcdef;
+  m.origin = path[0];
+  m.iteration = train_peer_iteration(n->h.nodes[to].tp);
+  m.n_path = (size_t)n->h.nodes[to].stage; /* the path up to the sender */
+  ProtobufCBinaryData full[2] = {path[0], {GW_ID_BYTES, n->h.nodes[n->s1[0]].peer.id.b}};
+  m.path = full;
+  uint8_t body[256];
+  size_t len = gwtf__train_microbatch__pack(&m, body);
+  train_tensor t = {.dtype = d, .ndim = 3, .shape = {H_B, H_T, last_dim}, .data = data, .nbytes = nbytes};
+  assert_int_equal(h_inject(&n->h, from, to, GWTF__TRAIN_MSG__TRAIN_FORWARD, body, len, &t), 0);
+}
+
+static void test_hostile_headers(void **state) {
+  (void)state;
+  net n;
+  build(&n, 33, TRAIN_F32, TRAIN_F32, true);
+  n.h.sink.level = GW_LOG_WARN;
+  FILE *null = fopen("/dev/null", "w");
+  assert_non_null(null);
+  if (!verbose()) n.h.sink.fp = null;
+  n.h.sink.hook = count_hook;
+  malformed = 0;
+  while (train_peer_iteration(n.h.nodes[n.data].tp) < 2) h_run_for(&n.h, 1);
+  enum { ROWS = H_B * H_T };
+  uint8_t buf[ROWS * (H_C + 4) + 64];
+  float x[ROWS * H_C];
+  for (int i = 0; i < ROWS * H_C; i++) x[i] = (float)i;
+  size_t q8 = wire_bytes(TRAIN_Q8ROW, ROWS, H_C);
+  assert_int_equal(wire_encode(TRAIN_Q8ROW, x, ROWS, H_C, buf, q8), 0);
+  inject_forward(&n, n.data, n.s1[0], TRAIN_Q8ROW, H_C + 4, q8 - 1, buf);     /* short */
+  inject_forward(&n, n.data, n.s1[0], TRAIN_Q8ROW, H_C, q8, buf);             /* shape says C, not C + 4 */
+  inject_forward(&n, n.data, n.s1[0], TRAIN_BF16, H_C, q8, buf);              /* size of another dtype */
+  inject_forward(&n, n.s1[0], n.s2[1], TRAIN_Q8ROW, H_C + 4, q8, buf);         /* a dtype it does not accept */
+  float nan = NAN;
+  memcpy(buf + 3 * (H_C + 4), &nan, 4); /* the fourth row's scale */
+  inject_forward(&n, n.data, n.s1[0], TRAIN_Q8ROW, H_C + 4, q8, buf);         /* NaN scale */
+  inject_forward(&n, n.data, n.s1[0], (train_dtype)9, H_C, 4 * ROWS * H_C, x); /* unknown dtype */
+  assert_true(h_run_until_finished(&n.h, 120000));
+  assert_int_equal(malformed, 6);
+  assert_trained(&n);
+  h_free(&n.h);
+  fclose(null);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_negotiation),
+      cmocka_unit_test(test_loss_close_to_fp32),
+      cmocka_unit_test(test_hostile_headers),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
