@@ -25,6 +25,7 @@
 #define FLOW_EARLY_COSTS (64)       /* cost updates that arrived before their segment */
 #define FLOW_HANDOVERS (64)         /* segment ends we handed to a same-stage peer, for forwarding */
 #define FLOW_MAX_FORWARDS (4)       /* a notify-switch is passed on at most this often */
+#define FLOW_PAST_PROPOSALS (8)     /* proposals no longer pending whose reply may still come */
 
 /* Costs equal within this tolerance are the same cost (they travel as
  * doubles through several additions on different nodes). */
@@ -113,6 +114,14 @@ typedef struct pending {
   int prev, next;
 } pending;
 
+/* A change or redirect we proposed: its reply is acted on once, whether it
+ * comes while the proposal is pending or after we gave up on it. */
+typedef struct past_proposal {
+  gw_id peer;
+  uint64_t txn;
+  req_kind kind; /* REQ_NONE: free slot, or already answered */
+} past_proposal;
+
 /* A notify-switch re-sent each tick until acknowledged. */
 typedef struct pswitch {
   bool used, up; /* up: FlowSwitchUp, else FlowSwitchDown */
@@ -173,6 +182,8 @@ struct flow {
   int n_units; /* relay: capacity; data node: 2 * capacity (sources, then sinks) */
 
   pending pend;
+  past_proposal past[FLOW_PAST_PROPOSALS];
+  int past_next;
   tombstone tombs[FLOW_TOMBSTONES];
   int tomb_next;
   pswitch switches[FLOW_PENDING_SWITCHES];

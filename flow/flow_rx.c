@@ -446,7 +446,7 @@ static void on_propose_change(flow *f, int a, const Gwtf__FlowProposeChange *pc)
  * else on any unit that needs an outflow for target, else a new one. Hands
  * it back (cancel) when we cannot. */
 static void adopt_out(flow *f, int u, int e, uint64_t seg, const gw_id *target, double rest) {
-  if (e < 0) return;
+  if (e < 0 || flow_find_out(f, e, seg) >= 0) return; /* ours already: a segment has one sender */
   if (!flow_peer_usable_next(f, e) || flow_tomb_has(f, seg, e)) {
     flow_send_cancel(f, e, seg);
     return;
@@ -462,6 +462,22 @@ static void adopt_out(flow *f, int u, int e, uint64_t seg, const gw_id *target, 
   flow_bind_out(f, u, e, seg, rest, 0);
 }
 
+/* Whether a reply of `kind` from p answers a proposal we made to p, pending
+ * or given up on, and not answered yet. Each proposal is acted on once: a
+ * second copy of a reply (p answers every re-send of a proposal from its
+ * cache) or a reply to something we never proposed would bind a segment a
+ * second time. */
+static bool take_proposal(flow *f, int p, uint64_t txn, req_kind kind) {
+  for (int i = 0; i < FLOW_PAST_PROPOSALS; i++) {
+    past_proposal *pp = &f->past[i];
+    if (pp->kind == kind && pp->txn == txn && gw_id_eq(&pp->peer, &f->peers[p].id)) {
+      pp->kind = REQ_NONE;
+      return true;
+    }
+  }
+  return false;
+}
+
 /* We are a: c answered our proposal (or a proposal that already timed out). */
 static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   gw_id target;
@@ -471,6 +487,7 @@ static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   }
   bool ours = f->pend.kind == REQ_CHANGE && f->pend.peer == c && f->pend.txn == r->txn;
   if (ours) flow_clear_pending(f);
+  if (!take_proposal(f, c, r->txn, REQ_CHANGE)) return;
   if (!r->accept) {
     if (ours) f->peers[c].ignore = f->tun.reject_ignore_attempts;
     return;
@@ -556,6 +573,7 @@ static void on_redirect_reply(flow *f, int x, const Gwtf__FlowRedirectReply *r) 
   }
   bool ours = f->pend.kind == REQ_REDIRECT && f->pend.peer == x && f->pend.txn == r->txn;
   if (ours) flow_clear_pending(f);
+  if (!take_proposal(f, x, r->txn, REQ_REDIRECT)) return;
   if (!r->accept) {
     if (ours) f->peers[x].ignore = f->tun.reject_ignore_attempts;
     return;

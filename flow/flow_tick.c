@@ -56,6 +56,10 @@ bool flow_anneal_accept(flow *f, double delta) {
 }
 
 void flow_clear_pending(flow *f) {
+  if ((f->pend.kind == REQ_CHANGE || f->pend.kind == REQ_REDIRECT) && f->pend.peer >= 0) {
+    f->past[f->past_next] = (past_proposal){f->peers[f->pend.peer].id, f->pend.txn, f->pend.kind};
+    f->past_next = (f->past_next + 1) % FLOW_PAST_PROPOSALS;
+  }
   if (f->pend.kind != REQ_NONE)
     for (int u = 0; u < f->n_units; u++)
       if (f->units[u].locked_txn == f->pend.txn) f->units[u].locked_txn = 0;
