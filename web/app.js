@@ -8,6 +8,7 @@ const MB_SHOWN_MAX = 120;   // microbatch chips drawn
 const MB_KEPT_MAX = 5000;   // microbatches tracked
 const POINTS_MAX = 100000;  // per curve
 const DEAD_SHOWN_MAX = 3;   // dead members listed per stage
+const DEAD_DRAWN_EVENTS = 300; // the flow graph shows the dead for this many events
 
 const S = {};
 function resetState() {
@@ -19,6 +20,7 @@ function resetState() {
   S.flows = new Map();     // node -> Map(in>out -> next-hop node)
   S.mbs = new Map();       // origin/mb -> {origin, mb, stage, kind, iter}
   S.lossByIter = new Map(); // iter -> {sum, n}
+  S.tputByIter = new Map(); // iter -> {sum}
   S.loss = [];             // [iter, mean loss], in order of arrival
   S.val = [];              // [iter, val_loss]
   S.tput = [];             // [iter, tokens/s]
@@ -37,7 +39,7 @@ function member(id) {
   if (!id || id === '-') return null;
   let m = S.members.get(id);
   if (!m) {
-    m = { id, seen: 0, src: '', stage: null, addr: '', device: '', capacity: '', reach: '', ready: false, alive: true };
+    m = { id, seen: 0, downAt: 0, src: '', stage: null, addr: '', device: '', capacity: '', reach: '', ready: false, alive: true };
     S.members.set(id, m);
     S.dirty.stages = S.dirty.flows = true;
   }
@@ -53,12 +55,17 @@ function mayRevive(m) {
   return !!p && p.alive && p.node === m.id;
 }
 
+function down(m) {
+  if (m.alive) m.downAt = S.events;
+  m.alive = false;
+}
+
 function procDown(name) {
   const p = S.procs.get(name);
   if (!p) return;
   p.alive = false;
   const m = S.members.get(p.node);
-  if (m) { m.alive = false; S.flows.delete(m.id); }
+  if (m) { down(m); S.flows.delete(m.id); }
   S.dirty.stages = S.dirty.flows = true;
 }
 
@@ -91,7 +98,15 @@ function onIterationDone(ev) {
     if (p && p[0] === it) p[1] = r.sum / r.n;
     S.lastLoss = r.sum / r.n;
   }
-  if (tps !== null) { addPoint(S.tput, it, tps); S.lastTput = tps; }
+  if (tps !== null) {
+    // every data node reports its own microbatches: the swarm's is their sum
+    let r = S.tputByIter.get(it);
+    if (!r) { r = { sum: 0, idx: S.tput.length }; S.tputByIter.set(it, r); addPoint(S.tput, it, 0); }
+    r.sum += tps;
+    const p = S.tput[Math.min(r.idx, S.tput.length - 1)];
+    if (p && p[0] === it) p[1] = r.sum;
+    S.lastTput = r.sum;
+  }
   for (const [k, mb] of S.mbs) if (mb.origin === ev.node && mb.iter !== null && mb.iter <= it) S.mbs.delete(k);
   S.dirty.curves = S.dirty.stats = S.dirty.mbs = true;
 }
@@ -168,11 +183,11 @@ const handlers = {
   'backward.resumed': (ev) => timeline('repair', ev, `${who(ev)} resumed the backward pass of ${ev.mb} via ${ev.via}`),
   'peer.presumed_dead': (ev) => {
     const m = S.members.get(ev.peer);
-    if (m) { m.alive = false; S.dirty.stages = S.dirty.flows = true; }
+    if (m) { down(m); S.dirty.stages = S.dirty.flows = true; }
     timeline('crash', ev, `${who(ev)} presumes ${ev.peer} dead`);
   },
   'peer.back': (ev) => { const m = S.members.get(ev.peer); if (m && S.kind === 'node') { m.alive = true; S.dirty.stages = true; } },
-  'peer.lost': (ev) => { const m = S.members.get(ev.peer); if (m && S.kind === 'node') { m.alive = false; S.dirty.stages = true; } },
+  'peer.lost': (ev) => { const m = S.members.get(ev.peer); if (m && S.kind === 'node') { down(m); S.dirty.stages = true; } },
   'peer.connected': (ev) => {
     if (S.kind !== 'node') return;
     const m = member(ev.peer);
@@ -186,7 +201,7 @@ const handlers = {
       if (m && m.stage === null) m.stage = me.stage + 1;
     }
   },
-  'debug.crash': (ev, m) => { if (m) m.alive = false; timeline('crash', ev, `${who(ev)} crashed itself (--fault)`); },
+  'debug.crash': (ev, m) => { if (m) down(m); timeline('crash', ev, `${who(ev)} crashed itself (--fault)`); },
   'aggregation.done': (ev) => {
     const k = ev.stage + '/' + ev.iter;
     if (S.aggSeen.has(k)) return;
@@ -197,7 +212,7 @@ const handlers = {
   'aggregation.aggregator_lost': (ev) => timeline('crash', ev, `${who(ev)} lost aggregator ${ev.aggregator} (iteration ${ev.iter})`),
   'leader.elected': (ev) => timeline('join', ev, `${who(ev)} sees ${ev.leader} as leader`),
   'run.finished': (ev) => timeline('agg', ev, `${who(ev)} finished ${ev.iterations} iterations`),
-  'node.stopped': (ev, m) => { if (m) m.alive = false; },
+  'node.stopped': (ev, m) => { if (m) down(m); },
   // the swarm's own events about its processes (src: the process)
   'swarm.kill': (ev) => { procDown(ev.src); timeline('crash', ev, `swarm killed ${ev.src} (${ev.signal || 'SIGKILL'})`); },
   'swarm.exit': (ev) => { procDown(ev.src); if (ev.expected === false) timeline('crash', ev, `${ev.src} exited unexpectedly (status ${ev.status}, signal ${ev.signal})`); },
@@ -304,7 +319,8 @@ function fitCanvas(c) {
 function renderFlows() {
   const c = $('flows');
   const [g, w, h] = fitCanvas(c);
-  const cols = byStage().filter(([s]) => s >= 0);
+  const recent = (m) => m.alive || S.events - m.downAt < DEAD_DRAWN_EVENTS;
+  const cols = byStage().filter(([s]) => s >= 0).map(([s, ms]) => [s, ms.filter(recent)]);
   const pos = new Map();
   cols.forEach(([s, ms], i) => {
     const x = 40 + (cols.length > 1 ? i * (w - 80) / (cols.length - 1) : (w - 80) / 2);

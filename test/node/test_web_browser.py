@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -128,12 +129,16 @@ class SwarmProc:
 
     def stop(self):
         if self.p.poll() is None:
-            self.p.terminate()
+            self.p.send_signal(signal.SIGINT)  # the swarm's clean stop: children first, then its page
         try:
             self.p.wait(timeout=SWARM_TIMEOUT)
         except subprocess.TimeoutExpired:
             self.p.kill()
             self.p.wait()
+        with self.cond:  # everything it wrote, up to its EOF
+            self.cond.wait_for(lambda: self.lines and self.lines[-1] is None, timeout=TIMEOUT)
+        bad = [x for x in self.lines if x and ("Sanitizer" in x or "runtime error" in x)]
+        check(not bad, "gwtf swarm reported: " + "\n".join(bad[:10]))
         return "\n".join(x for x in self.lines[-20:] if x)
 
 
