@@ -374,6 +374,30 @@ static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
   }
 }
 
+static void finish_wait_cb(uv_timer_t *t) {
+  swarm *sw = t->data;
+  if (sw->stopping) return;
+  say(sw, "not every data node finished in time: stopping the swarm");
+  stop_all(sw);
+}
+
+/* The first data node that ran its iterations ends the run. With the
+ * validation loss on, the others still evaluate their final weights after
+ * their last iteration: they get up to a trip (hop timeout x (stages + 2),
+ * a data node's deadline for an eval microbatch) to report it. */
+static void finish_or_wait(swarm *sw, peer_proc *p) {
+  bool validating = (sw->o.val_fraction > 0 || sw->o.val_dataset) && sw->o.eval_every != 0;
+  if (validating && sw->finished_data_nodes < sw->o.data_nodes) {
+    if (sw->finished_data_nodes == 1) {
+      say(sw, "%s finished its iterations: waiting for the other data nodes' final evaluation", p->name);
+      uv_timer_start(&sw->stop_timer, finish_wait_cb, (uint64_t)sw->o.hop_timeout * (uint64_t)(sw->o.stages + 2), 0);
+    }
+    return;
+  }
+  say(sw, "%s finished its iterations: stopping the swarm", p->name);
+  stop_all(sw);
+}
+
 /* A restarted microbatch's attempt (0 on lines that do not say). */
 static unsigned attempt_of(json_t *ev) {
   double a = num(ev, "attempt");
@@ -433,10 +457,8 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   } else if (!strcmp(e, "microbatch.lost")) {
     sw->lost++;
   } else if (!strcmp(e, "run.finished") && p->data) {
-    if (++sw->finished_data_nodes >= 1 && !sw->stopping) {
-      say(sw, "%s finished its iterations: stopping the swarm", p->name);
-      stop_all(sw);
-    }
+    ++sw->finished_data_nodes;
+    if (!sw->stopping) finish_or_wait(sw, p);
   }
 }
 
