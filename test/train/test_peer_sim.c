@@ -262,6 +262,50 @@ static void test_eval_partial_when_a_stage_is_lost(void **state) {
   h_free(&h);
 }
 
+/* An aggregation that begins while a data node evaluates (the leader did
+ * not wait for it: here a forged-early BEGIN_AGG from the other data node)
+ * drops the eval microbatches with the rest of the iteration's; the
+ * evaluation then reports what came back instead of waiting forever. */
+typedef struct early_agg {
+  int d0, d1;
+  bool sent;
+} early_agg;
+
+static bool begin_agg_during_eval(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  early_agg *e = h->hook_ud;
+  (void)crash;
+  if (e->sent || n->index != e->d0 || job->kind != TRAIN_JOB_EVAL_EMBED || train_peer_iteration(n->tp) != 2)
+    return false;
+  Gwtf__TrainIteration it = GWTF__TRAIN_ITERATION__INIT;
+  it.iteration = 2;
+  uint8_t buf[32];
+  size_t len = gwtf__train_iteration__pack(&it, buf);
+  assert_int_equal(h_inject(h, e->d1, e->d0, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, buf, len, NULL), 0);
+  e->sent = true;
+  return false;
+}
+
+static void test_eval_dropped_by_a_round_reports(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 11, verbose());
+  early_agg e = {0};
+  h.hook = begin_agg_during_eval;
+  h.hook_ud = &e;
+  e.d0 = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  e.d1 = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  train_peer_set_validation(h.nodes[e.d0].tp, h_val_sample, NULL, EVAL_N, EVAL_EVERY);
+  h_start(&h, e.d0);
+  h_start(&h, e.d1);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  h_node *dn = &h.nodes[e.d0];
+  for (int k = 0; k < 20000 && !dn->have_eval[2]; k++) h_run_for(&h, 10);
+  assert_true(e.sent);
+  assert_true(dn->have_eval[2]);
+  assert_true(dn->eval_ok_of[2] < EVAL_N);
+  h_free(&h);
+}
+
 /* Churn can tear down every flow of a data node. From iteration 2 on, its
  * router reports no route: after flow_grace_ms each iteration still trains
  * every microbatch, hop by hop on next_hop's fallback, instead of waiting for
@@ -1000,6 +1044,7 @@ int main(void) {
       cmocka_unit_test(test_eval_leaves_training_unchanged),
       cmocka_unit_test(test_eval_survives_a_relay_crash),
       cmocka_unit_test(test_eval_partial_when_a_stage_is_lost),
+      cmocka_unit_test(test_eval_dropped_by_a_round_reports),
       cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_starts_up_to_its_share),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),
