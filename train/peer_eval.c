@@ -109,9 +109,10 @@ static void eval_report(train_peer *p) {
             "msg=\"no validation microbatch came back\"",
             it, (unsigned long long)(bt * p->eval.n), p->eval.n, secs);
   else
-    GW_INFO(&p->log, "eval.done", "iter=%llu val_loss=%.9g tokens=%llu wanted=%llu microbatches=%u/%u complete=%d secs=%.3f",
-            it, loss, (unsigned long long)(bt * p->eval.ok),
-            (unsigned long long)(bt * p->eval.n), p->eval.ok, p->eval.n, p->eval.ok == p->eval.n, secs);
+    GW_INFO(&p->log, "eval.done",
+            "iter=%llu val_loss=%.9g tokens=%llu wanted=%llu microbatches=%u/%u complete=%d secs=%.3f", it, loss,
+            (unsigned long long)(bt * p->eval.ok), (unsigned long long)(bt * p->eval.n), p->eval.ok, p->eval.n,
+            p->eval.ok == p->eval.n, secs);
   if (p->io.event) {
     train_event ev = {.kind = TRAIN_EV_EVAL_DONE, .stage = p->stage, .iteration = p->eval.iteration,
                       .leader = p->leader, .loss = loss, .seconds = secs, .done = p->eval.ok,

@@ -169,7 +169,8 @@ static void test_eval_leaves_training_unchanged(void **state) {
     double ref;
     ref_iteration(&rm, it, &ref);
     double got = dn->loss_of[it];
-    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref))) fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
+    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref)))
+      fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
   }
   assert_int_equal(evals, 4);
   assert_int_equal(dn->eval_states_held, 0);
