@@ -61,6 +61,7 @@ typedef struct swarm_opts {
   double val_fraction;   /* data nodes: held-out fraction (0: none) */
   const char *val_dataset;
   int eval_every;        /* -1: the node's default */
+  int eval_microbatches; /* 0: the node's default */
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -703,6 +704,10 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("--eval-every");
       ARG("%d", sw->o.eval_every);
     }
+    if (sw->o.eval_microbatches > 0) {
+      ARG("--eval-microbatches");
+      ARG("%d", sw->o.eval_microbatches);
+    }
   }
 #undef ARG
   argv[n] = NULL;
@@ -933,6 +938,7 @@ void cmd_swarm_help(void) {
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
+      "                  [--eval-microbatches N]\n"
       "                  [--log-level LEVEL] [--quiet]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -948,8 +954,9 @@ void cmd_swarm_help(void) {
       "likewise gives each relay its own capacity.\n"
       "--val-fraction F holds out the last F of the dataset's tokens (--val-dataset:\n"
       "another file) and the data nodes report the validation loss (eval.done) before\n"
-      "every Nth iteration and after the last (--eval-every N, default 10); the summary\n"
-      "carries the curve (\"validation\"). Off by default.\n\n"
+      "every Nth iteration and after the last (--eval-every N, default 10) on\n"
+      "--eval-microbatches validation microbatches (default: --microbatches); the\n"
+      "summary carries the curve (\"validation\"). Off by default.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -976,7 +983,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"slowdowns", required_argument, 0, 'X'},   {"capacities", required_argument, 0, 'Y'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'U'},
-      {"eval-every", required_argument, 0, 'E'},
+      {"eval-every", required_argument, 0, 'E'},  {"eval-microbatches", required_argument, 0, 'G'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
@@ -1026,6 +1033,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'V': o->val_fraction = atof(optarg); break;
     case 'U': o->val_dataset = optarg; break;
     case 'E': o->eval_every = atoi(optarg); break;
+    case 'G': o->eval_microbatches = atoi(optarg); break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -1049,6 +1057,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (!(o->val_fraction >= 0 && o->val_fraction <= 0.5)) bad = "--val-fraction must be in [0, 0.5]";
   else if (o->val_fraction > 0 && o->val_dataset) bad = "--val-fraction and --val-dataset exclude each other";
   else if (o->eval_every < -1) bad = "--eval-every must be >= 0";
+  else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;
