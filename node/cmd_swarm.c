@@ -72,6 +72,7 @@ typedef struct swarm_opts {
   const char *val_dataset;
   int eval_every;        /* -1: the node's default */
   const char *wire_dtype, *wire_accept; /* passed to every peer (NULL: node defaults) */
+  int eval_microbatches; /* 0: the node's default */
 } swarm_opts;
 
 typedef struct swarm swarm;
@@ -386,6 +387,30 @@ static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
   }
 }
 
+static void finish_wait_cb(uv_timer_t *t) {
+  swarm *sw = t->data;
+  if (sw->stopping) return;
+  say(sw, "not every data node finished in time: stopping the swarm");
+  stop_all(sw);
+}
+
+/* The first data node that ran its iterations ends the run. With the
+ * validation loss on, the others still evaluate their final weights after
+ * their last iteration: they get up to a trip (hop timeout x (stages + 2),
+ * a data node's deadline for an eval microbatch) to report it. */
+static void finish_or_wait(swarm *sw, peer_proc *p) {
+  bool validating = (sw->o.val_fraction > 0 || sw->o.val_dataset) && sw->o.eval_every != 0;
+  if (validating && sw->finished_data_nodes < sw->o.data_nodes) {
+    if (sw->finished_data_nodes == 1) {
+      say(sw, "%s finished its iterations: waiting for the other data nodes' final evaluation", p->name);
+      uv_timer_start(&sw->stop_timer, finish_wait_cb, (uint64_t)sw->o.hop_timeout * (uint64_t)(sw->o.stages + 2), 0);
+    }
+    return;
+  }
+  say(sw, "%s finished its iterations: stopping the swarm", p->name);
+  stop_all(sw);
+}
+
 /* A restarted microbatch's attempt (0 on lines that do not say). */
 static unsigned attempt_of(json_t *ev) {
   double a = num(ev, "attempt");
@@ -445,10 +470,8 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   } else if (!strcmp(e, "microbatch.lost")) {
     sw->lost++;
   } else if (!strcmp(e, "run.finished") && p->data) {
-    if (++sw->finished_data_nodes >= 1 && !sw->stopping) {
-      say(sw, "%s finished its iterations: stopping the swarm", p->name);
-      stop_all(sw);
-    }
+    ++sw->finished_data_nodes;
+    if (!sw->stopping) finish_or_wait(sw, p);
   }
 }
 
@@ -744,6 +767,10 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
       ARG("--eval-every");
       ARG("%d", sw->o.eval_every);
     }
+    if (sw->o.eval_microbatches > 0) {
+      ARG("--eval-microbatches");
+      ARG("%d", sw->o.eval_microbatches);
+    }
   }
 #undef ARG
   argv[n] = NULL;
@@ -982,6 +1009,7 @@ void cmd_swarm_help(void) {
       "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n"
       "                  [--http [IP:]PORT [--http-public]]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
+      "                  [--eval-microbatches N]\n"
       "                  [--wire-dtype fp32|bf16|fp16|int8] [--wire-accept LIST]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -1008,8 +1036,9 @@ void cmd_swarm_help(void) {
       "IP:PORT binds elsewhere, which needs --http-public (no authentication).\n\n"
       "--val-fraction F holds out the last F of the dataset's tokens (--val-dataset:\n"
       "another file) and the data nodes report the validation loss (eval.done) before\n"
-      "every Nth iteration and after the last (--eval-every N, default 10); the summary\n"
-      "carries the curve (\"validation\"). Off by default.\n"
+      "every Nth iteration and after the last (--eval-every N, default 10) on\n"
+      "--eval-microbatches validation microbatches (default: --microbatches); the\n"
+      "summary carries the curve (\"validation\"). Off by default.\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
       "and their gradients between stages compressed where the receiver accepts it.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
@@ -1042,7 +1071,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
       {"http", required_argument, 0, 'P'},        {"http-public", no_argument, 0, 'U'},
       {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'u'},
-      {"eval-every", required_argument, 0, 'E'},
+      {"eval-every", required_argument, 0, 'E'},  {"eval-microbatches", required_argument, 0, 'g'},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
@@ -1112,6 +1141,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'V': o->val_fraction = atof(optarg); break;
     case 'u': o->val_dataset = optarg; break;
     case 'E': o->eval_every = atoi(optarg); break;
+    case 'g': o->eval_microbatches = atoi(optarg); break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -1145,6 +1175,7 @@ static int parse(int argc, char **argv, swarm_opts *o) {
   else if (o->eval_every < -1) bad = "--eval-every must be >= 0";
   else if (o->wire_dtype && wire_dtype_parse(o->wire_dtype, &wd) != 0) bad = "--wire-dtype is fp32, bf16, fp16 or int8";
   else if (o->wire_accept && wire_mask_parse(o->wire_accept, &wa) != 0) bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8";
+  else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

@@ -27,7 +27,8 @@ void cmd_train_ref_help(void) {
          "                      [--data-seed D] [--threads N] [--json]\n"
          "                      [--wire-dtype fp32|bf16|fp16|int8]\n"
          "                      [--checkpoint-dir DIR [--run NAME]]\n"
-         "                      [--val-fraction F | --val-dataset PATH] [--eval-every N]\n\n"
+         "                      [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
+         "                      [--eval-microbatches N]\n\n"
          "Trains in one process exactly what a fault-free swarm with these run settings\n"
          "trains (one data node with --data-seed D), and prints the loss of each\n"
          "iteration. Defaults match `gwtf node --create-run`.\n\n"
@@ -38,7 +39,8 @@ void cmd_train_ref_help(void) {
          "With --val-fraction F (the last F of the dataset's tokens are held out) or\n"
          "--val-dataset PATH it also prints the validation loss on the same validation\n"
          "microbatches, at the same moments, as a swarm's data node (eval.done): before\n"
-         "iterations 0, N, 2N, ... and after the last (--eval-every N, default 10).\n"
+         "iterations 0, N, 2N, ... and after the last (--eval-every N, default 10), on\n"
+         "--eval-microbatches validation microbatches (default: --microbatches).\n"
          "--wire-dtype passes every activation and gradient between two stages through\n"
          "that wire format, as a swarm whose peers all use it does.\n");
 }
@@ -218,7 +220,7 @@ int cmd_train_ref(int argc, char **argv) {
       {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
       {"checkpoint-dir", required_argument, 0, 'C'}, {"run", required_argument, 0, 'R'},
       {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'W'},
-      {"eval-every", required_argument, 0, 'E'},
+      {"eval-every", required_argument, 0, 'E'}, {"eval-microbatches", required_argument, 0, 'N'},
       {"wire-dtype", required_argument, 0, 'w'},
       {"help", no_argument, 0, 'h'},          {0}};
   static ref r;
@@ -226,6 +228,7 @@ int cmd_train_ref(int argc, char **argv) {
   const char *dataset = NULL, *model = "tiny", *ckpt_dir = NULL, *run_name = "ref", *val_dataset = NULL;
   double val_fraction = 0;
   r.eval_every = 10;
+  int eval_mbs = 0;
   int iterations = 10, threads = 1;
   bool json = false;
   r.run.stages = 3;
@@ -261,6 +264,7 @@ int cmd_train_ref(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'N': eval_mbs = atoi(optarg); break;
     case 'h': cmd_train_ref_help(); return 0;
     default: cmd_train_ref_help(); return 2;
     }
@@ -274,8 +278,10 @@ int cmd_train_ref(int argc, char **argv) {
     fprintf(stderr, "gwtf train-ref: %s\n", err);
     return 2;
   }
-  if (val_fraction < 0 || val_fraction > 0.5 || r.eval_every < 0 || (val_dataset && val_fraction > 0)) {
-    fprintf(stderr, "gwtf train-ref: --val-fraction in [0, 0.5] or --val-dataset, --eval-every >= 0\n");
+  if (val_fraction < 0 || val_fraction > 0.5 || r.eval_every < 0 || (val_dataset && val_fraction > 0) ||
+      eval_mbs < 0 || eval_mbs > 65536) {
+    fprintf(stderr, "gwtf train-ref: --val-fraction in [0, 0.5] or --val-dataset, --eval-every >= 0, "
+                    "--eval-microbatches in [0, 65536]\n");
     return 2;
   }
   if (train_dataset_open(dataset, &r.ds, err, sizeof(err)) != 0) {
@@ -287,9 +293,10 @@ int cmd_train_ref(int argc, char **argv) {
     train_dataset_close(&r.ds);
     return 1;
   }
-  /* as a data node: one iteration's microbatches, fewer if they do not fit */
+  /* as a data node: --eval-microbatches (default: one iteration's), fewer if they do not fit */
   uint32_t avail = train_dataset_val_count(&r.val, r.run.batch, r.run.seq);
-  r.val_n = avail < (uint32_t)r.run.microbatches ? avail : (uint32_t)r.run.microbatches;
+  uint32_t want = (uint32_t)(eval_mbs > 0 ? eval_mbs : r.run.microbatches);
+  r.val_n = avail < want ? avail : want;
   adamw_defaults(&r.opt);
   r.opt.lr = (float)r.run.lr;
   gpu_device dev = {GPU_CPU, 0};

@@ -664,8 +664,9 @@ static int val_sample(void *ud, uint32_t index, int32_t *inputs, int32_t *target
   return train_dataset_val_sample(&rt->val, index, rt->run.batch, rt->run.seq, inputs, targets);
 }
 
-/* The validation set: the run's microbatches per iteration (one iteration's
- * forward work), fewer if the held-out tokens hold fewer. */
+/* The validation set: --eval-microbatches, by default the run's microbatches
+ * per iteration (one iteration's forward work); fewer if the held-out tokens
+ * hold fewer. */
 static int open_validation(train_rt *rt) {
   const train_node_opts *o = rt->o;
   char err[512];
@@ -679,7 +680,8 @@ static int open_validation(train_rt *rt) {
     return GW_EINVAL;
   }
   uint32_t avail = train_dataset_val_count(&rt->val, rt->run.batch, rt->run.seq);
-  rt->val_n = avail < (uint32_t)rt->run.microbatches ? avail : (uint32_t)rt->run.microbatches;
+  uint32_t want = (uint32_t)(o->eval_microbatches > 0 ? o->eval_microbatches : rt->run.microbatches);
+  rt->val_n = avail < want ? avail : want;
   if (rt->val.n_tokens > 0)
     GW_INFO(&rt->log, "validation.opened", "tokens=%zu train_tokens=%zu microbatches=%u eval_every=%llu",
             rt->val.n_tokens, rt->ds.n_tokens, rt->val_n, (unsigned long long)o->eval_every);

@@ -48,6 +48,7 @@ typedef struct train_node_opts {
   double val_fraction;    /* data nodes: hold out the last fraction of the dataset (0: none) */
   const char *val_dataset; /* data nodes: validation tokens from this file instead */
   uint64_t eval_every;    /* data nodes: validation loss every N iterations (0: never) */
+  int eval_microbatches;  /* data nodes: validation microbatches (0: the run's microbatches) */
   int capacity;           /* relays: microbatches in flight (0: from free memory) */
   int threads;            /* compute threads (0: all cores) */
   int checkpoint_every;   /* iterations between stage checkpoints (0: never) */

@@ -51,6 +51,7 @@ enum {
   T_EVAL_EVERY,
   T_WIRE_DTYPE,
   T_WIRE_ACCEPT,
+  T_EVAL_MB,
 };
 
 const struct option train_node_options[] = {
@@ -90,6 +91,7 @@ const struct option train_node_options[] = {
     {"eval-every", required_argument, 0, T_EVAL_EVERY},
     {"wire-dtype", required_argument, 0, T_WIRE_DTYPE},
     {"wire-accept", required_argument, 0, T_WIRE_ACCEPT},
+    {"eval-microbatches", required_argument, 0, T_EVAL_MB},
     {0},
 };
 
@@ -117,6 +119,8 @@ void train_node_print_help(void) {
          "  --val-dataset PATH         data nodes: the validation tokens come from this file instead\n"
          "  --eval-every N             data nodes: validation loss before every Nth iteration and after\n"
          "                             the last (default 10; 0: never; needs one of the two above)\n"
+         "  --eval-microbatches N      data nodes: the validation set's microbatches (default 0: as\n"
+         "                             many as --microbatches; fewer if the held-out tokens hold fewer)\n"
          "  --threads N                compute threads (default 0 = all cores this process may use)\n"
          "  --routing gwtf|swarm       GWTF flows (default) or SWARM's stochastic wiring\n"
          "  --checkpoint-every N       write the stage's checkpoint every N iterations (default 10)\n"
@@ -285,7 +289,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       {T_SEQ, "--seq", 2, 65536},             {T_ITERS, "--iterations", 0, 100000000},
       {T_THREADS, "--threads", 0, 1024},      {T_CKPT, "--checkpoint-every", 0, 100000000},
       {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
-      {T_EVAL_EVERY, "--eval-every", 0, 100000000},
+      {T_EVAL_EVERY, "--eval-every", 0, 100000000}, {T_EVAL_MB, "--eval-microbatches", 0, 65536},
   };
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
     if (ints[i].code != code) continue;
@@ -306,6 +310,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     case T_FLOW_TICK: o->flow_tick_ms = (uint64_t)v; break;
     case T_HOP_TIMEOUT: o->hop_timeout_ms = (uint64_t)v; break;
     case T_EVAL_EVERY: o->eval_every = (uint64_t)v; break;
+    case T_EVAL_MB: o->eval_microbatches = (int)v; break;
     }
     return 0;
   }

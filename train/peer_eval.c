@@ -55,7 +55,14 @@ static bool eval_due(const train_peer *p) {
 }
 
 static uint64_t eval_id(const train_peer *p, uint32_t index) {
-  return EVAL_ID_BIT | (p->iteration << 20) | (index & 0xfffff);
+  return EVAL_ID_BIT | (p->eval.iteration << 20) | (index & 0xfffff);
+}
+
+/* Whether any microbatch of the running evaluation is still out. */
+static bool eval_live(const train_peer *p) {
+  for (size_t i = 0; i < p->n_mbs; i++)
+    if (p->mbs[i].used && p->mbs[i].eval) return true;
+  return false;
 }
 
 /* Sends validation microbatch `index` down route `slot`: embedding first. */
@@ -64,7 +71,7 @@ static int eval_launch(train_peer *p, uint32_t index, uint32_t slot) {
   if (!mb) return GW_ENOMEM;
   size_t bt = (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T;
   mb->eval = true;
-  mb->iteration = p->iteration;
+  mb->iteration = p->eval.iteration;
   mb->index = slot;
   mb->tokens = malloc(bt * sizeof(int32_t));
   mb->targets = malloc(bt * sizeof(int32_t));
@@ -96,22 +103,24 @@ static void eval_report(train_peer *p) {
   uint64_t bt = (uint64_t)p->cfg.shape.B * (uint64_t)p->cfg.shape.T;
   double secs = (double)(p->now - p->eval.started_ms) / 1000.0;
   double loss = p->eval.ok ? sum / p->eval.ok : NAN;
+  unsigned long long it = (unsigned long long)p->eval.iteration;
   if (p->eval.ok == 0)
     GW_WARN(&p->log, "eval.done", "iter=%llu tokens=0 wanted=%llu microbatches=0/%u complete=0 secs=%.3f "
             "msg=\"no validation microbatch came back\"",
-            (unsigned long long)p->iteration, (unsigned long long)(bt * p->eval.n), p->eval.n, secs);
+            it, (unsigned long long)(bt * p->eval.n), p->eval.n, secs);
   else
-    GW_INFO(&p->log, "eval.done", "iter=%llu val_loss=%.9g tokens=%llu wanted=%llu microbatches=%u/%u complete=%d secs=%.3f",
-            (unsigned long long)p->iteration, loss, (unsigned long long)(bt * p->eval.ok),
-            (unsigned long long)(bt * p->eval.n), p->eval.ok, p->eval.n, p->eval.ok == p->eval.n, secs);
+    GW_INFO(&p->log, "eval.done",
+            "iter=%llu val_loss=%.9g tokens=%llu wanted=%llu microbatches=%u/%u complete=%d secs=%.3f", it, loss,
+            (unsigned long long)(bt * p->eval.ok), (unsigned long long)(bt * p->eval.n), p->eval.ok, p->eval.n,
+            p->eval.ok == p->eval.n, secs);
   if (p->io.event) {
-    train_event ev = {.kind = TRAIN_EV_EVAL_DONE, .stage = p->stage, .iteration = p->iteration,
+    train_event ev = {.kind = TRAIN_EV_EVAL_DONE, .stage = p->stage, .iteration = p->eval.iteration,
                       .leader = p->leader, .loss = loss, .seconds = secs, .done = p->eval.ok,
                       .deferred = p->eval.n - p->eval.ok};
     p->io.event(p->io.ud, &ev);
   }
   p->eval.running = false;
-  p->eval.done_for = p->iteration + 1;
+  p->eval.done_for = p->eval.iteration + 1;
   /* The next iteration's time (iteration.done secs, the swarm's time per
    * microbatch) runs from the last aggregation: the evaluation is not part
    * of it. */
@@ -123,6 +132,7 @@ static void eval_start(train_peer *p, uint32_t slots) {
   p->eval.loss = calloc(p->eval.n, sizeof(float));
   p->eval.got = calloc(p->eval.n, sizeof(bool));
   p->eval.running = true;
+  p->eval.iteration = p->iteration;
   p->eval.next = p->eval.finished = p->eval.ok = 0;
   p->eval.started_ms = p->now;
   if (!p->eval.loss || !p->eval.got) {
@@ -142,6 +152,12 @@ static void eval_start(train_peer *p, uint32_t slots) {
 }
 
 bool eval_tick(train_peer *p) {
+  if (p->eval.running && !eval_live(p)) {
+    /* Its microbatches went without a word (a resync or an aggregation
+     * abandoned them): what never came back was not evaluated. */
+    p->eval.finished = p->eval.next = p->eval.n;
+    eval_report(p);
+  }
   if (p->eval.running) return true;
   if (!eval_due(p)) return false;
   uint32_t slots;
@@ -168,7 +184,7 @@ void eval_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
     p->eval.ok++;
   } else if (ours && how != MB_COMPLETE) {
     GW_INFO(&p->log, "eval.microbatch_lost", "mb=%llx iter=%llu", (unsigned long long)mb->id,
-            (unsigned long long)p->iteration);
+            (unsigned long long)mb->iteration);
   }
   mb->end = how;
   mb_free(p, mb);

@@ -351,6 +351,7 @@ struct train_peer {
     uint32_t n;              /* validation microbatches */
     uint64_t every;          /* iterations between evaluations (0: never) */
     bool running;
+    uint64_t iteration;      /* the evaluation running is the one before this iteration */
     uint64_t done_for;       /* iteration + 1 of the last evaluation (0: none yet) */
     uint32_t next, finished, ok; /* launched, ended, came back with a loss */
     float *loss;             /* per validation microbatch, summed in index order */

@@ -609,8 +609,9 @@ void mb_job_done(train_peer *p, train_job *job) {
   if (!mb) {
     /* Abandoned while computing (mb_free): drop the state kept under the
      * key, which a backward has already consumed itself. */
-    bool kept = job->kind != TRAIN_JOB_BACKWARD && job->kind != TRAIN_JOB_EMBED_BACKWARD &&
-                job->kind < TRAIN_JOB_EVAL_EMBED; /* eval jobs keep nothing */
+    bool eval = job->kind == TRAIN_JOB_EVAL_EMBED || job->kind == TRAIN_JOB_EVAL_FORWARD ||
+                job->kind == TRAIN_JOB_EVAL_LOSS; /* they keep nothing */
+    bool kept = job->kind != TRAIN_JOB_BACKWARD && job->kind != TRAIN_JOB_EMBED_BACKWARD && !eval;
     if (kept) peer_release_key(p, job->key);
     return;
   }

@@ -169,7 +169,8 @@ static void test_eval_leaves_training_unchanged(void **state) {
     double ref;
     ref_iteration(&rm, it, &ref);
     double got = dn->loss_of[it];
-    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref))) fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
+    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref)))
+      fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
   }
   assert_int_equal(evals, 4);
   assert_int_equal(dn->eval_states_held, 0);
@@ -222,6 +223,87 @@ static void test_eval_survives_a_relay_crash(void **state) {
   assert_int_equal(dn->iterations_done, ITERS);
   assert_int_equal(dn->eval_states_held, 0);
   assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* The only relay of stage 2 dies in the evaluation before iteration 2:
+ * its eval microbatch, and the ones after it, have nowhere to go. They are
+ * not deferred to a later evaluation: eval.done comes with what came back
+ * (fewer than the set), and training goes on once a new relay is placed in
+ * the empty stage. */
+static bool crash_at_eval_of_2(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  (void)h;
+  if (job->kind != TRAIN_JOB_EVAL_FORWARD || n->stage != 2 || train_peer_iteration(n->tp) < 2) return false;
+  *crash = n->index;
+  return true;
+}
+
+static void test_eval_partial_when_a_stage_is_lost(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 5, verbose());
+  h.hook = crash_at_eval_of_2;
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  train_peer_set_validation(h.nodes[d].tp, h_val_sample, NULL, EVAL_N, EVAL_EVERY);
+  h_start(&h, d);
+  for (int i = 0; i < STAGES; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  for (int k = 0; k < 2000 && !h.hook_fired; k++) h_run_for(&h, 10);
+  assert_true(h.hook_fired);
+  h_node *dn = &h.nodes[d];
+  for (int k = 0; k < 6000 && !dn->have_eval[2]; k++) h_run_for(&h, 10);
+  assert_true(dn->have_eval[2]);
+  assert_true(dn->eval_ok_of[2] < EVAL_N);
+  assert_true(dn->eval_ok_of[2] == 0 ? isnan(dn->eval_loss_of[2]) : isfinite(dn->eval_loss_of[2]));
+  assert_int_equal(dn->eval_states_held, 0);
+  h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false)); /* the leader places it in stage 2 */
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(dn->iterations_done, ITERS);
+  assert_true(dn->have_eval[ITERS]);
+  assert_int_equal(dn->eval_ok_of[ITERS], EVAL_N);
+  h_free(&h);
+}
+
+/* An aggregation that begins while a data node evaluates (the leader did
+ * not wait for it: here a forged-early BEGIN_AGG from the other data node)
+ * drops the eval microbatches with the rest of the iteration's; the
+ * evaluation then reports what came back instead of waiting forever. */
+typedef struct early_agg {
+  int d0, d1;
+  bool sent;
+} early_agg;
+
+static bool begin_agg_during_eval(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  early_agg *e = h->hook_ud;
+  (void)crash;
+  if (e->sent || n->index != e->d0 || job->kind != TRAIN_JOB_EVAL_EMBED || train_peer_iteration(n->tp) != 2)
+    return false;
+  Gwtf__TrainIteration it = GWTF__TRAIN_ITERATION__INIT;
+  it.iteration = 2;
+  uint8_t buf[32];
+  size_t len = gwtf__train_iteration__pack(&it, buf);
+  assert_int_equal(h_inject(h, e->d1, e->d0, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, buf, len, NULL), 0);
+  e->sent = true;
+  return false;
+}
+
+static void test_eval_dropped_by_a_round_reports(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 11, verbose());
+  early_agg e = {0};
+  h.hook = begin_agg_during_eval;
+  h.hook_ud = &e;
+  e.d0 = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  e.d1 = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  train_peer_set_validation(h.nodes[e.d0].tp, h_val_sample, NULL, EVAL_N, EVAL_EVERY);
+  h_start(&h, e.d0);
+  h_start(&h, e.d1);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  h_node *dn = &h.nodes[e.d0];
+  for (int k = 0; k < 20000 && !dn->have_eval[2]; k++) h_run_for(&h, 10);
+  assert_true(e.sent);
+  assert_true(dn->have_eval[2]);
+  assert_true(dn->eval_ok_of[2] < EVAL_N);
   h_free(&h);
 }
 
@@ -962,6 +1044,8 @@ int main(void) {
       cmocka_unit_test(test_fault_free_matches_reference),
       cmocka_unit_test(test_eval_leaves_training_unchanged),
       cmocka_unit_test(test_eval_survives_a_relay_crash),
+      cmocka_unit_test(test_eval_partial_when_a_stage_is_lost),
+      cmocka_unit_test(test_eval_dropped_by_a_round_reports),
       cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_starts_up_to_its_share),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),

@@ -114,13 +114,13 @@ def fault_free(tmp):
 
 
 def validation(tmp):
-    """Validation loss (docs/TRAINING.md): eval microbatches before iterations
-    0, 3, 6 and after the last leave training as it was (the losses still
+    """Validation loss (docs/TRAINING.md): 6 eval microbatches before
+    iterations 0, 3, 6 and after the last leave training as it was (the losses still
     equal train-ref's with the same held-out split), their losses equal
     train-ref's validation losses, fall, and the summary carries the curve."""
-    n, every, frac = 8, 3, "0.05"
+    n, every, frac, emb = 8, 3, "0.05", 6
     s, ev, _ = run_swarm(tmp, "validation", "--relays", "6", "--stages", "3", "--iterations", str(n),
-                         "--val-fraction", frac, "--eval-every", str(every))
+                         "--val-fraction", frac, "--eval-every", str(every), "--eval-microbatches", str(emb))
     check_common(s, n)
     for it in s["iterations"]:
         check(it["microbatches_done"] == 4 and it["microbatches_deferred"] == 0,
@@ -128,7 +128,7 @@ def validation(tmp):
     evals = [e["f"] for e in ev if e["event"] == "eval.done"]
     want_iters = [i for i in range(n + 1) if i % every == 0 or i == n]
     check([int(e["iter"]) for e in evals] == want_iters, f"eval.done at {[e['iter'] for e in evals]}, wanted {want_iters}")
-    tokens = 4 * 4 * 64  # the run's microbatches per iteration x batch x seq
+    tokens = emb * 4 * 64  # validation microbatches x batch x seq
     for e in evals:
         check(e["complete"] == "1" and int(e["tokens"]) == tokens == int(e["wanted"]),
               f"eval before iteration {e['iter']} incomplete: {e}")
@@ -142,7 +142,8 @@ def validation(tmp):
     check(vl[-1] < vl[0] - 0.5, f"validation loss did not fall: {vl}")
     # the same run in one process: training and validation losses
     ref = subprocess.run([GWTF, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(n),
-                          "--data-seed", "1000", "--val-fraction", frac, "--eval-every", str(every), "--json"],
+                          "--data-seed", "1000", "--val-fraction", frac, "--eval-every", str(every),
+                          "--eval-microbatches", str(emb), "--json"],
                          stdout=subprocess.PIPE, text=True, check=True)
     r = json.loads(ref.stdout)
     # 1e-5 relative, as fault_free: the aggregation sums gradients in another
