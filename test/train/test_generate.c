@@ -316,8 +316,10 @@ static void test_sidecar(void **s) {
   assert_int_equal(ckpt_read_sidecar(path, &sc, err, sizeof(err)), 0);
   assert_false(sc.have_hash);
   snprintf(side, sizeof(side), "%s.json", path);
-  const char *bad[] = {"{\"run\":\"demo\",\"stage\":2}", "{\"run\":\"demo\",\"stage\":2,\"iteration\":1,"
-                       "\"weight_hash\":\"zz\"}", "[1,2]", "not json", "{\"run\":7,\"stage\":2,\"iteration\":1}",
+  const char *bad[] = {"{\"run\":\"demo\",\"stage\":2}",
+                       ("{\"run\":\"demo\",\"stage\":2,\"iteration\":1,"
+                        "\"weight_hash\":\"zz\"}"),
+                       "[1,2]", "not json", "{\"run\":7,\"stage\":2,\"iteration\":1}",
                        "{\"run\":\"demo\",\"stage\":-1,\"iteration\":1}"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     assert_int_equal(gw_file_write_atomic1(side, bad[i], strlen(bad[i]), 0644), 0);
