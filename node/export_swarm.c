@@ -383,7 +383,9 @@ static void on_chunk(export_rt *x, const gw_id *from, const Gwtf__TrainWeightsCh
   }
   if (c->offset == 0) {
     free(f->buf);
-    f->buf = malloc(c->total);
+    /* zeroed: a member that repeats a chunk instead of sending another
+     * reaches the hash check with defined bytes, and fails it */
+    f->buf = calloc(1, c->total);
     if (!f->buf) return;
     f->total = c->total;
     f->received = 0;
