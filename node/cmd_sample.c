@@ -141,11 +141,10 @@ static int generate(const sample_opts *o, gen_model *g, const model_config *cfg,
   gw_rng_seed(&rng, o->seed);
   gen_sampling s = {.temperature = o->temperature, .top_k = o->top_k};
   uint64_t t0 = gw_clock_mono_ns();
-  int rc = 0;
-  for (int i = 0; !rc && i < n; i++) {
-    rc = gen_step(g, ids[i], logits);
-    print_token(cfg, ids[i], i == 0);
-  }
+  /* the prompt at once through the whole-sequence kernels, its keys and
+   * values into the cache */
+  int rc = gen_prefill(g, ids, n, logits);
+  for (int i = 0; !rc && i < n; i++) print_token(cfg, ids[i], i == 0);
   uint64_t t1 = gw_clock_mono_ns();
   int made = 0;
   for (; !rc && made < n_new; made++) {

@@ -44,6 +44,13 @@ int gen_step(gen_model *g, int32_t token, float *logits);
  * without the cache (which it leaves alone). T <= max_seq_len. */
 int gen_forward(gen_model *g, const int32_t *tokens, int T, float *logits);
 
+/* A prompt at once: empties the cache, runs tokens[0..T) through the
+ * whole-sequence kernels, keeps every position's keys and values in the
+ * cache, and writes the logits of the LAST position (vocab_size floats).
+ * Afterwards gen_step continues at position T. GW_ERANGE when T exceeds
+ * the cache. */
+int gen_prefill(gen_model *g, const int32_t *tokens, int T, float *logits);
+
 /* How the next token is drawn from the logits. */
 typedef struct gen_sampling {
   float temperature; /* <= 0: greedy (argmax) */
