@@ -7,9 +7,10 @@
  * block, with the matmuls, norms and activations of gpu/ on a (1, C) row,
  * and attends to the keys and values of all earlier positions kept in a
  * host-side cache (the new q, k, v row is the only thing downloaded per
- * layer, so the same code serves the CPU and the CUDA backend). gen_forward
- * runs a whole sequence at once with the training kernels (no cache): the
- * reference the cached path is tested against.
+ * layer, so the same code serves the CPU and the CUDA backend). gen_prefill
+ * puts a prompt through the whole-sequence training kernels at once and
+ * fills the cache from them. gen_forward runs a whole sequence at once
+ * without the cache: the reference the cached path is tested against.
  *
  * Not thread-safe; one thread drives a gen_model. Errors: 0 or GW_E*. */
 #ifndef GWTF_TRAIN_GENERATE_H
