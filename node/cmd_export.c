@@ -52,7 +52,8 @@ void cmd_export_help(void) {
          "  --verify-members N      members per stage whose weights must agree (default\n"
          "                          2; fewer when the stage has fewer)\n"
          "  --listen IP:PORT        this tool's session and DHT port (default\n"
-         "                          0.0.0.0:0, any free port; 127.0.0.1:0 for a local swarm)\n"
+         "                          0.0.0.0:0, any free port; a bootstrap peer on 127.x\n"
+         "                          lets the DHT take loopback contacts: a local swarm)\n"
          "  --timeout-ms N          give up after N ms (default 120000)\n"
          "  --data-dir DIR          keep this tool's identity there (default: a fresh one\n"
          "                          in a temporary directory, removed afterwards)\n"
@@ -222,8 +223,23 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
   return remove(path);
 }
 
+/* A swarm on this machine (bootstrap on loopback): its DHT contacts are
+ * loopback addresses, which a node accepts only when told to. */
+static bool loopback_bootstrap(const node_config *ncfg) {
+  for (size_t i = 0; i < ncfg->n_bootstrap; i++) {
+    char host[256];
+    uint16_t port;
+    gw_id id;
+    bool has_id;
+    if (node_parse_peer_spec(ncfg->bootstrap[i], host, sizeof(host), &port, &id, &has_id) != 0) continue;
+    if (strncmp(host, "127.", 4) == 0 || strcmp(host, "localhost") == 0 || strcmp(host, "::1") == 0) return true;
+  }
+  return false;
+}
+
 /* A node running only the DHT and the export component, until that is done. */
 static int from_swarm(node_config *ncfg, export_swarm_opts *so) {
+  ncfg->allow_loopback_peers = loopback_bootstrap(ncfg);
   char tmp[] = "/tmp/gwtf-export-XXXXXX";
   bool own_dir = !ncfg->data_dir;
   if (own_dir) {

@@ -16,6 +16,9 @@
 #define EXPORT_MAX_STAGES (64)
 #define EXPORT_MAX_MEMBERS (16)
 #define EXPORT_MAX_FETCH (4)
+/* Verified downloads kept per stage across rounds: a stage that was behind
+ * in one round may match the others' iteration in the next. */
+#define EXPORT_POOL (6)
 #define EXPORT_MAX_QUERIES (EXPORT_MAX_STAGES + 2)
 /* A download with no chunk for this long is abandoned for another member. */
 #define EXPORT_STALL_MS (15000)
@@ -45,8 +48,19 @@ typedef struct fetch {
   uint8_t weight_hash[HF_HASH_BYTES];
 } fetch;
 
+/* A verified download, kept until a consistent set is found. */
+typedef struct pooled {
+  bool used;
+  int member;
+  uint64_t iteration;
+  uint8_t weight_hash[HF_HASH_BYTES];
+  uint8_t *buf;
+  size_t len;
+} pooled;
+
 typedef struct stage_fetch {
   member_ref members[EXPORT_MAX_MEMBERS];
+  pooled pool[EXPORT_POOL];
   int n_members, next_member;
   bool discovering;
   uint64_t discovered_ms;
@@ -71,6 +85,7 @@ struct export_rt {
   p2p_host *host;
   uv_timer_t tick;
   uint64_t started_ms, last_run_query;
+  int round;
   bool have_run, run_busy, finished, stopping;
   train_run run;
   stage_fetch st[EXPORT_MAX_STAGES + 1];
@@ -259,52 +274,50 @@ static void drive_fetch(export_rt *x, int s, fetch *f, uint64_t now) {
   }
 }
 
-/* Every stage has its downloads: same weights within a stage, same
- * iteration everywhere? Re-fetches what is behind; assembles when done. */
-static void check_set(export_rt *x, uint64_t now) {
-  uint64_t newest = 0;
-  for (int s = 0; s <= x->run.stages; s++) {
-    stage_fetch *sf = &x->st[s];
-    if (sf->want == 0) return;
-    for (int k = 0; k < sf->want; k++) {
-      if (!sf->f[k].done) return;
-      if (sf->f[k].iteration > newest) newest = sf->f[k].iteration;
+/* Keeps a verified download (taking its buffer), evicting the oldest
+ * iteration when the pool is full. */
+static void pool_add(stage_fetch *sf, fetch *f) {
+  pooled *slot = &sf->pool[0];
+  for (int i = 0; i < EXPORT_POOL; i++) {
+    if (!sf->pool[i].used) {
+      slot = &sf->pool[i];
+      break;
     }
+    if (sf->pool[i].iteration < slot->iteration) slot = &sf->pool[i];
   }
-  bool behind = false;
-  for (int s = 0; s <= x->run.stages; s++) {
-    stage_fetch *sf = &x->st[s];
-    for (int k = 0; k < sf->want; k++) {
-      fetch *f = &sf->f[k];
-      if (f->iteration == newest) continue;
-      GW_INFO(&x->log, "export.refetch", "stage=%d iter=%llu newest=%llu", s, (unsigned long long)f->iteration,
-              (unsigned long long)newest);
-      int m = f->member;
-      fetch_reset(f);
-      f->not_before = now + EXPORT_REFETCH_MS;
-      sf->next_member = m; /* the same member again: it has moved on since */
-      behind = true;
-    }
+  if (slot->used) free(slot->buf);
+  slot->used = true;
+  slot->member = f->member;
+  slot->iteration = f->iteration;
+  memcpy(slot->weight_hash, f->weight_hash, HF_HASH_BYTES);
+  slot->buf = f->buf;
+  slot->len = f->total;
+  f->buf = NULL;
+}
+
+/* Stage s at iteration it: how many different members' downloads, the
+ * first of them in *first; -1 when two members hold different weights. */
+static int members_at(const stage_fetch *sf, uint64_t it, const pooled **first) {
+  int n = 0;
+  *first = NULL;
+  for (int i = 0; i < EXPORT_POOL; i++) {
+    const pooled *p = &sf->pool[i];
+    if (!p->used || p->iteration != it) continue;
+    if (*first && sodium_memcmp(p->weight_hash, (*first)->weight_hash, HF_HASH_BYTES) != 0) return -1;
+    bool seen = false;
+    for (int k = 0; k < i; k++)
+      seen |= sf->pool[k].used && sf->pool[k].iteration == it && sf->pool[k].member == p->member;
+    if (!*first) *first = p;
+    n += !seen;
   }
-  if (behind) return;
-  for (int s = 0; s <= x->run.stages; s++) {
-    stage_fetch *sf = &x->st[s];
-    for (int k = 1; k < sf->want; k++) {
-      if (sodium_memcmp(sf->f[k].weight_hash, sf->f[0].weight_hash, HF_HASH_BYTES) == 0) continue;
-      char a[GW_ID_SHORT_LEN + 1], b[GW_ID_SHORT_LEN + 1];
-      gw_id_to_short(&sf->members[sf->f[0].member].id, a);
-      gw_id_to_short(&sf->members[sf->f[k].member].id, b);
-      GW_ERROR(&x->log, "export.members_disagree", "stage=%d iter=%llu peers=%s,%s msg=\"two members of the "
-               "stage hold different weights at the same iteration: not exporting\"", s,
-               (unsigned long long)newest, a, b);
-      finish(x, GW_EAUTH);
-      return;
-    }
-  }
+  return n;
+}
+
+static void assemble(export_rt *x, uint64_t it, const pooled **parts) {
   char err[512];
   for (int s = 0; s <= x->run.stages; s++) {
-    fetch *f = &x->st[s].f[0];
-    int rc = hf_model_add_stage(x->o->model, f->buf, f->total, f->weight_hash, NULL, NULL, NULL, err, sizeof(err));
+    int rc = hf_model_add_stage(x->o->model, parts[s]->buf, parts[s]->len, parts[s]->weight_hash, NULL, NULL, NULL,
+                                err, sizeof(err));
     if (rc) {
       GW_ERROR(&x->log, "export.failed", "stage=%d err=\"%s\"", s, err);
       finish(x, rc);
@@ -313,8 +326,71 @@ static void check_set(export_rt *x, uint64_t now) {
   }
   int rc = hf_model_complete(x->o->model, err, sizeof(err));
   if (rc) GW_ERROR(&x->log, "export.failed", "err=\"%s\"", err);
-  x->o->iteration = (long long)newest;
+  x->o->iteration = (long long)it;
   finish(x, rc);
+}
+
+/* The newest iteration at which every stage has `want` members' downloads
+ * (with equal weights); 0 when found (or on a disagreement, which ends
+ * the export), GW_ENOENT when none. */
+static int find_consistent(export_rt *x) {
+  const pooled *parts[EXPORT_MAX_STAGES + 1];
+  uint64_t cands[EXPORT_POOL];
+  int nc = 0;
+  for (int i = 0; i < EXPORT_POOL; i++)
+    if (x->st[0].pool[i].used) cands[nc++] = x->st[0].pool[i].iteration;
+  for (int pass = 0; pass < nc; pass++) {
+    int bi = -1; /* the newest candidate not tried yet */
+    for (int i = 0; i < nc; i++)
+      if (cands[i] != UINT64_MAX && (bi < 0 || cands[i] > cands[bi])) bi = i;
+    if (bi < 0) break;
+    uint64_t it = cands[bi];
+    for (int i = 0; i < nc; i++)
+      if (cands[i] == it) cands[i] = UINT64_MAX;
+    bool ok = true;
+    for (int s = 0; ok && s <= x->run.stages; s++) {
+      int n = members_at(&x->st[s], it, &parts[s]);
+      if (n < 0) {
+        GW_ERROR(&x->log, "export.members_disagree", "stage=%d iter=%llu msg=\"two members of the stage hold "
+                 "different weights at the same iteration: not exporting\"", s, (unsigned long long)it);
+        finish(x, GW_EAUTH);
+        return 0;
+      }
+      ok = n >= x->st[s].want;
+    }
+    if (ok) {
+      assemble(x, it, parts);
+      return 0;
+    }
+  }
+  return GW_ENOENT;
+}
+
+/* Every download of this round is in: a consistent set, or a new round
+ * asking every stage again at once (so the answers fall between the same
+ * two aggregations more often than one stage at a time would). */
+static void check_round(export_rt *x, uint64_t now) {
+  for (int s = 0; s <= x->run.stages; s++) {
+    if (x->st[s].want == 0) return;
+    for (int k = 0; k < x->st[s].want; k++)
+      if (!x->st[s].f[k].done) return;
+  }
+  if (find_consistent(x) == 0) return;
+  char its[512];
+  size_t pos = 0;
+  for (int s = 0; s <= x->run.stages && pos < sizeof(its); s++) {
+    int n = snprintf(its + pos, sizeof(its) - pos, "%s%llu", s ? "," : "",
+                     (unsigned long long)x->st[s].f[0].iteration);
+    pos += n > 0 ? (size_t)n : 0;
+  }
+  x->round++;
+  GW_INFO(&x->log, "export.refetch", "round=%d iterations=%s msg=\"stages at different iterations: asking "
+          "again\"", x->round, its);
+  for (int s = 0; s <= x->run.stages; s++)
+    for (int k = 0; k < x->st[s].want; k++) {
+      fetch_reset(&x->st[s].f[k]);
+      x->st[s].f[k].not_before = now + EXPORT_REFETCH_MS;
+    }
 }
 
 static void tick_cb(uv_timer_t *t) {
@@ -333,7 +409,7 @@ static void tick_cb(uv_timer_t *t) {
   lookups(x, now);
   for (int s = 0; x->have_run && s <= x->run.stages; s++)
     for (int k = 0; k < x->st[s].want; k++) drive_fetch(x, s, &x->st[s].f[k], now);
-  if (x->have_run) check_set(x, now);
+  if (x->have_run) check_round(x, now);
 }
 
 /* ---- chunks ---- */
@@ -367,6 +443,7 @@ static void fetch_complete(export_rt *x, int s, fetch *f) {
   sodium_bin2hex(hex, sizeof(hex), f->weight_hash, HF_HASH_BYTES);
   GW_INFO(&x->log, "export.downloaded", "stage=%d peer=%s bytes=%zu iter=%llu step=%llu hash=%.16s", s, who,
           f->total, (unsigned long long)f->iteration, (unsigned long long)f->step, hex);
+  pool_add(&x->st[s], f);
 }
 
 static void on_chunk(export_rt *x, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const p2p_msg *msg) {
@@ -383,7 +460,9 @@ static void on_chunk(export_rt *x, const gw_id *from, const Gwtf__TrainWeightsCh
   }
   if (c->offset == 0) {
     free(f->buf);
-    f->buf = malloc(c->total);
+    /* zeroed: a member that repeats a chunk instead of sending another
+     * reaches the hash check with defined bytes, and fails it */
+    f->buf = calloc(1, c->total);
     if (!f->buf) return;
     f->total = c->total;
     f->received = 0;
@@ -461,8 +540,10 @@ static int comp_start(node *n, void **state) {
 static void tick_closed(uv_handle_t *h) {
   export_rt *x = h->data;
   node *n = x->n;
-  for (int s = 0; s <= EXPORT_MAX_STAGES; s++)
+  for (int s = 0; s <= EXPORT_MAX_STAGES; s++) {
     for (int k = 0; k < EXPORT_MAX_FETCH; k++) free(x->st[s].f[k].buf);
+    for (int k = 0; k < EXPORT_POOL; k++) free(x->st[s].pool[k].buf);
+  }
   free(x);
   node_component_stopped(n);
 }

@@ -285,14 +285,30 @@ int gen_step(gen_model *g, int32_t token, float *logits) {
 
 /* ---- the whole sequence at once ----------------------------------------------------- */
 
-int gen_forward(gen_model *g, const int32_t *tokens, int T, float *logits) {
+/* k and v of positions 0..T-1 of layer l, from the (T, 3C) qkv rows
+ * after RoPE, into the cache. */
+static int cache_from_qkv(gen_model *g, int l, const float *qkv, int T, float *host) {
+  size_t C = (size_t)g->cfg.d_model;
+  int rc = gpu_download(g->be, host, qkv, (size_t)T * 3 * C * sizeof(float));
+  for (int t = 0; !rc && t < T; t++) {
+    memcpy(g->kcache + ((size_t)l * g->max_len + t) * C, host + (size_t)t * 3 * C + C, C * sizeof(float));
+    memcpy(g->vcache + ((size_t)l * g->max_len + t) * C, host + (size_t)t * 3 * C + 2 * C, C * sizeof(float));
+  }
+  return rc;
+}
+
+/* The whole-sequence forward; with fill, the cache takes every layer's k
+ * and v and only the last position's logits are computed. */
+static int forward_seq(gen_model *g, const int32_t *tokens, int T, float *logits, bool fill) {
   const model_config *c = &g->cfg;
-  if (T < 1 || T > c->max_seq_len) return GW_ERANGE;
+  if (T < 1 || T > c->max_seq_len || (fill && T > g->max_len)) return GW_ERANGE;
   for (int i = 0; i < T; i++)
     if (tokens[i] < 0 || tokens[i] >= c->vocab_size) return GW_EINVAL;
   gen_bufs b;
   int rc = bufs_alloc(g->be, c, T, true, &b);
   if (rc) return rc;
+  float *host = fill ? malloc((size_t)T * 3 * c->d_model * sizeof(float)) : NULL;
+  if (fill && !host) rc = GW_ENOMEM;
   gpu_backend *be = g->be;
   int C = c->d_model, F = c->d_ff, NH = c->n_heads;
   gen_head hp = head_at(g);
@@ -304,6 +320,7 @@ int gen_forward(gen_model *g, const int32_t *tokens, int T, float *logits) {
       gpu_layernorm_forward(be, b.n, b.mean, b.rstd, b.x, p.n1w, p.n1b, T, C, c->eps);
       gpu_matmul_forward(be, b.qkv, b.n, p.qkvw, p.qkvb, NULL, T, C, 3 * C);
       gpu_attention_forward(be, b.atty, b.att_state, b.qkv, 1, T, C, NH);
+      if (fill) rc = cache_from_qkv(g, l, b.qkv, T, host);
       gpu_matmul_forward(be, b.h, b.atty, p.ow, p.ob, b.x, T, C, C);
       gpu_layernorm_forward(be, b.n, b.mean, b.rstd, b.h, p.n2w, p.n2b, T, C, c->eps);
       gpu_matmul_forward(be, b.fc, b.n, p.fcw, p.fcb, NULL, T, C, F);
@@ -314,6 +331,7 @@ int gen_forward(gen_model *g, const int32_t *tokens, int T, float *logits) {
       gpu_matmul_forward(be, b.qkv, b.n, p.qkvw, NULL, NULL, T, C, 3 * C);
       gpu_rope_forward(be, b.qkv, g->rope, 1, T, C, NH);
       gpu_attention_forward(be, b.atty, b.att_state, b.qkv, 1, T, C, NH);
+      if (fill) rc = cache_from_qkv(g, l, b.qkv, T, host);
       gpu_matmul_forward(be, b.h, b.atty, p.ow, NULL, b.x, T, C, C);
       gpu_rmsnorm_forward(be, b.n, b.rstd, b.h, p.n2w, T, C, c->eps);
       gpu_matmul_forward(be, b.fc, b.n, p.fcw, NULL, NULL, T, C, 2 * F);
@@ -321,12 +339,28 @@ int gen_forward(gen_model *g, const int32_t *tokens, int T, float *logits) {
       gpu_matmul_forward(be, b.x, b.fc_act, p.pw, NULL, b.h, T, F, C);
     }
   }
-  if (!rc) {
+  if (!rc && fill) {
+    /* only the last row: the next token's logits */
+    if (T > 1) gpu_copy(be, b.x, b.x + (size_t)(T - 1) * C, (size_t)C * sizeof(float));
+    head_forward(g, &b, 1);
+    rc = gpu_download(be, logits, b.logits, (size_t)c->vocab_size * sizeof(float));
+    if (!rc) g->pos = T;
+  } else if (!rc) {
     head_forward(g, &b, T);
     rc = gpu_download(be, logits, b.logits, (size_t)T * c->vocab_size * sizeof(float));
   }
+  free(host);
   bufs_free(be, &b);
   return rc;
+}
+
+int gen_forward(gen_model *g, const int32_t *tokens, int T, float *logits) {
+  return forward_seq(g, tokens, T, logits, false);
+}
+
+int gen_prefill(gen_model *g, const int32_t *tokens, int T, float *logits) {
+  g->pos = 0;
+  return forward_seq(g, tokens, T, logits, true);
 }
 
 /* ---- sampling ------------------------------------------------------------------------ */

@@ -7,9 +7,10 @@
  * block, with the matmuls, norms and activations of gpu/ on a (1, C) row,
  * and attends to the keys and values of all earlier positions kept in a
  * host-side cache (the new q, k, v row is the only thing downloaded per
- * layer, so the same code serves the CPU and the CUDA backend). gen_forward
- * runs a whole sequence at once with the training kernels (no cache): the
- * reference the cached path is tested against.
+ * layer, so the same code serves the CPU and the CUDA backend). gen_prefill
+ * puts a prompt through the whole-sequence training kernels at once and
+ * fills the cache from them. gen_forward runs a whole sequence at once
+ * without the cache: the reference the cached path is tested against.
  *
  * Not thread-safe; one thread drives a gen_model. Errors: 0 or GW_E*. */
 #ifndef GWTF_TRAIN_GENERATE_H
@@ -43,6 +44,13 @@ int gen_step(gen_model *g, int32_t token, float *logits);
 /* The logits of every position of tokens[0..T) (T * vocab_size floats),
  * without the cache (which it leaves alone). T <= max_seq_len. */
 int gen_forward(gen_model *g, const int32_t *tokens, int T, float *logits);
+
+/* A prompt at once: empties the cache, runs tokens[0..T) through the
+ * whole-sequence kernels, keeps every position's keys and values in the
+ * cache, and writes the logits of the LAST position (vocab_size floats).
+ * Afterwards gen_step continues at position T. GW_ERANGE when T exceeds
+ * the cache. */
+int gen_prefill(gen_model *g, const int32_t *tokens, int T, float *logits);
 
 /* How the next token is drawn from the logits. */
 typedef struct gen_sampling {

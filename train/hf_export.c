@@ -231,9 +231,6 @@ int hf_model_add_stage(hf_model *m, const uint8_t *buf, size_t len, const uint8_
   rc = state_meta(&f, &cfg, &first, &nl, &head, &step, err, err_len);
   if (!rc && m->have_cfg && !same_config(&cfg, &m->cfg))
     rc = gw_fail(err, err_len, GW_EINVAL, "stage state is for another model than the states before it");
-  if (!rc && m->have_cfg && step != m->step)
-    rc = gw_fail(err, err_len, GW_EINVAL, "stage state is at optimizer step %lld, the states before it at %lld",
-                 step, m->step);
   if (!rc && !(t = stage_tensors(&cfg, first, nl, head, &n))) rc = GW_ENOMEM;
   if (!rc) rc = locate_params(&f, t, n, &start, &bytes, err, err_len);
   if (!rc && want_hash) {

@@ -63,7 +63,9 @@ typedef struct hf_model {
   float *params;   /* hf_model_numel floats, malloc'd once the config is known */
   bool head;       /* the data-node part is filled */
   bool *layers;    /* cfg.n_layers flags: block filled */
-  long long step;  /* optimizer step of the first state added (all must agree) */
+  long long step;  /* optimizer step of the first state added (stages may
+                    * differ: a stage that saw no microbatch in a round
+                    * skips its step; the caller matches iterations) */
 } hf_model;
 
 void hf_model_init(hf_model *m);

@@ -68,6 +68,20 @@ static void check_cache_matches_full(model_arch arch) {
   gen_reset(g);
   for (int t = 0; t < 5; t++) assert_int_equal(gen_step(g, tok[t], again), 0);
   assert_memory_equal(again, step + 4 * (size_t)V, (size_t)V * sizeof(float));
+  /* a prompt at once, then steps: the same logits as the whole forward */
+  int P = 7;
+  assert_int_equal(gen_prefill(g, tok, P, again), 0);
+  assert_int_equal(gen_position(g), P);
+  double wp = 0;
+  for (int v = 0; v < V; v++) wp = fmax(wp, fabs(again[v] - full[(size_t)(P - 1) * V + v]));
+  for (int t = P; t < T; t++) {
+    assert_int_equal(gen_step(g, tok[t], again), 0);
+    for (int v = 0; v < V; v++) wp = fmax(wp, fabs(again[v] - full[(size_t)t * V + v]));
+  }
+  printf("%s: prefill of %d then %d steps vs full: max abs diff %.2e\n", model_arch_name(arch), P, T - P, wp);
+  assert_true(wp <= 1e-4 * scale);
+  assert_int_equal(gen_prefill(g, tok, 1, again), 0); /* one position: no row to move */
+  for (int v = 0; v < V; v++) assert_true(fabs(again[v] - full[v]) <= 1e-4 * scale);
   /* bad input: a token outside the vocabulary, a full cache */
   assert_int_equal(gen_step(g, V, again), GW_EINVAL);
   assert_int_equal(gen_step(g, -1, again), GW_EINVAL);
@@ -75,6 +89,7 @@ static void check_cache_matches_full(model_arch arch) {
   for (int t = 0; t < c.max_seq_len; t++) assert_int_equal(gen_step(g, 1, again), 0);
   assert_int_equal(gen_step(g, 1, again), GW_ERANGE);
   assert_int_equal(gen_forward(g, tok, c.max_seq_len + 1, full), GW_ERANGE);
+  assert_int_equal(gen_prefill(g, tok, 0, full), GW_ERANGE);
   free(full);
   free(step);
   free(again);
@@ -316,8 +331,10 @@ static void test_sidecar(void **s) {
   assert_int_equal(ckpt_read_sidecar(path, &sc, err, sizeof(err)), 0);
   assert_false(sc.have_hash);
   snprintf(side, sizeof(side), "%s.json", path);
-  const char *bad[] = {"{\"run\":\"demo\",\"stage\":2}", "{\"run\":\"demo\",\"stage\":2,\"iteration\":1,"
-                       "\"weight_hash\":\"zz\"}", "[1,2]", "not json", "{\"run\":7,\"stage\":2,\"iteration\":1}",
+  const char *bad[] = {"{\"run\":\"demo\",\"stage\":2}",
+                       ("{\"run\":\"demo\",\"stage\":2,\"iteration\":1,"
+                        "\"weight_hash\":\"zz\"}"),
+                       "[1,2]", "not json", "{\"run\":7,\"stage\":2,\"iteration\":1}",
                        "{\"run\":\"demo\",\"stage\":-1,\"iteration\":1}"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     assert_int_equal(gw_file_write_atomic1(side, bad[i], strlen(bad[i]), 0644), 0);
