@@ -1048,6 +1048,21 @@ void cmd_swarm_help(void) {
       "          real networks) --hop-timeout 2000 --restart-after 1\n");
 }
 
+/* Long-only options: codes past every letter, so new ones cannot collide. */
+enum {
+  SW_AGGREGATE = 256,
+  SW_BYZANTINE,
+  SW_NO_VALIDATE,
+  SW_WIRE_DTYPE,
+  SW_WIRE_ACCEPT,
+  SW_HTTP,
+  SW_HTTP_PUBLIC,
+  SW_VAL_FRACTION,
+  SW_VAL_DATASET,
+  SW_EVAL_EVERY,
+  SW_EVAL_MB,
+};
+
 static int parse(int argc, char **argv, swarm_opts *o) {
   static const struct option opts[] = {
       {"relays", required_argument, 0, 'r'},       {"stages", required_argument, 0, 's'},
@@ -1065,13 +1080,18 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       {"fault", required_argument, 0, 'f'},       {"late-relays", required_argument, 0, 'K'},
       {"late-after", required_argument, 0, 'A'},  {"slowdown", required_argument, 0, 'W'},
       {"slowdowns", required_argument, 0, 'X'},   {"capacities", required_argument, 0, 'Y'},
-      {"aggregate", required_argument, 0, 'G'},   {"byzantine", required_argument, 0, 'Z'},
-      {"no-validate-contributions", no_argument, 0, 'N'},
-      {"wire-dtype", required_argument, 0, 'z'},  {"wire-accept", required_argument, 0, 'Q'},
       {"quiet", no_argument, 0, 'q'},              {"help", no_argument, 0, 'h'},
-      {"http", required_argument, 0, 'P'},        {"http-public", no_argument, 0, 'U'},
-      {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'u'},
-      {"eval-every", required_argument, 0, 'E'},  {"eval-microbatches", required_argument, 0, 'g'},
+      {"aggregate", required_argument, 0, SW_AGGREGATE},
+      {"byzantine", required_argument, 0, SW_BYZANTINE},
+      {"no-validate-contributions", no_argument, 0, SW_NO_VALIDATE},
+      {"wire-dtype", required_argument, 0, SW_WIRE_DTYPE},
+      {"wire-accept", required_argument, 0, SW_WIRE_ACCEPT},
+      {"http", required_argument, 0, SW_HTTP},
+      {"http-public", no_argument, 0, SW_HTTP_PUBLIC},
+      {"val-fraction", required_argument, 0, SW_VAL_FRACTION},
+      {"val-dataset", required_argument, 0, SW_VAL_DATASET},
+      {"eval-every", required_argument, 0, SW_EVAL_EVERY},
+      {"eval-microbatches", required_argument, 0, SW_EVAL_MB},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
@@ -1117,12 +1137,12 @@ static int parse(int argc, char **argv, swarm_opts *o) {
     case 'Y': o->capacities = optarg; break;
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
-    case 'z': o->wire_dtype = optarg; break;
-    case 'Q': o->wire_accept = optarg; break;
+    case SW_WIRE_DTYPE: o->wire_dtype = optarg; break;
+    case SW_WIRE_ACCEPT: o->wire_accept = optarg; break;
     case 'q': o->quiet = true; break;
-    case 'G': o->aggregate = optarg; break;
-    case 'N': o->no_validation = true; break;
-    case 'Z': {
+    case SW_AGGREGATE: o->aggregate = optarg; break;
+    case SW_NO_VALIDATE: o->no_validation = true; break;
+    case SW_BYZANTINE: {
       char *colon = NULL;
       long k = strtol(optarg, &colon, 10);
       train_byzantine mode;
@@ -1136,12 +1156,12 @@ static int parse(int argc, char **argv, swarm_opts *o) {
       o->byzantine_mode = colon + 1;
       break;
     }
-    case 'P': o->http = optarg; break;
-    case 'U': o->http_public = true; break;
-    case 'V': o->val_fraction = atof(optarg); break;
-    case 'u': o->val_dataset = optarg; break;
-    case 'E': o->eval_every = atoi(optarg); break;
-    case 'g': o->eval_microbatches = atoi(optarg); break;
+    case SW_HTTP: o->http = optarg; break;
+    case SW_HTTP_PUBLIC: o->http_public = true; break;
+    case SW_VAL_FRACTION: o->val_fraction = atof(optarg); break;
+    case SW_VAL_DATASET: o->val_dataset = optarg; break;
+    case SW_EVAL_EVERY: o->eval_every = atoi(optarg); break;
+    case SW_EVAL_MB: o->eval_microbatches = atoi(optarg); break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
