@@ -13,8 +13,13 @@
 # and restarted with a fresh identity, so you watch the flows re-route,
 # backward passes get repaired and newcomers download their stage's weights
 # while the loss falls. The merged log stream is on screen; Ctrl-C stops the
-# swarm cleanly. A summary (loss per iteration, crashes, repairs, tokens/s)
-# ends the run and is also written to build/swarm-summary.json.
+# swarm cleanly. The data nodes hold out the last 5 % of the text and log the
+# validation loss every 10 iterations (eval.done). A summary (loss and
+# validation loss per iteration, crashes, repairs, tokens/s) ends the run and
+# is also written to build/swarm-summary.json. Then the peers' checkpoints
+# (build/demo/) are exported as a Hugging Face-style model (build/demo-model/:
+# model.safetensors with GPT-2 names, config.json) and `gwtf sample` writes a
+# few lines with it.
 #
 # While it runs, open the live view it prints (http://127.0.0.1:8080/: stages
 # and members, flows, loss, a timeline of crashes and repairs; docs/WEB.md).
@@ -42,6 +47,19 @@ echo "== gwtf swarm: 2 data nodes, 8 relays, 3 stages, $iterations iterations, c
 if [ "$http_port" != off ]; then
   echo "== watch it live: open http://127.0.0.1:$http_port/" >&2
 fi
-exec "$gwtf" swarm "${http[@]}" --dataset "$dataset" --model tiny --data-nodes 2 --relays 8 --stages 3 \
+# Fresh peer data dirs: the export below must see only this run's checkpoints.
+workdir="$here/build/demo"
+model="$here/build/demo-model"
+rm -rf "$workdir"
+rc=0
+"$gwtf" swarm "${http[@]}" --dataset "$dataset" --model tiny --data-nodes 2 --relays 8 --stages 3 \
   --iterations "$iterations" --churn 0.1 --links "$here/data/links/cities8.json" --base-port 7000 \
-  --summary-json "$here/build/swarm-summary.json" "$@"
+  --val-fraction 0.05 --eval-every 10 --workdir "$workdir" \
+  --summary-json "$here/build/swarm-summary.json" "$@" || rc=$?
+[ "$rc" -eq 0 ] || { echo "== gwtf swarm exited with $rc" >&2; exit "$rc"; }
+
+echo "== the trained model, exported from the peers' checkpoints: $model" >&2
+"$gwtf" export --run swarm --out "$model" --from-checkpoints "$workdir"/*
+echo "== gwtf sample --model $model --prompt 'Call me' --tokens 200 --seed 1" >&2
+"$gwtf" sample --model "$model" --prompt "Call me" --tokens 200 --seed 1
+echo
