@@ -591,7 +591,9 @@ int stage_embed_backward(stage *st, uint64_t mb, const float *dx) {
   return gpu_sync(st->be);
 }
 
-int stage_loss(stage *st, const float *y, const int32_t *targets, float *loss, float *dy) {
+/* The head's forward for both losses: final norm, logits and the
+ * per-position losses of y (B,T,C) against targets (B,T), on the device. */
+static int head_forward(stage *st, const float *y, const int32_t *targets) {
   if (!st->spec.has_head) return GW_EINVAL;
   if (check_tokens(st, targets)) return GW_EINVAL;
   gpu_backend *be = st->be;
@@ -599,42 +601,6 @@ int stage_loss(stage *st, const float *y, const int32_t *targets, float *loss, f
   int N = st->spec.batch * st->spec.seq_len, C = c->d_model, V = c->vocab_size;
   ws_layout w = workspace_layout(&st->spec);
   float *x = st->ws + w.x, *nf = st->ws + w.nf, *logits = st->ws + w.logits;
-  float *losses = st->ws + w.losses, *dnf = st->ws + w.dnf, *dx = st->ws + w.dres;
-  head_ptrs p = head_at(st, st->params), g = head_at(st, st->grads);
-  int rc = gpu_upload(be, x, y, act_bytes(st));
-  if (!rc) rc = gpu_upload(be, st->targets, targets, (size_t)N * sizeof(int32_t));
-  if (rc) return rc;
-  if (c->arch == MODEL_GPT)
-    gpu_layernorm_forward(be, nf, st->ws + w.nf_mean, st->ws + w.nf_rstd, x, p.nfw, p.nfb, N, C, c->eps);
-  else
-    gpu_rmsnorm_forward(be, nf, st->ws + w.nf_rstd, x, p.nfw, N, C, c->eps);
-  gpu_matmul_forward(be, logits, nf, p.lm, NULL, NULL, N, C, V);
-  gpu_crossentropy_forward(be, losses, logits, logits, st->targets, N, V);
-  gpu_crossentropy_backward(be, logits, logits, st->targets, 1.0f / (float)N, N, V);
-  gpu_matmul_backward(be, dnf, g.lm, NULL, logits, nf, p.lm, N, C, V);
-  gpu_zero(be, dx, act_bytes(st));
-  if (c->arch == MODEL_GPT)
-    gpu_layernorm_backward(be, dx, g.nfw, g.nfb, dnf, x, p.nfw, st->ws + w.nf_mean, st->ws + w.nf_rstd, N, C);
-  else
-    gpu_rmsnorm_backward(be, dx, g.nfw, dnf, x, p.nfw, st->ws + w.nf_rstd, N, C);
-  /* The per-position losses reuse the host dy buffer (N <= N*C floats) so
-   * the mean is taken in double without another allocation. */
-  rc = gpu_download(be, dy, losses, (size_t)N * sizeof(float));
-  if (rc) return rc;
-  double sum = 0.0;
-  for (int i = 0; i < N; i++) sum += dy[i];
-  *loss = (float)(sum / N);
-  return gpu_download(be, dy, dx, act_bytes(st));
-}
-
-int stage_loss_eval(stage *st, const float *y, const int32_t *targets, float *loss) {
-  if (!st->spec.has_head) return GW_EINVAL;
-  if (check_tokens(st, targets)) return GW_EINVAL;
-  gpu_backend *be = st->be;
-  const model_config *c = &st->spec.model;
-  int N = st->spec.batch * st->spec.seq_len, C = c->d_model, V = c->vocab_size;
-  ws_layout w = workspace_layout(&st->spec);
-  float *x = st->ws + w.x, *nf = st->ws + w.nf, *logits = st->ws + w.logits, *losses = st->ws + w.losses;
   head_ptrs p = head_at(st, st->params);
   int rc = gpu_upload(be, x, y, act_bytes(st));
   if (!rc) rc = gpu_upload(be, st->targets, targets, (size_t)N * sizeof(int32_t));
@@ -644,16 +610,52 @@ int stage_loss_eval(stage *st, const float *y, const int32_t *targets, float *lo
   else
     gpu_rmsnorm_forward(be, nf, st->ws + w.nf_rstd, x, p.nfw, N, C, c->eps);
   gpu_matmul_forward(be, logits, nf, p.lm, NULL, NULL, N, C, V);
-  gpu_crossentropy_forward(be, losses, logits, logits, st->targets, N, V);
-  float *host = malloc((size_t)N * sizeof(float));
+  gpu_crossentropy_forward(be, st->ws + w.losses, logits, logits, st->targets, N, V);
+  return 0;
+}
+
+/* The mean of the N per-position losses, downloaded into host (N floats) and
+ * summed in double in position order: both losses give the same bits. */
+static int mean_loss(stage *st, float *host, float *loss) {
+  int N = st->spec.batch * st->spec.seq_len;
+  int rc = gpu_download(st->be, host, st->ws + workspace_layout(&st->spec).losses, (size_t)N * sizeof(float));
+  if (rc) return rc;
+  double sum = 0.0;
+  for (int i = 0; i < N; i++) sum += host[i];
+  *loss = (float)(sum / N);
+  return 0;
+}
+
+int stage_loss(stage *st, const float *y, const int32_t *targets, float *loss, float *dy) {
+  int rc = head_forward(st, y, targets);
+  if (rc) return rc;
+  gpu_backend *be = st->be;
+  const model_config *c = &st->spec.model;
+  int N = st->spec.batch * st->spec.seq_len, C = c->d_model, V = c->vocab_size;
+  ws_layout w = workspace_layout(&st->spec);
+  float *x = st->ws + w.x, *nf = st->ws + w.nf, *logits = st->ws + w.logits;
+  float *dnf = st->ws + w.dnf, *dx = st->ws + w.dres;
+  head_ptrs p = head_at(st, st->params), g = head_at(st, st->grads);
+  gpu_crossentropy_backward(be, logits, logits, st->targets, 1.0f / (float)N, N, V);
+  gpu_matmul_backward(be, dnf, g.lm, NULL, logits, nf, p.lm, N, C, V);
+  gpu_zero(be, dx, act_bytes(st));
+  if (c->arch == MODEL_GPT)
+    gpu_layernorm_backward(be, dx, g.nfw, g.nfb, dnf, x, p.nfw, st->ws + w.nf_mean, st->ws + w.nf_rstd, N, C);
+  else
+    gpu_rmsnorm_backward(be, dx, g.nfw, dnf, x, p.nfw, st->ws + w.nf_rstd, N, C);
+  /* The per-position losses reuse the host dy buffer (N <= N*C floats): no
+   * allocation for the mean. */
+  rc = mean_loss(st, dy, loss);
+  if (rc) return rc;
+  return gpu_download(be, dy, dx, act_bytes(st));
+}
+
+int stage_loss_eval(stage *st, const float *y, const int32_t *targets, float *loss) {
+  int rc = head_forward(st, y, targets);
+  if (rc) return rc;
+  float *host = malloc((size_t)st->spec.batch * st->spec.seq_len * sizeof(float));
   if (!host) return GW_ENOMEM;
-  rc = gpu_download(be, host, losses, (size_t)N * sizeof(float));
-  if (rc == 0) {
-    /* summed in double in position order, as stage_loss does */
-    double sum = 0.0;
-    for (int i = 0; i < N; i++) sum += host[i];
-    *loss = (float)(sum / N);
-  }
+  rc = mean_loss(st, host, loss);
   free(host);
   return rc;
 }
