@@ -8,7 +8,7 @@
  *                (relative error <= 2^-8 for normal values);
  *   TRAIN_F16    2 bytes: IEEE binary16, rounded to nearest even (relative
  *                error <= 2^-11 from 2^-14 to 65504); magnitudes
- *                past 65504 become +-Inf, below 2^-24 become (signed) zero;
+ *                from 65520 up become +-Inf, below 2^-24 become (signed) zero;
  *   TRAIN_Q8ROW  per row: the row's largest magnitude m as a 4-byte float,
  *                then `cols` signed bytes q = round_even(x * 127 / m), so
  *                x' = q * m / 127 is within m/254 (half a step) of x. The
