@@ -39,6 +39,7 @@ enum {
   T_DEBUG_CRASH,
   T_EXIT_WITH_PARENT,
   T_SLOWDOWN,
+  T_STAGE_MEM,
 };
 
 const struct option train_node_options[] = {
@@ -67,6 +68,7 @@ const struct option train_node_options[] = {
     {"debug-crash", required_argument, 0, T_DEBUG_CRASH},
     {"exit-with-parent", no_argument, 0, T_EXIT_WITH_PARENT},
     {"slowdown", required_argument, 0, T_SLOWDOWN},
+    {"stage-memory-mb", required_argument, 0, T_STAGE_MEM},
     {0},
 };
 
@@ -98,6 +100,8 @@ void train_node_print_help(void) {
   for (size_t i = 0; i < n; i++) printf("%s%s", i ? ", " : "", p[i].name);
   printf(") or a JSON config file\n"
          "  --stages S                 relay stages (default 3)\n"
+         "  --stage-memory-mb M        the fewest stages whose even split fits M MB per relay (weights,\n"
+         "                             AdamW state, gradients, activations); with --stages: checks it\n"
          "  --microbatches M           per data node per iteration (default 4)\n"
          "  --batch B --seq T          microbatch shape (default 4 x 64)\n"
          "  --lr X                     AdamW learning rate (default 1e-3)\n"
@@ -192,6 +196,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       {T_SEQ, "--seq", 2, 65536},             {T_ITERS, "--iterations", 0, 100000000},
       {T_THREADS, "--threads", 0, 1024},      {T_CKPT, "--checkpoint-every", 0, 100000000},
       {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
+      {T_STAGE_MEM, "--stage-memory-mb", 1, 1 << 24},
   };
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
     if (ints[i].code != code) continue;
@@ -201,7 +206,8 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       return bad(ints[i].name, arg, want);
     }
     switch (code) {
-    case T_STAGES: o->stages = (int)v; break;
+    case T_STAGES: o->stages = (int)v, o->stages_given = true; break;
+    case T_STAGE_MEM: o->stage_memory_mb = (int)v; break;
     case T_CAPACITY: o->capacity = (int)v; break;
     case T_MICRO: o->microbatches = (int)v; break;
     case T_BATCH: o->batch = (int)v; break;
