@@ -19,6 +19,7 @@
 #include "node/dht_node.h"
 #include "node/relays.h"
 #include "node/run_access.h"
+#include "node/train_plan.h"
 #include "node/worker.h"
 #include "train/checkpoint.h"
 #include "train/compute.h"
@@ -99,6 +100,7 @@ typedef struct train_rt {
   uv_loop_t *loop;
   const train_node_opts *o;
   gw_log log;
+  size_t budget_bytes; /* compute.ready's budget_mb: what this node's stage may use */
   dht *d;
   p2p_host *host;
   bool have_run, started, stopping, finished;
@@ -732,6 +734,7 @@ static int probe_compute(train_rt *rt, bool data) {
   gpu_device_info info = {0};
   gpu_device_info_get(be, &info);
   size_t budget = free_b / 10 * 8; /* leave a fifth for everything else */
+  rt->budget_bytes = budget;
   if (data)
     rt->capacity = (uint32_t)rt->run.microbatches;
   else
@@ -759,6 +762,7 @@ static int start_compute(train_rt *rt, int s) {
   adamw_config opt;
   adamw_defaults(&opt);
   opt.lr = (float)rt->run.lr;
+  train_plan_log_node_stage(&rt->log, rt->o, s, &spec, rt->budget_bytes);
   train_compute_init(&rt->compute, &spec, &dev, rt->o->threads, rt->run.seed, &opt);
   rt->compute_ready = true;
   train_shape shape = {rt->run.batch, rt->run.seq, rt->run.model.d_model, train_compute_n_params(&spec)};
@@ -1052,6 +1056,8 @@ static int create_run(train_rt *rt) {
     GW_ERROR(&rt->log, "train.config", "err=\"%s\"", err);
     return GW_EINVAL;
   }
+  int prc = train_plan_stages(&rt->log, o, r);
+  if (prc != 0) return prc;
   rt->have_run = true;
   GW_INFO(&rt->log, "run.created",
           "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d access=%s", r->name,

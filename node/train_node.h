@@ -39,6 +39,8 @@ typedef struct train_node_opts {
   const char *device;     /* "cpu", "cuda", "cuda:N" */
   const char *routing;    /* "gwtf" or "swarm" */
   int stages;             /* create only */
+  bool stages_given;      /* --stages was on the command line */
+  int stage_memory_mb;    /* create only: per-node budget that picks the stage count (0: none) */
   int microbatches;       /* per data node per iteration (create only) */
   int batch, seq;         /* create only */
   double lr;              /* create only */

@@ -52,6 +52,7 @@ enum {
   T_WIRE_DTYPE,
   T_WIRE_ACCEPT,
   T_EVAL_MB,
+  T_STAGE_MEM,
 };
 
 const struct option train_node_options[] = {
@@ -92,6 +93,7 @@ const struct option train_node_options[] = {
     {"wire-dtype", required_argument, 0, T_WIRE_DTYPE},
     {"wire-accept", required_argument, 0, T_WIRE_ACCEPT},
     {"eval-microbatches", required_argument, 0, T_EVAL_MB},
+    {"stage-memory-mb", required_argument, 0, T_STAGE_MEM},
     {0},
 };
 
@@ -155,6 +157,8 @@ void train_node_print_help(void) {
   for (size_t i = 0; i < n; i++) printf("%s%s", i ? ", " : "", p[i].name);
   printf(") or a JSON config file\n"
          "  --stages S                 relay stages (default 3)\n"
+         "  --stage-memory-mb M        the fewest stages whose even split fits M MB per relay (weights,\n"
+         "                             AdamW state, gradients, activations); with --stages: checks it\n"
          "  --microbatches M           per data node per iteration (default 4)\n"
          "  --batch B --seq T          microbatch shape (default 4 x 64)\n"
          "  --lr X                     AdamW learning rate (default 1e-3)\n"
@@ -290,6 +294,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       {T_THREADS, "--threads", 0, 1024},      {T_CKPT, "--checkpoint-every", 0, 100000000},
       {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
       {T_EVAL_EVERY, "--eval-every", 0, 100000000}, {T_EVAL_MB, "--eval-microbatches", 0, 65536},
+      {T_STAGE_MEM, "--stage-memory-mb", 1, 1 << 24},
   };
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
     if (ints[i].code != code) continue;
@@ -299,7 +304,8 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       return bad(ints[i].name, arg, want);
     }
     switch (code) {
-    case T_STAGES: o->stages = (int)v; break;
+    case T_STAGES: o->stages = (int)v, o->stages_given = true; break;
+    case T_STAGE_MEM: o->stage_memory_mb = (int)v; break;
     case T_CAPACITY: o->capacity = (int)v; break;
     case T_MICRO: o->microbatches = (int)v; break;
     case T_BATCH: o->batch = (int)v; break;

@@ -2,6 +2,12 @@
 """Generate the PyTorch reference fixtures that `gwtf check stage` runs.
 
     /usr/bin/python3 scripts/gen_fixtures.py [--out test/fixtures] [--seed 5]
+    /usr/bin/python3 scripts/gen_fixtures.py --presets --out DIR
+
+--presets writes, instead of the committed fixtures, one-block stages of the
+real-size presets (gpt2-small, llama-160m: d_model 768, 12 heads, their d_ff
+and T_max) at B = 2, T = 24: ~57 MB each, too big to commit, so
+test/train/check_stage_presets.sh generates them when it runs.
 
 Needs PyTorch (Debian's python3-torch: run /usr/bin/python3, which has it).
 The references are computed in float64 from float32 inputs and weights, then
@@ -107,12 +113,30 @@ def write(out_dir, name, kind, cfg, B, T, tensors, extra=None):
     print(f"{path}: {os.path.getsize(path)} bytes, {len(tensors)} tensors")
 
 
+# (name, arch, d_ff) of the presets --presets writes one block of; the
+# other sizes are shared (train/model.c): d_model 768, 12 heads, T_max 1024.
+PRESET_STAGES = (("gpt2_small", "gpt", 3072), ("llama_160m", "llama", 2048))
+
+
+def preset_fixtures(out_dir, seed):
+    gen = torch.Generator().manual_seed(seed)
+    B, T = 2, 24
+    for name, arch, d_ff in PRESET_STAGES:
+        cfg = G.Cfg(arch, d_model=768, n_heads=12, n_layers=1, d_ff=d_ff, vocab_size=50257, max_seq_len=1024)
+        write(out_dir, f"{name}_block", "blocks", cfg, B, T, blocks_fixture(cfg, B, T, gen))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "test", "fixtures"))
     ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--presets", action="store_true",
+                    help="write one-block stages of gpt2-small and llama-160m instead")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    if args.presets:
+        preset_fixtures(args.out, args.seed)
+        return 0
     gen = torch.Generator().manual_seed(args.seed)
 
     # Odd sizes: C = 36 and T = 67 are not powers of two, 3 heads, B = 2,

@@ -79,8 +79,13 @@ static const model_preset presets[] = {
      {MODEL_LLAMA, 128, 4, 4, 352, 256, 128, 1e-5f, 10000.0f}},
     {"small", "gpt, byte-level, 10.8M params",
      {MODEL_GPT, 384, 6, 6, 1536, 256, 256, 1e-5f, 10000.0f}},
-    {"gpt2-124m", "GPT-2 small (124M) on GPT-2 BPE tokens (llm.c .bin files)",
+    /* GPT-2 small exactly (124M); "gpt2-124m" is its older name (aliases). */
+    {"gpt2-small", "GPT-2 small (124M; 12 layers, d_model 768) on GPT-2 BPE tokens (llm.c .bin files)",
      {MODEL_GPT, 768, 12, 12, 3072, 50257, 1024, 1e-5f, 10000.0f}},
+    /* A LLaMA twin of gpt2-small: SwiGLU hidden 2048 (LLaMA's 8C/3 rule),
+     * untied lm_head, GPT-2's vocabulary so it reads the same token files. */
+    {"llama-160m", "llama, 162M (12 layers, d_model 768, 12 heads, SwiGLU 2048) on GPT-2 BPE tokens",
+     {MODEL_LLAMA, 768, 12, 12, 2048, 50257, 1024, 1e-5f, 10000.0f}},
     /* The GWTF paper's models: d_model 1024 and 16 layers as in its §VI.
      * Its 18 heads do not divide 1024 (head_dim 56.9), so 16 heads of 64.
      * The paper names no tokenizer; GPT-2's vocabulary lets these presets
@@ -96,7 +101,14 @@ const model_preset *model_presets(size_t *n) {
   return presets;
 }
 
+/* Older names that keep working; `gwtf help` lists only the presets. */
+static const struct {
+  const char *alias, *name;
+} preset_aliases[] = {{"gpt2-124m", "gpt2-small"}};
+
 int model_preset_get(const char *name, model_config *out) {
+  for (size_t i = 0; i < sizeof(preset_aliases) / sizeof(preset_aliases[0]); i++)
+    if (strcmp(preset_aliases[i].alias, name) == 0) name = preset_aliases[i].name;
   for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++) {
     if (strcmp(presets[i].name, name) == 0) {
       *out = presets[i].cfg;

@@ -71,7 +71,8 @@ typedef struct model_preset {
 
 /* The named presets, in the order `gwtf help` lists them. */
 const model_preset *model_presets(size_t *n);
-/* Copies the preset called name into out. Returns 0 or GW_ENOENT. */
+/* Copies the preset called name (or an older alias: gpt2-124m is
+ * gpt2-small) into out. Returns 0 or GW_ENOENT. */
 int model_preset_get(const char *name, model_config *out);
 
 /* ---- JSON (run records, --model FILE) --------------------------------------------- */

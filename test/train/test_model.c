@@ -26,6 +26,21 @@ static void test_presets(void **state) {
   assert_int_equal(c.d_model, 1024);
   assert_int_equal(c.n_layers, 16);
   assert_int_equal(c.n_heads, 16);
+  /* issue 20: GPT-2 small exactly (124,439,808 params, tied head), its old
+   * name still works, and a LLaMA of the same shape near 160M. */
+  assert_int_equal(model_preset_get("gpt2-small", &c), 0);
+  assert_int_equal(c.arch, MODEL_GPT);
+  assert_int_equal(c.d_model, 768);
+  assert_int_equal(c.n_layers, 12);
+  assert_int_equal(model_total_params(&c), 124439808);
+  model_config old;
+  assert_int_equal(model_preset_get("gpt2-124m", &old), 0);
+  assert_memory_equal(&old, &c, sizeof(c));
+  assert_int_equal(model_preset_get("llama-160m", &c), 0);
+  assert_int_equal(c.arch, MODEL_LLAMA);
+  assert_int_equal(c.d_model, 768);
+  assert_int_equal(c.n_layers, 12);
+  assert_true(model_total_params(&c) > 155000000 && model_total_params(&c) < 165000000);
   assert_int_equal(model_preset_get("nope", &c), GW_ENOENT);
 }
 
