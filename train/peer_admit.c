@@ -465,6 +465,9 @@ int train_peer_set_revocations(train_peer *p, const uint8_t *list, size_t len, u
 
 /* ---- time ---- */
 
+/* A joiner redeems its token with the leader, the token's creator and every
+ * data node of the directory (any of them may hold the run key). */
+
 void admit_tick(train_peer *p) {
   peer_admit *a = &p->admit;
   if (!a->private_run) return;
@@ -488,6 +491,12 @@ void admit_tick(train_peer *p) {
     if (p->have_leader) peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
     if (!p->have_leader || !gw_id_eq(&p->leader, &a->token_creator))
       peer_send(p, &a->token_creator, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
+    /* and the other data nodes of the directory: one may hold the run key
+     * (--run-key) while the creator is gone and the leader does not */
+    for (uint32_t k = 0; k < a->n_pending; k++)
+      if (a->pending[k].stage == 0 && !gw_id_eq(&a->pending[k].id, &a->token_creator) &&
+          !(p->have_leader && gw_id_eq(&a->pending[k].id, &p->leader)))
+        peer_send(p, &a->pending[k].id, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
     GW_DEBUG(&p->log, "run.redeeming", "leader=%d", (int)p->have_leader);
   }
 }

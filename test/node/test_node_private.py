@@ -13,7 +13,10 @@ C creates the private run (one relay stage, so two relays share it). Then:
     sessions stay up;
   - an expired invite is refused (`token_expired`), a used-up one too;
   - `gwtf revoke` drops R2: C sends the list on, R1 refuses R2, and C's
-    next iterations count one relay.
+    next iterations count one relay;
+  - failover: a second data node started with `--run-key` (a copy of the
+    creator's key) leads once the creator is killed, and admits a relay
+    invited with `gwtf invite --run-key` on its machine; that relay trains.
 
 usage: test_node_private.py PATH_TO_P2P_PROBE"""
 
@@ -120,7 +123,25 @@ def test():
         mc = c.mark()
         c.wait("iteration.done", since=mc, count=2, peers="1", timeout=4 * TIMEOUT)
         r1.wait("run.refused", peer=r2.short, reason="revoked", timeout=2 * TIMEOUT)
-        for node in (r2, r1, c):
+        r2.stop()
+
+        # failover: a second data node holds a copy of the run key; the
+        # creator dies; it leads, invites and admits a new relay
+        key = os.path.join(c.data_dir, "runs", RUN, "run.key")
+        d2 = s.node("d2", COMMON + ["--run", RUN, "--role", "data", "--dataset", data, "--run-key", key,
+                                    "--iterations", "0"]).start(bootstrap=[c.spec])
+        d2.wait("peer.ready", timeout=4 * TIMEOUT)
+        check(not c.find("run.refused", peer=d2.short), "the holder of the run key was refused")
+        c.kill9()
+        d2.wait("leader.elected", timeout=4 * TIMEOUT)
+        token3 = gwtf("invite", "--run", RUN, "--data-dir", d2.data_dir, "--run-key", key)
+        r3 = s.node("r3", COMMON + ["--join", token3]).start()
+        r3.wait("run.certified", timeout=4 * TIMEOUT)
+        d2.wait("run.admitted", peer=r3.short)
+        r3.wait("peer.ready", timeout=4 * TIMEOUT)
+        md = d2.mark()
+        d2.wait("iteration.done", since=md, peers="2", timeout=6 * TIMEOUT)
+        for node in (r3, r1, d2):
             node.stop()
 
 

@@ -327,6 +327,27 @@ static void test_wrong_weights_are_refetched(void **state) {
   h_free(&h);
 }
 
+/* Open run: the leader takes one JOIN per peer per second. */
+static void test_join_rate_limited(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 36, 0, false);
+  int stranger = h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  start_all(&h, stranger);
+  h_run_for(&h, 500);
+  uint64_t before = C(&h, d)->messages_refused;
+  Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
+  j.capacity = 4;
+  for (int i = 0; i < 5; i++) inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
+  h_run_for(&h, 50);
+  assert_int_equal(C(&h, d)->messages_refused - before, 4);
+  h_run_for(&h, 1000); /* a second later, one more is taken */
+  inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
+  h_run_for(&h, 50);
+  assert_int_equal(C(&h, d)->messages_refused - before, 4);
+  h_free(&h);
+}
+
 /* ---- the codecs ---- */
 
 static void test_codecs(void **state) {
@@ -389,6 +410,7 @@ int main(void) {
       cmocka_unit_test(test_expired_and_used_up_tokens_are_refused),
       cmocka_unit_test(test_expired_certificate_is_refused),
       cmocka_unit_test(test_wrong_weights_are_refetched),
+      cmocka_unit_test(test_join_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
