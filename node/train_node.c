@@ -130,7 +130,8 @@ typedef struct train_rt {
   bool have_key;             /* we hold the run key (creator, --run-key) */
   member_key key;
   const char *data_dir;
-  struct timespec revoked_mtime; /* of DIR/runs/NAME/revoked when we last read it */
+  struct timespec revoked_mtime; /* of DIR/runs/NAME/revoked when we last read or wrote it */
+  uint64_t revoked_seq;          /* the sequence number of the list in that file */
   char creator_addr[GW_ADDR_STRLEN]; /* what we last wrote to creator.addr */
 } train_rt;
 
@@ -588,20 +589,41 @@ static void publish_run(train_rt *rt) {
 }
 
 /* A holder of the run key takes the list `gwtf revoke` wrote as soon as it
- * changes, and floods it to the members (train/peer_admit.c). */
+ * changes, and floods it to the members (train/peer_admit.c); a newer list
+ * it heard from another holder goes to its data dir, so that `gwtf revoke`
+ * here adds to it (a list is replaced only by a higher sequence number). */
 static void load_revocations(train_rt *rt) {
   char path[PATH_MAX];
   struct stat st;
   run_access_path(rt->data_dir, rt->run.name, "revoked", path, sizeof(path));
-  if (stat(path, &st) != 0) return;
-  if (st.st_mtim.tv_sec == rt->revoked_mtime.tv_sec && st.st_mtim.tv_nsec == rt->revoked_mtime.tv_nsec) return;
-  rt->revoked_mtime = st.st_mtim;
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  int rc = run_access_read_revocations(rt->data_dir, rt->run.name, &buf, &len);
-  if (rc == 0) rc = train_peer_set_revocations(rt->peer, buf, len, now_ms(rt));
-  free(buf);
-  if (rc != 0) GW_ERROR(&rt->log, "run.bad_revocations", "path=%s err=\"%s\"", path, gw_strerror(rc));
+  if (stat(path, &st) == 0 &&
+      (st.st_mtim.tv_sec != rt->revoked_mtime.tv_sec || st.st_mtim.tv_nsec != rt->revoked_mtime.tv_nsec)) {
+    rt->revoked_mtime = st.st_mtim;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    member_revocations r;
+    int rc = run_access_read_revocations(rt->data_dir, rt->run.name, &buf, &len);
+    if (rc == 0) rc = member_revocations_parse(buf, len, rt->run.name, rt->key.pk, &r);
+    if (rc == 0) {
+      if (r.seq > rt->revoked_seq) rt->revoked_seq = r.seq;
+      member_revocations_free(&r);
+      rc = train_peer_set_revocations(rt->peer, buf, len, now_ms(rt));
+    }
+    free(buf);
+    if (rc != 0) GW_ERROR(&rt->log, "run.bad_revocations", "path=%s err=\"%s\"", path, gw_strerror(rc));
+  }
+  const uint8_t *list;
+  size_t len;
+  uint64_t seq;
+  if (train_peer_revocations(rt->peer, &list, &len, &seq) && seq > rt->revoked_seq) {
+    char dir[PATH_MAX];
+    run_access_path(rt->data_dir, rt->run.name, NULL, dir, sizeof(dir));
+    gw_mkdir_p(dir, 0700);
+    if (gw_file_write_atomic1(path, list, len, 0600) == 0 && stat(path, &st) == 0) {
+      rt->revoked_mtime = st.st_mtim;
+      rt->revoked_seq = seq;
+    }
+  }
 }
 
 static void disco_cb(uv_timer_t *t) {

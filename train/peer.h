@@ -294,6 +294,10 @@ int train_peer_set_membership(train_peer *p, const train_membership *m);
  * the creator's data dir; a newer one replaces the list, revoked members
  * are dropped from every view at once. Returns 0 or a negative error. */
 int train_peer_set_revocations(train_peer *p, const uint8_t *list, size_t len, uint64_t now_ms);
+/* The newest revocation list we hold (packed RunRevocations) and its
+ * sequence number; false when none. A holder of the run key keeps it in
+ * its data dir, so `gwtf revoke` there builds on it. */
+bool train_peer_revocations(const train_peer *p, const uint8_t **list, size_t *len, uint64_t *seq);
 /* A session to `peer` came up: present our certificate. */
 void train_peer_on_peer_up(train_peer *p, const gw_id *peer, uint64_t now_ms);
 /* Whether messages from `peer` are taken (always in an open run). The

@@ -88,6 +88,13 @@ static void present(train_peer *p, const gw_id *to, bool reply) {
     }
   }
   send_cert(p, to, GWTF__TRAIN_MSG__TRAIN_CERT, reply, NULL, a->my_cert, a->my_cert_len);
+  /* and the run's revocations: a member that was away learns them (it
+   * ignores a list that is not newer than its own) */
+  if (a->revoked_bin) {
+    Gwtf__TrainRevoked r = GWTF__TRAIN_REVOKED__INIT;
+    r.list = (ProtobufCBinaryData){a->revoked_len, a->revoked_bin};
+    peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_REVOKED, &r.base, NULL);
+  }
 }
 
 void admit_before_send(train_peer *p, const gw_id *to, uint32_t type) {
@@ -456,6 +463,15 @@ static int take_revocations(train_peer *p, const gw_id *from, const uint8_t *buf
 void admit_on_revoked(train_peer *p, const gw_id *from, const Gwtf__TrainRevoked *r) {
   if (take_revocations(p, from, r->list.data, r->list.len) != 0)
     refuse(p, from, GWTF__TRAIN_MSG__TRAIN_REVOKED, "bad_revocations");
+}
+
+bool train_peer_revocations(const train_peer *p, const uint8_t **list, size_t *len, uint64_t *seq) {
+  const peer_admit *a = &p->admit;
+  if (!a->revoked_bin) return false;
+  *list = a->revoked_bin;
+  *len = a->revoked_len;
+  *seq = a->revoked.seq;
+  return true;
 }
 
 int train_peer_set_revocations(train_peer *p, const uint8_t *list, size_t len, uint64_t now_ms) {

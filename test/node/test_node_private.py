@@ -16,7 +16,8 @@ C creates the private run (one relay stage, so two relays share it). Then:
     next iterations count one relay;
   - failover: a second data node started with `--run-key` (a copy of the
     creator's key) leads once the creator is killed, and admits a relay
-    invited with `gwtf invite --run-key` on its machine; that relay trains.
+    invited with `gwtf invite --run-key` on its machine; that relay trains,
+    and `gwtf revoke` there adds to the creator's list (sequence 2).
 
 usage: test_node_private.py PATH_TO_P2P_PROBE"""
 
@@ -131,6 +132,7 @@ def test():
         d2 = s.node("d2", COMMON + ["--run", RUN, "--role", "data", "--dataset", data, "--run-key", key,
                                     "--iterations", "0"]).start(bootstrap=[c.spec])
         d2.wait("peer.ready", timeout=4 * TIMEOUT)
+        d2.wait("run.revocations", seq="1", timeout=2 * TIMEOUT)  # C's list reached it with C's certificate
         check(not c.find("run.refused", peer=d2.short), "the holder of the run key was refused")
         c.kill9()
         d2.wait("leader.elected", timeout=4 * TIMEOUT)
@@ -141,6 +143,11 @@ def test():
         r3.wait("peer.ready", timeout=4 * TIMEOUT)
         md = d2.mark()
         d2.wait("iteration.done", since=md, peers="2", timeout=6 * TIMEOUT)
+        # a revocation on the new holder's machine adds to the creator's list
+        m1 = r1.mark()
+        gwtf("revoke", "--run", RUN, "--data-dir", d2.data_dir, "--run-key", key, r3.id)
+        d2.wait("run.revocations", seq="2", peers="2", timeout=TIMEOUT)
+        r1.wait("run.revoked", since=m1, peer=r3.short, timeout=TIMEOUT)
         for node in (r3, r1, d2):
             node.stop()
 
