@@ -131,7 +131,7 @@ static void refuse(train_peer *p, const gw_id *from, uint32_t type, const char *
   p->counters.messages_refused++;
   p->counters.admissions_refused++;
   uint32_t k = 0;
-  while (k < a->n_logged && !(gw_id_eq(&a->logged[k].id, from) && a->logged[k].reason == reason)) k++;
+  while (k < a->n_logged && !(gw_id_eq(&a->logged[k].id, from) && strcmp(a->logged[k].reason, reason) == 0)) k++;
   if (k == a->n_logged) {
     k = a->n_logged < ADMIT_MAX_LOGGED ? a->n_logged++ : (uint32_t)(p->counters.admissions_refused % ADMIT_MAX_LOGGED);
     a->logged[k].id = *from;
@@ -380,7 +380,18 @@ void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *
   peer_short(from, who);
   if (!a->private_run || !a->token || admit_ready(p)) return;
   if (c->cert.len == 0) {
-    GW_ERROR(&p->log, "run.redeem_refused", "by=%s reason=%s", who, c->refused && *c->refused ? c->refused : "unknown");
+    /* Final: the token will not get better by asking again (expired, used
+     * up, revoked, another run's). One clear line, and no more asking. */
+    if (a->token_refused) return;
+    /* An unsigned answer: only the invite's creator or the leader may end
+     * our asking (anyone else could tell us to give up). */
+    if (!gw_id_eq(from, &a->token_creator) && !(p->have_leader && gw_id_eq(from, &p->leader))) {
+      GW_DEBUG(&p->log, "run.redeem_refused", "by=%s reason=%s", who, c->refused ? c->refused : "");
+      return;
+    }
+    a->token_refused = true;
+    GW_ERROR(&p->log, "run.redeem_refused", "by=%s reason=%s msg=\"ask the run's creator for a new invite\"", who,
+             c->refused && *c->refused ? c->refused : "unknown");
     return;
   }
   member_cert mc;
@@ -500,7 +511,7 @@ void admit_tick(train_peer *p) {
     }
   }
   /* A joiner redeems its token with the leader and the token's creator. */
-  if (!admit_ready(p) && a->token && (!a->last_redeem_ms || p->now - a->last_redeem_ms >= ADMIT_REDEEM_MS)) {
+  if (!admit_ready(p) && a->token && !a->token_refused && (!a->last_redeem_ms || p->now - a->last_redeem_ms >= ADMIT_REDEEM_MS)) {
     a->last_redeem_ms = p->now ? p->now : 1;
     Gwtf__TrainRedeem r = GWTF__TRAIN_REDEEM__INIT;
     r.token = (ProtobufCBinaryData){a->token_len, a->token};

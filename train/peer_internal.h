@@ -235,6 +235,7 @@ typedef struct peer_admit {
   size_t token_len;
   gw_id token_creator;
   uint64_t last_redeem_ms;
+  bool token_refused; /* a holder refused the token for good: stop asking */
   admit_member members[ADMIT_MAX_MEMBERS]; /* certificates verified */
   uint32_t n_members;
   member_revocations revoked;
