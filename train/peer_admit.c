@@ -33,6 +33,8 @@
 #define ADMIT_REDEEM_MS 2000
 #define ADMIT_DEFAULT_TTL_S (30ull * 86400)
 
+static bool renewing(train_peer *p);
+
 static uint64_t unix_now(train_peer *p) { return p->io.unix_s ? p->io.unix_s(p->io.ud) : p->now / 1000; }
 
 static bool admission_type(uint32_t type) {
@@ -309,13 +311,27 @@ static int issue(train_peer *p, const gw_id *peer, uint64_t now_s, uint8_t **cer
   return member_cert_make(&mc, &a->key, cert, len);
 }
 
+/* A member renews: its certificate, still valid and not revoked, for a new one. */
+static const char *renewal_refused(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *r, uint64_t now_s) {
+  peer_admit *a = &p->admit;
+  member_cert mc;
+  if (member_cert_parse(r->cert.data, r->cert.len, a->run, a->run_key, &mc) != 0) return "bad_certificate";
+  if (!gw_id_eq(&mc.peer, from)) return "not_its_certificate";
+  if (member_revoked(&a->revoked, from)) return "revoked";
+  if (now_s >= mc.expires) return "expired";
+  return NULL;
+}
+
 void admit_on_redeem(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *r) {
   peer_admit *a = &p->admit;
   if (!a->private_run || !a->have_sk) return; /* only a holder of the run key admits */
   member_invite inv;
+  memset(&inv, 0, sizeof(inv));
   uint64_t now_s = unix_now(p);
   const char *why = NULL;
-  if (member_token_parse_bin(r->token.data, r->token.len, &inv) != 0)
+  if (r->cert.len)
+    why = renewal_refused(p, from, r, now_s);
+  else if (member_token_parse_bin(r->token.data, r->token.len, &inv) != 0)
     why = "bad_token";
   else if (memcmp(inv.run_key, a->run_key, MEMBER_PK_BYTES) != 0 || strcmp(inv.run, a->run) != 0)
     why = "other_run";
@@ -341,15 +357,17 @@ void admit_on_redeem(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *
   bool known = admit_is_member(p, from);
   remember(p, from, expires);
   p->counters.certs_issued++;
-  if (!known)
+  if (!known && !r->cert.len)
     GW_INFO(&p->log, "run.admitted", "peer=%s invite=%s expires=%llu", who, invite, (unsigned long long)expires);
+  else if (r->cert.len)
+    GW_DEBUG(&p->log, "run.renewal", "peer=%s expires=%llu", who, (unsigned long long)expires);
   send_cert(p, from, GWTF__TRAIN_MSG__TRAIN_ADMITTED, false, NULL, cert, len);
   free(cert);
   if (a->my_cert && !presented(a, from)) present(p, from, false);
   let_in(p, from);
 }
 
-static void set_my_cert(train_peer *p, const uint8_t *cert, size_t len, uint64_t expires) {
+static void set_my_cert(train_peer *p, const uint8_t *cert, size_t len, uint64_t issued, uint64_t expires) {
   peer_admit *a = &p->admit;
   uint8_t *copy = malloc(len ? len : 1);
   if (!copy) return;
@@ -357,6 +375,7 @@ static void set_my_cert(train_peer *p, const uint8_t *cert, size_t len, uint64_t
   free(a->my_cert);
   a->my_cert = copy;
   a->my_cert_len = len;
+  a->my_issued = issued;
   a->my_expires = expires;
   a->n_presented = 0; /* present the new one to everyone again */
   a->presented_pos = 0;
@@ -378,7 +397,8 @@ void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *
   peer_admit *a = &p->admit;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
-  if (!a->private_run || !a->token || admit_ready(p)) return;
+  /* a joiner's first certificate, or a member's renewal */
+  if (!a->private_run || (!a->token && !a->my_cert) || (admit_ready(p) && !renewing(p))) return;
   if (c->cert.len == 0) {
     /* Final: the token will not get better by asking again (expired, used
      * up, revoked, another run's). One clear line, and no more asking. */
@@ -400,7 +420,14 @@ void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *
     refuse(p, from, GWTF__TRAIN_MSG__TRAIN_ADMITTED, "bad_certificate");
     return;
   }
-  set_my_cert(p, c->cert.data, c->cert.len, mc.expires);
+  if (a->my_cert && mc.expires <= a->my_expires) return; /* not newer than ours */
+  bool renewal = a->my_cert != NULL;
+  set_my_cert(p, c->cert.data, c->cert.len, mc.issued, mc.expires);
+  if (renewal) {
+    GW_INFO(&p->log, "run.renewed", "by=%s expires=%llu", who, (unsigned long long)mc.expires);
+    present_all(p);
+    return;
+  }
   GW_INFO(&p->log, "run.certified", "by=%s expires=%llu secs=%.3f", who, (unsigned long long)mc.expires,
           (double)(p->now - a->last_redeem_ms) / 1000.0);
   /* the joiner may JOIN now */
@@ -490,6 +517,15 @@ int train_peer_set_revocations(train_peer *p, const uint8_t *list, size_t len, u
   return take_revocations(p, NULL, list, len);
 }
 
+/* A member (not a holder) past half its certificate's lifetime asks for a
+ * new one. */
+static bool renewing(train_peer *p) {
+  peer_admit *a = &p->admit;
+  if (!a->my_cert || a->have_sk) return false;
+  uint64_t half = (a->my_expires - a->my_issued) / 2;
+  return unix_now(p) >= a->my_issued + half;
+}
+
 /* ---- time ---- */
 
 /* A joiner redeems its token with the leader, the token's creator and every
@@ -505,16 +541,22 @@ void admit_tick(train_peer *p) {
     size_t len = 0;
     uint64_t expires = 0;
     if (issue(p, &p->cfg.self, now_s, &cert, &len, &expires) == 0) {
-      set_my_cert(p, cert, len, expires);
+      set_my_cert(p, cert, len, now_s, expires);
       free(cert);
       present_all(p);
     }
   }
-  /* A joiner redeems its token with the leader and the token's creator. */
-  if (!admit_ready(p) && a->token && !a->token_refused && (!a->last_redeem_ms || p->now - a->last_redeem_ms >= ADMIT_REDEEM_MS)) {
+  /* A joiner redeems its token with the leader and the token's creator; a
+   * member renews its certificate the same way with the one it holds. */
+  bool renew = admit_ready(p) && renewing(p);
+  if (((!admit_ready(p) && a->token && !a->token_refused) || renew) &&
+      (!a->last_redeem_ms || p->now - a->last_redeem_ms >= ADMIT_REDEEM_MS)) {
     a->last_redeem_ms = p->now ? p->now : 1;
     Gwtf__TrainRedeem r = GWTF__TRAIN_REDEEM__INIT;
-    r.token = (ProtobufCBinaryData){a->token_len, a->token};
+    if (renew)
+      r.cert = (ProtobufCBinaryData){a->my_cert_len, a->my_cert};
+    else
+      r.token = (ProtobufCBinaryData){a->token_len, a->token};
     if (p->have_leader) peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
     if (!p->have_leader || !gw_id_eq(&p->leader, &a->token_creator))
       peer_send(p, &a->token_creator, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
@@ -557,7 +599,7 @@ int train_peer_set_membership(train_peer *p, const train_membership *m) {
     member_cert mc;
     if (member_cert_parse(m->cert, m->cert_len, a->run, a->run_key, &mc) != 0 || !gw_id_eq(&mc.peer, &p->cfg.self))
       return GW_EINVAL;
-    set_my_cert(p, m->cert, m->cert_len, mc.expires);
+    set_my_cert(p, m->cert, m->cert_len, mc.issued, mc.expires);
   }
   return 0;
 }

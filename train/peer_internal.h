@@ -230,7 +230,7 @@ typedef struct peer_admit {
   uint64_t cert_ttl_s;
   uint8_t *my_cert; /* packed MemberCert for us; NULL until admitted */
   size_t my_cert_len;
-  uint64_t my_expires;
+  uint64_t my_issued, my_expires;
   uint8_t *token; /* a joiner's packed RunToken */
   size_t token_len;
   gw_id token_creator;

@@ -284,21 +284,28 @@ static void test_expired_and_used_up_tokens_are_refused(void **state) {
   h_free(&h);
 }
 
-/* A relay whose certificate expires is refused from then on. */
-static void test_expired_certificate_is_refused(void **state) {
+/* A member renews its certificate past half its lifetime; one whose
+ * certificate expired is refused (and cannot renew it). */
+static void test_certificates_renew_and_expire(void **state) {
   (void)state;
   member_key k = run_key();
   h_harness h;
   int d = build(&h, 34, 0, true);
-  int r = h_add(&h, TRAIN_RELAY, 1, M, 0, true);
-  give_cert(&h, r, &k, 5); /* unix second 5 */
-  start_all(&h, h.n_nodes);
-  h_run_for(&h, 3000);
-  assert_int_equal(C(&h, d)->admissions_refused, 0);
-  h_run_for(&h, 6000);
+  int renew = h_add(&h, TRAIN_RELAY, 1, M, 0, true);
+  give_cert(&h, renew, &k, 6); /* unix second 6: renewed from second 3 on */
+  int old = h_add(&h, TRAIN_RELAY, 1, M, 0, true);
+  give_cert(&h, old, &k, 1); /* expired before it starts */
+  start_all(&h, old);
+  h_run_for(&h, 2000);
+  h_start(&h, old);
+  h_run_for(&h, 8000);
+  assert_true(train_peer_certified(h.nodes[renew].tp)); /* at 10 s, with a renewed certificate */
+  assert_int_equal(C(&h, d)->certs_issued, 1);
+  assert_false(train_peer_certified(h.nodes[old].tp));
   uint64_t refused = 0;
-  for (int i = 0; i < r; i++) refused += C(&h, i)->admissions_refused;
-  assert_true(refused > 0);
+  for (int i = 0; i < old; i++) refused += C(&h, i)->admissions_refused;
+  assert_true(refused > 0); /* only `old`: members never refuse each other */
+  assert_true(C(&h, old)->backward_computed == 0);
   h_free(&h);
 }
 
@@ -408,7 +415,7 @@ int main(void) {
       cmocka_unit_test(test_stranger_is_refused_everywhere),
       cmocka_unit_test(test_invited_joins_then_revoked),
       cmocka_unit_test(test_expired_and_used_up_tokens_are_refused),
-      cmocka_unit_test(test_expired_certificate_is_refused),
+      cmocka_unit_test(test_certificates_renew_and_expire),
       cmocka_unit_test(test_wrong_weights_are_refetched),
       cmocka_unit_test(test_join_rate_limited),
   };
