@@ -550,9 +550,16 @@ static void announce(train_rt *rt) {
   }
   int rc = stage_dir_announce(rt->d, rt->run.name, (uint32_t)rt->stage, &me, now_ms(rt));
   if (rc == 0 && rt->have_key && rt->run.private_run) {
-    /* where `gwtf invite` tells friends to dial */
+    /* where `gwtf invite` tells friends to dial: what we announced (a
+     * wildcard listen address is the one our peers see, as in the record) */
     char addr[GW_ADDR_STRLEN];
-    gw_addr_format(&me.addr, addr);
+    static const uint8_t zero[16];
+    gw_addr a = me.addr, seen;
+    if (memcmp(a.ip, zero, a.family == 4 ? 4 : 16) == 0 && dht_observed_addr(rt->d, &seen) == 0) {
+      seen.port = a.port;
+      a = seen;
+    }
+    gw_addr_format(&a, addr);
     if (strcmp(addr, rt->creator_addr) != 0 && run_access_write_addr(rt->data_dir, rt->run.name, addr) == 0)
       snprintf(rt->creator_addr, sizeof(rt->creator_addr), "%s", addr);
   }
