@@ -779,6 +779,29 @@ static void enter_stage(train_rt *rt, int s) {
   uv_timer_start(&rt->cost_timer, cost_cb, 0, COST_MS);
 }
 
+/* A member's certificate lives in DIR/runs/NAME/member.cert: a restart
+ * (`--run NAME`, no invite) presents it again. */
+static void save_certificate(train_rt *rt) {
+  const uint8_t *cert;
+  size_t len;
+  if (!train_peer_certificate(rt->peer, &cert, &len)) return;
+  char path[PATH_MAX], dir[PATH_MAX];
+  run_access_path(rt->data_dir, rt->run.name, NULL, dir, sizeof(dir));
+  run_access_path(rt->data_dir, rt->run.name, "member.cert", path, sizeof(path));
+  gw_mkdir_p(dir, 0700);
+  int rc = gw_file_write_atomic1(path, cert, len, 0600);
+  if (rc != 0) GW_WARN(&rt->log, "run.cert_not_saved", "path=%s err=\"%s\"", path, gw_strerror(rc));
+}
+
+/* The certificate a previous run of this node kept (NULL when none). */
+static uint8_t *load_certificate(train_rt *rt, const char *run, size_t *len) {
+  char path[PATH_MAX];
+  uint8_t *buf = NULL;
+  run_access_path(rt->data_dir, run, "member.cert", path, sizeof(path));
+  if (gw_file_read_all(path, MEMBER_CERT_MAX, &buf, len) != 0) return NULL;
+  return buf;
+}
+
 static void on_peer_event(void *ud, const train_event *ev) {
   train_rt *rt = ud;
   switch (ev->kind) {
@@ -786,6 +809,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
     if (rt->stage < 0) enter_stage(rt, ev->stage);
     break;
   case TRAIN_EV_READY: announce(rt); break;
+  case TRAIN_EV_CERTIFIED: save_certificate(rt); break;
   case TRAIN_EV_LEADER_CHANGED:
     if (train_peer_is_leader(rt->peer)) {
       rt->run.leader = node_identity(rt->n)->id;
@@ -890,7 +914,19 @@ static int start_peer(train_rt *rt) {
     if (rt->have_key) memcpy(m.sk, rt->key.sk, sizeof(m.sk));
     m.token = o->join_token;
     m.token_len = o->join_token_len;
+    size_t cert_len = 0;
+    uint8_t *cert = rt->have_key ? NULL : load_certificate(rt, rt->run.name, &cert_len);
+    m.cert = cert;
+    m.cert_len = cert_len;
     rc = train_peer_set_membership(rt->peer, &m);
+    if (rc != 0 && cert) {
+      /* a kept certificate of another run of that name, or not ours: without it */
+      GW_WARN(&rt->log, "run.cert_unusable", "msg=\"the kept certificate does not verify; using the invite\"");
+      m.cert = NULL;
+      m.cert_len = 0;
+      rc = train_peer_set_membership(rt->peer, &m);
+    }
+    free(cert);
     sodium_memzero(m.sk, sizeof(m.sk));
     if (rc != 0) {
       GW_ERROR(&rt->log, "run.membership", "err=\"%s\"", gw_strerror(rc));
@@ -905,11 +941,19 @@ static int start_peer(train_rt *rt) {
     char leader[GW_ID_SHORT_LEN + 1];
     gw_id_to_short(&rt->run.leader, leader);
     GW_INFO(&rt->log, "run.joining", "run=%s capacity=%u leader=%s access=%s", rt->run.name, rt->capacity, leader,
-            rt->run.private_run ? (rt->have_key ? "run_key" : "invite") : "open");
+            rt->run.private_run ? (rt->have_key ? "run_key" : o->join ? "invite" : "certificate") : "open");
     train_peer_set_leader(rt->peer, &rt->run.leader, now_ms(rt));
   }
   rt->started = true;
   train_peer_start(rt->peer, now_ms(rt));
+  if (rt->run.private_run) {
+    /* Sessions that came up before the peer existed: what they presented
+     * was dropped (no peer yet). Present ours, asking for theirs. */
+    gw_peer up[MAX_KNOWN];
+    size_t n = p2p_host_peers(rt->host, up, MAX_KNOWN);
+    if (n > MAX_KNOWN) n = MAX_KNOWN; /* it counts them all, fills at most MAX_KNOWN */
+    for (size_t i = 0; i < n; i++) train_peer_on_peer_up(rt->peer, &up[i].id, now_ms(rt));
+  }
   return 0;
 }
 
@@ -952,7 +996,12 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
     }
     return;
   }
-  if (best_info.private_run && !rt->o->join && !rt->have_key) {
+  size_t kept_len = 0;
+  uint8_t *kept = best_info.private_run && !rt->o->join && !rt->have_key
+                      ? load_certificate(rt, best_info.name, &kept_len)
+                      : NULL;
+  free(kept);
+  if (best_info.private_run && !rt->o->join && !rt->have_key && !kept) {
     GW_ERROR(&rt->log, "run.private",
              "run=%s msg=\"a private run: join it with --join TOKEN (gwtf invite on its creator) or --run-key FILE\"",
              best_info.name);

@@ -153,6 +153,7 @@ typedef enum train_event_kind {
   TRAIN_EV_READY,              /* weights in place, taking microbatches */
   TRAIN_EV_AGGREGATED,         /* weights changed: checkpoint if due */
   TRAIN_EV_ITERATION_DONE,     /* a data node finished an iteration (summary fields set) */
+  TRAIN_EV_CERTIFIED,          /* private run: we got a (new) certificate: keep it (train_peer_certificate) */
 } train_event_kind;
 
 typedef struct train_event {
@@ -310,6 +311,8 @@ void train_peer_present(train_peer *p, const gw_id *peer);
 /* Whether `peer` presented a valid certificate (always true in an open
  * run); no logging: for the driver's choices (flows, link costs). */
 bool train_peer_member(train_peer *p, const gw_id *peer);
+/* Our certificate (packed MemberCert); false when we hold none. */
+bool train_peer_certificate(const train_peer *p, const uint8_t **cert, size_t *len);
 /* Whether we hold a valid certificate (always true in an open run). */
 bool train_peer_certified(const train_peer *p);
 

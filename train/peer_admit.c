@@ -65,6 +65,13 @@ bool admit_is_member(train_peer *p, const gw_id *id) {
 
 bool train_peer_member(train_peer *p, const gw_id *peer) { return admit_is_member(p, peer); }
 
+bool train_peer_certificate(const train_peer *p, const uint8_t **cert, size_t *len) {
+  if (!p->admit.my_cert) return false;
+  *cert = p->admit.my_cert;
+  *len = p->admit.my_cert_len;
+  return true;
+}
+
 /* ---- presenting our certificate ---- */
 
 static void send_cert(train_peer *p, const gw_id *to, uint32_t type, bool reply, const char *refused,
@@ -423,6 +430,7 @@ void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *
   if (a->my_cert && mc.expires <= a->my_expires) return; /* not newer than ours */
   bool renewal = a->my_cert != NULL;
   set_my_cert(p, c->cert.data, c->cert.len, mc.issued, mc.expires);
+  peer_emit(p, TRAIN_EV_CERTIFIED); /* the driver keeps it: a restart needs no invite */
   if (renewal) {
     GW_INFO(&p->log, "run.renewed", "by=%s expires=%llu", who, (unsigned long long)mc.expires);
     present_all(p);
