@@ -340,6 +340,7 @@ typedef struct train_counters {
   /* private runs: messages refused for want of a certificate, certificates
    * issued (holders) and verified; downloads refuted by the stage's hashes */
   uint64_t admissions_refused, certs_issued, certs_verified, downloads_refuted;
+  uint64_t signatures_checked; /* certificates and tokens whose signature we checked */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

@@ -29,6 +29,10 @@
 
 /* A certificate request to one peer at most this often. */
 #define ADMIT_ASK_MS 2000
+/* After a certificate or token that did not verify, that peer's next ones
+ * are dropped unchecked for this long: a signature check costs ~0.2 ms, and
+ * a stranger could otherwise keep a core busy with forged ones. */
+#define ADMIT_BAD_PROOF_MS 1000
 /* A joiner redeems its token this often until it is admitted. */
 #define ADMIT_REDEEM_MS 2000
 #define ADMIT_DEFAULT_TTL_S (30ull * 86400)
@@ -146,10 +150,12 @@ static void refuse(train_peer *p, const gw_id *from, uint32_t type, const char *
     a->logged[k].id = *from;
     a->logged[k].reason = reason;
     a->logged[k].asked_ms = 0;
+    a->logged[k].at_ms = p->now;
     char who[GW_ID_SHORT_LEN + 1];
     peer_short(from, who);
     GW_WARN(&p->log, "run.refused", "peer=%s reason=%s type=%u", who, reason, type);
   }
+  a->logged[k].at_ms = p->now;
   /* A member whose certificate we missed (we restarted, it presented to
    * our previous session) presents it again when asked. */
   if (a->my_cert && strcmp(reason, "revoked") != 0 &&
@@ -249,9 +255,24 @@ static void remember(train_peer *p, const gw_id *id, uint64_t expires) {
 
 /* ---- the admission messages ---- */
 
+/* `from` sent a proof that did not verify within ADMIT_BAD_PROOF_MS. */
+static bool bad_proof_lately(train_peer *p, const gw_id *from) {
+  peer_admit *a = &p->admit;
+  for (uint32_t k = 0; k < a->n_logged; k++)
+    if (gw_id_eq(&a->logged[k].id, from) && p->now - a->logged[k].at_ms < ADMIT_BAD_PROOF_MS &&
+        (!strcmp(a->logged[k].reason, "bad_certificate") || !strcmp(a->logged[k].reason, "bad_token")))
+      return true;
+  return false;
+}
+
 void admit_on_cert(train_peer *p, const gw_id *from, const Gwtf__TrainCert *c) {
   peer_admit *a = &p->admit;
   if (!a->private_run) return;
+  if (bad_proof_lately(p, from)) {
+    p->counters.messages_refused++;
+    return;
+  }
+  p->counters.signatures_checked++;
   member_cert mc;
   const char *why = NULL;
   if (member_cert_parse(c->cert.data, c->cert.len, a->run, a->run_key, &mc) != 0)
@@ -332,6 +353,11 @@ static const char *renewal_refused(train_peer *p, const gw_id *from, const Gwtf_
 void admit_on_redeem(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *r) {
   peer_admit *a = &p->admit;
   if (!a->private_run || !a->have_sk) return; /* only a holder of the run key admits */
+  if (bad_proof_lately(p, from)) {
+    p->counters.messages_refused++;
+    return;
+  }
+  p->counters.signatures_checked++;
   member_invite inv;
   memset(&inv, 0, sizeof(inv));
   uint64_t now_s = unix_now(p);

@@ -249,7 +249,7 @@ typedef struct peer_admit {
   gw_id presented[ADMIT_MAX_MEMBERS];
   uint32_t n_presented, presented_pos;
   /* refusals logged once per (peer, reason); certificate requests rate-limited */
-  struct { gw_id id; const char *reason; uint64_t asked_ms; } logged[ADMIT_MAX_LOGGED];
+  struct { gw_id id; const char *reason; uint64_t asked_ms, at_ms; } logged[ADMIT_MAX_LOGGED];
   uint32_t n_logged;
   /* redemptions counted in memory when the driver does not count them */
   struct { uint8_t invite[MEMBER_INVITE_ID_BYTES]; gw_id peer; } redeemed[ADMIT_MAX_REDEEMED];

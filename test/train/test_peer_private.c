@@ -190,6 +190,22 @@ static void test_stranger_is_refused_everywhere(void **state) {
   assert_true(C(&h, r2)->admissions_refused >= 2); /* GRAD, HELLO */
   assert_true(C(&h, s2[0])->admissions_refused >= 2);
   assert_int_equal(train_peer_stage(h.nodes[stranger].tp), -1); /* never placed */
+  /* forged certificates and tokens: one signature check, then dropped
+   * unchecked for a second */
+  uint64_t checked = C(&h, d)->signatures_checked;
+  Gwtf__TrainCert fc = GWTF__TRAIN_CERT__INIT;
+  uint8_t junk[152];
+  memset(junk, 0x5a, sizeof(junk));
+  fc.cert = (ProtobufCBinaryData){sizeof(junk), junk};
+  Gwtf__TrainRedeem fr = GWTF__TRAIN_REDEEM__INIT;
+  fr.token = (ProtobufCBinaryData){sizeof(junk), junk};
+  for (int i = 0; i < 50; i++) {
+    inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_CERT, &fc.base, NULL);
+    inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_REDEEM, &fr.base, NULL);
+  }
+  h_run_for(&h, 50);
+  assert_true(C(&h, d)->signatures_checked - checked <= 2);
+  assert_false(train_peer_member(h.nodes[d].tp, &h.nodes[stranger].peer.id));
   assert_true(h_run_until_finished(&h, 120000));
   assert_int_equal(train_peer_iteration(h.nodes[d].tp), iters);
   /* nothing it sent reached the model: the same weights, iteration by iteration */
