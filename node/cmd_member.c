@@ -164,7 +164,9 @@ int cmd_invite(int argc, char **argv) {
   if (a.addr) {
     snprintf(inv.creator_addr, sizeof(inv.creator_addr), "%s", a.addr);
   } else if (run_access_read_addr(a.data_dir, a.run, inv.creator_addr, sizeof(inv.creator_addr)) != 0) {
-    fprintf(stderr, "gwtf invite: no address known for run %s yet (start its node, or pass --addr HOST:PORT)\n",
+    fprintf(stderr,
+            "gwtf invite: no address known for run %s yet: pass --addr HOST:PORT (the address in the node's\n"
+            "  \"to join this node\" line), or wait until the running node has announced itself\n",
             a.run);
     sodium_memzero(&key, sizeof(key));
     return 1;

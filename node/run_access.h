@@ -12,6 +12,8 @@
  *                                a running holder of the key picks it up
  *   DIR/runs/NAME/creator.addr   where the creator listens (HOST:PORT), for
  *                                the invites `gwtf invite` prints
+ *   DIR/runs/NAME/member.cert    a member's own certificate (node/train_node.c):
+ *                                a restart presents it, no invite needed
  * Every file is written atomically (util/file.h). */
 #ifndef GWTF_NODE_RUN_ACCESS_H
 #define GWTF_NODE_RUN_ACCESS_H

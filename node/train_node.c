@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "dht/stage_dir.h"
@@ -19,6 +18,7 @@
 #include "node/dht_node.h"
 #include "node/relays.h"
 #include "node/run_access.h"
+#include "node/train_access.h"
 #include "node/train_plan.h"
 #include "node/worker.h"
 #include "train/checkpoint.h"
@@ -134,11 +134,9 @@ typedef struct train_rt {
   bool announced;
   bool want_announce; /* ready: announce, and again until it succeeds */
   uint64_t relays_gen; /* node_relays_generation at the last announcement */
-  /* private runs */
-  bool have_key;             /* we hold the run key (creator, --run-key) */
-  member_key key;
+  /* private runs (node/train_access.h) */
+  train_access acc;
   const char *data_dir;
-  struct timespec revoked_mtime; /* of DIR/runs/NAME/revoked when we last read it */
   char creator_addr[GW_ADDR_STRLEN]; /* what we last wrote to creator.addr */
 } train_rt;
 
@@ -217,10 +215,7 @@ static uint64_t io_unix_s(void *ud) {
  * restart does not hand them out again. */
 static int io_redeem(void *ud, const uint8_t id[16], uint32_t uses, const gw_id *peer) {
   train_rt *rt = ud;
-  int rc = run_access_redeem(rt->data_dir, rt->run.name, id, uses, peer);
-  if (rc != 0 && rc != GW_EFULL)
-    GW_ERROR(&rt->log, "run.redeem_failed", "err=\"%s\" msg=\"cannot count the invite's uses\"", gw_strerror(rc));
-  return rc;
+  return train_access_redeem(&rt->acc, id, uses, peer, &rt->log);
 }
 
 /* ---- flow protocol io ---- */
@@ -570,10 +565,17 @@ static void announce(train_rt *rt) {
     me.load = (uint32_t)(c.units > 0 ? c.units : 0);
   }
   int rc = stage_dir_announce(rt->d, rt->run.name, (uint32_t)rt->stage, &me, now_ms(rt));
-  if (rc == 0 && rt->have_key && rt->run.private_run) {
-    /* where `gwtf invite` tells friends to dial */
+  if (rc == 0 && rt->acc.have_key && rt->run.private_run) {
+    /* where `gwtf invite` tells friends to dial: what we announced (a
+     * wildcard listen address is the one our peers see, as in the record) */
     char addr[GW_ADDR_STRLEN];
-    gw_addr_format(&me.addr, addr);
+    static const uint8_t zero[16];
+    gw_addr a = me.addr, seen;
+    if (memcmp(a.ip, zero, a.family == 4 ? 4 : 16) == 0 && dht_observed_addr(rt->d, &seen) == 0) {
+      seen.port = a.port;
+      a = seen;
+    }
+    gw_addr_format(&a, addr);
     if (strcmp(addr, rt->creator_addr) != 0 && run_access_write_addr(rt->data_dir, rt->run.name, addr) == 0)
       snprintf(rt->creator_addr, sizeof(rt->creator_addr), "%s", addr);
   }
@@ -609,23 +611,6 @@ static void publish_run(train_rt *rt) {
   free(text);
 }
 
-/* A holder of the run key takes the list `gwtf revoke` wrote as soon as it
- * changes, and floods it to the members (train/peer_admit.c). */
-static void load_revocations(train_rt *rt) {
-  char path[PATH_MAX];
-  struct stat st;
-  run_access_path(rt->data_dir, rt->run.name, "revoked", path, sizeof(path));
-  if (stat(path, &st) != 0) return;
-  if (st.st_mtim.tv_sec == rt->revoked_mtime.tv_sec && st.st_mtim.tv_nsec == rt->revoked_mtime.tv_nsec) return;
-  rt->revoked_mtime = st.st_mtim;
-  uint8_t *buf = NULL;
-  size_t len = 0;
-  int rc = run_access_read_revocations(rt->data_dir, rt->run.name, &buf, &len);
-  if (rc == 0) rc = train_peer_set_revocations(rt->peer, buf, len, now_ms(rt));
-  free(buf);
-  if (rc != 0) GW_ERROR(&rt->log, "run.bad_revocations", "path=%s err=\"%s\"", path, gw_strerror(rc));
-}
-
 static void disco_cb(uv_timer_t *t) {
   train_rt *rt = t->data;
   uint64_t now = now_ms(rt);
@@ -646,7 +631,7 @@ static void disco_cb(uv_timer_t *t) {
       query_done(q);
   }
   known_sweep(rt);
-  if (rt->have_key && rt->run.private_run) load_revocations(rt);
+  if (rt->acc.have_key && rt->run.private_run) train_access_sync_revocations(&rt->acc, rt->peer, now, &rt->log);
   if (train_peer_is_leader(rt->peer) && rt->run.stages > 0) publish_run(rt);
   node_relays *nr = node_get_relays(rt->n);
   bool relays_moved = nr && node_relays_generation(nr) != rt->relays_gen; /* our circuit addresses changed */
@@ -810,6 +795,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
     if (rt->stage < 0) enter_stage(rt, ev->stage);
     break;
   case TRAIN_EV_READY: announce(rt); break;
+  case TRAIN_EV_CERTIFIED: train_access_save_cert(&rt->acc, rt->peer, &rt->log); break;
   case TRAIN_EV_LEADER_CHANGED:
     if (train_peer_is_leader(rt->peer)) {
       rt->run.leader = node_identity(rt->n)->id;
@@ -919,20 +905,9 @@ static int start_peer(train_rt *rt) {
   int rc = train_peer_new(&rt->peer, &cfg, &io, &router, &rt->log);
   if (rc != 0) return rc;
   if (rt->run.private_run) {
-    train_membership m;
-    memset(&m, 0, sizeof(m));
-    snprintf(m.run, sizeof(m.run), "%s", rt->run.name);
-    memcpy(m.run_key, rt->run.run_key, sizeof(m.run_key));
-    m.have_sk = rt->have_key;
-    if (rt->have_key) memcpy(m.sk, rt->key.sk, sizeof(m.sk));
-    m.token = o->join_token;
-    m.token_len = o->join_token_len;
-    rc = train_peer_set_membership(rt->peer, &m);
-    sodium_memzero(m.sk, sizeof(m.sk));
-    if (rc != 0) {
-      GW_ERROR(&rt->log, "run.membership", "err=\"%s\"", gw_strerror(rc));
-      return rc;
-    }
+    rt->acc.run = rt->run.name;
+    rc = train_access_setup(&rt->acc, rt->peer, rt->run.run_key, o->join_token, o->join_token_len, &rt->log);
+    if (rc != 0) return rc;
   }
   if (data) {
     train_peer_set_sampler(rt->peer, sample, rt);
@@ -943,11 +918,19 @@ static int start_peer(train_rt *rt) {
     char leader[GW_ID_SHORT_LEN + 1];
     gw_id_to_short(&rt->run.leader, leader);
     GW_INFO(&rt->log, "run.joining", "run=%s capacity=%u leader=%s access=%s", rt->run.name, rt->capacity, leader,
-            rt->run.private_run ? (rt->have_key ? "run_key" : "invite") : "open");
+            rt->run.private_run ? (rt->acc.have_key ? "run_key" : o->join ? "invite" : "certificate") : "open");
     train_peer_set_leader(rt->peer, &rt->run.leader, now_ms(rt));
   }
   rt->started = true;
   train_peer_start(rt->peer, now_ms(rt));
+  if (rt->run.private_run) {
+    /* Sessions that came up before the peer existed: what they presented
+     * was dropped (no peer yet). Present ours, asking for theirs. */
+    gw_peer up[MAX_KNOWN];
+    size_t n = p2p_host_peers(rt->host, up, MAX_KNOWN);
+    if (n > MAX_KNOWN) n = MAX_KNOWN; /* it counts them all, fills at most MAX_KNOWN */
+    for (size_t i = 0; i < n; i++) train_peer_on_peer_up(rt->peer, &up[i].id, now_ms(rt));
+  }
   return 0;
 }
 
@@ -968,7 +951,7 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
     if (!gw_id_eq(&info.leader, &runs[i].publisher)) continue;
     /* the invite (or our copy of the run key) is the root of trust: a
      * record naming another key is someone else's run of that name */
-    const uint8_t *want = rt->o->join ? rt->o->invite.run_key : rt->have_key ? rt->key.pk : NULL;
+    const uint8_t *want = rt->o->join ? rt->o->invite.run_key : rt->acc.have_key ? rt->acc.key.pk : NULL;
     if (want && (!info.private_run || memcmp(info.run_key, want, 32) != 0)) {
       char who[GW_ID_SHORT_LEN + 1];
       gw_id_to_short(&runs[i].publisher, who);
@@ -990,7 +973,8 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
     }
     return;
   }
-  if (best_info.private_run && !rt->o->join && !rt->have_key) {
+  if (best_info.private_run && !rt->o->join && !rt->acc.have_key &&
+      !train_access_has_cert(rt->data_dir, best_info.name)) {
     GW_ERROR(&rt->log, "run.private",
              "run=%s msg=\"a private run: join it with --join TOKEN (gwtf invite on its creator) or --run-key FILE\"",
              best_info.name);
@@ -1044,13 +1028,13 @@ static int create_run(train_rt *rt) {
       snprintf(path, sizeof(path), "%s", o->run_key);
     else
       run_access_path(rt->data_dir, r->name, "run.key", path, sizeof(path));
-    if (run_access_load_key(path, true, &rt->key, err, sizeof(err)) != 0) {
+    if (run_access_load_key(path, true, &rt->acc.key, err, sizeof(err)) != 0) {
       GW_ERROR(&rt->log, "train.config", "err=\"run key: %s\"", err);
       return GW_EINVAL;
     }
-    rt->have_key = true;
+    rt->acc.have_key = true;
     r->private_run = true;
-    memcpy(r->run_key, rt->key.pk, sizeof(r->run_key));
+    memcpy(r->run_key, rt->acc.key.pk, sizeof(r->run_key));
   }
   if (train_run_validate(r, err, sizeof(err)) != 0) {
     GW_ERROR(&rt->log, "train.config", "err=\"%s\"", err);
@@ -1090,14 +1074,15 @@ static int comp_start(node *n, void **state) {
   }
   rt->d = dht_runtime_dht(drt);
   rt->data_dir = node_get_config(n)->data_dir ? node_get_config(n)->data_dir : ".";
+  rt->acc.data_dir = rt->data_dir;
   if (o->run_key && !o->create_run) {
     char err[512];
-    if (run_access_load_key(o->run_key, false, &rt->key, err, sizeof(err)) != 0) {
+    if (run_access_load_key(o->run_key, false, &rt->acc.key, err, sizeof(err)) != 0) {
       GW_ERROR(&rt->log, "train.config", "err=\"--run-key: %s\"", err);
       free(rt);
       return GW_EINVAL;
     }
-    rt->have_key = true;
+    rt->acc.have_key = true;
   }
   uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer, &rt->cost_timer, &rt->stop_timer};
   for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
@@ -1134,7 +1119,7 @@ static void comp_stop(node *n, void *state) {
   rt->worker = NULL;
   train_peer_free(rt->peer);
   rt->peer = NULL;
-  sodium_memzero(&rt->key, sizeof(rt->key));
+  train_access_wipe(&rt->acc);
   flow_free(rt->flow);
   rt->flow = NULL;
   route_swarm_free(rt->rs);

@@ -329,6 +329,11 @@ int train_node_check(const train_node_opts *o, bool *training) {
     fprintf(stderr, "gwtf node: --create-run and --run (or --join) exclude each other\n");
     return 2;
   }
+  if (o->join && o->run != o->invite.run && strcmp(o->run, o->invite.run) != 0) {
+    fprintf(stderr, "gwtf node: --run %s and the invite's run %s differ (--join alone names the run)\n", o->run,
+            o->invite.run);
+    return 2;
+  }
   if (o->open_run && !o->create_run) {
     fprintf(stderr, "gwtf node: --open goes with --create-run (a joiner reads the run's kind from its record)\n");
     return 2;

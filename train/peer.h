@@ -170,6 +170,7 @@ typedef enum train_event_kind {
   TRAIN_EV_EVAL_DONE,          /* a data node evaluated the validation set: iteration (weights after
                                   that many steps), loss (mean over `done` microbatches, NaN when
                                   none), done, deferred (= not evaluated), seconds */
+  TRAIN_EV_CERTIFIED,          /* private run: we got a (new) certificate: keep it (train_peer_certificate) */
 } train_event_kind;
 
 typedef struct train_event {
@@ -356,6 +357,10 @@ int train_peer_set_membership(train_peer *p, const train_membership *m);
  * the creator's data dir; a newer one replaces the list, revoked members
  * are dropped from every view at once. Returns 0 or a negative error. */
 int train_peer_set_revocations(train_peer *p, const uint8_t *list, size_t len, uint64_t now_ms);
+/* The newest revocation list we hold (packed RunRevocations) and its
+ * sequence number; false when none. A holder of the run key keeps it in
+ * its data dir, so `gwtf revoke` there builds on it. */
+bool train_peer_revocations(const train_peer *p, const uint8_t **list, size_t *len, uint64_t *seq);
 /* A session to `peer` came up: present our certificate. */
 void train_peer_on_peer_up(train_peer *p, const gw_id *peer, uint64_t now_ms);
 /* Whether messages from `peer` are taken (always in an open run). The
@@ -368,6 +373,8 @@ void train_peer_present(train_peer *p, const gw_id *peer);
 /* Whether `peer` presented a valid certificate (always true in an open
  * run); no logging: for the driver's choices (flows, link costs). */
 bool train_peer_member(train_peer *p, const gw_id *peer);
+/* Our certificate (packed MemberCert); false when we hold none. */
+bool train_peer_certificate(const train_peer *p, const uint8_t **cert, size_t *len);
 /* Whether we hold a valid certificate (always true in an open run). */
 bool train_peer_certified(const train_peer *p);
 
@@ -406,6 +413,7 @@ typedef struct train_counters {
   /* activations and gradients sent (FORWARD, BACKWARD): tensors, payload
    * bytes on the wire, and what they would have taken as fp32 */
   uint64_t wire_tensors, wire_bytes, wire_f32_bytes;
+  uint64_t signatures_checked; /* certificates and tokens whose signature we checked */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

@@ -29,9 +29,15 @@
 
 /* A certificate request to one peer at most this often. */
 #define ADMIT_ASK_MS 2000
+/* After a certificate or token that did not verify, that peer's next ones
+ * are dropped unchecked for this long: a signature check costs ~0.2 ms, and
+ * a stranger could otherwise keep a core busy with forged ones. */
+#define ADMIT_BAD_PROOF_MS 1000
 /* A joiner redeems its token this often until it is admitted. */
 #define ADMIT_REDEEM_MS 2000
 #define ADMIT_DEFAULT_TTL_S (30ull * 86400)
+
+static bool renewing(train_peer *p);
 
 static uint64_t unix_now(train_peer *p) { return p->io.unix_s ? p->io.unix_s(p->io.ud) : p->now / 1000; }
 
@@ -63,6 +69,13 @@ bool admit_is_member(train_peer *p, const gw_id *id) {
 
 bool train_peer_member(train_peer *p, const gw_id *peer) { return admit_is_member(p, peer); }
 
+bool train_peer_certificate(const train_peer *p, const uint8_t **cert, size_t *len) {
+  if (!p->admit.my_cert) return false;
+  *cert = p->admit.my_cert;
+  *len = p->admit.my_cert_len;
+  return true;
+}
+
 /* ---- presenting our certificate ---- */
 
 static void send_cert(train_peer *p, const gw_id *to, uint32_t type, bool reply, const char *refused,
@@ -88,6 +101,13 @@ static void present(train_peer *p, const gw_id *to, bool reply) {
     }
   }
   send_cert(p, to, GWTF__TRAIN_MSG__TRAIN_CERT, reply, NULL, a->my_cert, a->my_cert_len);
+  /* and the run's revocations: a member that was away learns them (it
+   * ignores a list that is not newer than its own) */
+  if (a->revoked_bin) {
+    Gwtf__TrainRevoked r = GWTF__TRAIN_REVOKED__INIT;
+    r.list = (ProtobufCBinaryData){a->revoked_len, a->revoked_bin};
+    peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_REVOKED, &r.base, NULL);
+  }
 }
 
 void admit_before_send(train_peer *p, const gw_id *to, uint32_t type) {
@@ -124,16 +144,18 @@ static void refuse(train_peer *p, const gw_id *from, uint32_t type, const char *
   p->counters.messages_refused++;
   p->counters.admissions_refused++;
   uint32_t k = 0;
-  while (k < a->n_logged && !(gw_id_eq(&a->logged[k].id, from) && a->logged[k].reason == reason)) k++;
+  while (k < a->n_logged && !(gw_id_eq(&a->logged[k].id, from) && strcmp(a->logged[k].reason, reason) == 0)) k++;
   if (k == a->n_logged) {
     k = a->n_logged < ADMIT_MAX_LOGGED ? a->n_logged++ : (uint32_t)(p->counters.admissions_refused % ADMIT_MAX_LOGGED);
     a->logged[k].id = *from;
     a->logged[k].reason = reason;
     a->logged[k].asked_ms = 0;
+    a->logged[k].at_ms = p->now;
     char who[GW_ID_SHORT_LEN + 1];
     peer_short(from, who);
     GW_WARN(&p->log, "run.refused", "peer=%s reason=%s type=%u", who, reason, type);
   }
+  a->logged[k].at_ms = p->now;
   /* A member whose certificate we missed (we restarted, it presented to
    * our previous session) presents it again when asked. */
   if (a->my_cert && strcmp(reason, "revoked") != 0 &&
@@ -233,9 +255,24 @@ static void remember(train_peer *p, const gw_id *id, uint64_t expires) {
 
 /* ---- the admission messages ---- */
 
+/* `from` sent a proof that did not verify within ADMIT_BAD_PROOF_MS. */
+static bool bad_proof_lately(train_peer *p, const gw_id *from) {
+  peer_admit *a = &p->admit;
+  for (uint32_t k = 0; k < a->n_logged; k++)
+    if (gw_id_eq(&a->logged[k].id, from) && p->now - a->logged[k].at_ms < ADMIT_BAD_PROOF_MS &&
+        (!strcmp(a->logged[k].reason, "bad_certificate") || !strcmp(a->logged[k].reason, "bad_token")))
+      return true;
+  return false;
+}
+
 void admit_on_cert(train_peer *p, const gw_id *from, const Gwtf__TrainCert *c) {
   peer_admit *a = &p->admit;
   if (!a->private_run) return;
+  if (bad_proof_lately(p, from)) {
+    p->counters.messages_refused++;
+    return;
+  }
+  p->counters.signatures_checked++;
   member_cert mc;
   const char *why = NULL;
   if (member_cert_parse(c->cert.data, c->cert.len, a->run, a->run_key, &mc) != 0)
@@ -302,13 +339,32 @@ static int issue(train_peer *p, const gw_id *peer, uint64_t now_s, uint8_t **cer
   return member_cert_make(&mc, &a->key, cert, len);
 }
 
+/* A member renews: its certificate, still valid and not revoked, for a new one. */
+static const char *renewal_refused(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *r, uint64_t now_s) {
+  peer_admit *a = &p->admit;
+  member_cert mc;
+  if (member_cert_parse(r->cert.data, r->cert.len, a->run, a->run_key, &mc) != 0) return "bad_certificate";
+  if (!gw_id_eq(&mc.peer, from)) return "not_its_certificate";
+  if (member_revoked(&a->revoked, from)) return "revoked";
+  if (now_s >= mc.expires) return "expired";
+  return NULL;
+}
+
 void admit_on_redeem(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *r) {
   peer_admit *a = &p->admit;
   if (!a->private_run || !a->have_sk) return; /* only a holder of the run key admits */
+  if (bad_proof_lately(p, from)) {
+    p->counters.messages_refused++;
+    return;
+  }
+  p->counters.signatures_checked++;
   member_invite inv;
+  memset(&inv, 0, sizeof(inv));
   uint64_t now_s = unix_now(p);
   const char *why = NULL;
-  if (member_token_parse_bin(r->token.data, r->token.len, &inv) != 0)
+  if (r->cert.len)
+    why = renewal_refused(p, from, r, now_s);
+  else if (member_token_parse_bin(r->token.data, r->token.len, &inv) != 0)
     why = "bad_token";
   else if (memcmp(inv.run_key, a->run_key, MEMBER_PK_BYTES) != 0 || strcmp(inv.run, a->run) != 0)
     why = "other_run";
@@ -334,15 +390,17 @@ void admit_on_redeem(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *
   bool known = admit_is_member(p, from);
   remember(p, from, expires);
   p->counters.certs_issued++;
-  if (!known)
+  if (!known && !r->cert.len)
     GW_INFO(&p->log, "run.admitted", "peer=%s invite=%s expires=%llu", who, invite, (unsigned long long)expires);
+  else if (r->cert.len)
+    GW_DEBUG(&p->log, "run.renewal", "peer=%s expires=%llu", who, (unsigned long long)expires);
   send_cert(p, from, GWTF__TRAIN_MSG__TRAIN_ADMITTED, false, NULL, cert, len);
   free(cert);
   if (a->my_cert && !presented(a, from)) present(p, from, false);
   let_in(p, from);
 }
 
-static void set_my_cert(train_peer *p, const uint8_t *cert, size_t len, uint64_t expires) {
+static void set_my_cert(train_peer *p, const uint8_t *cert, size_t len, uint64_t issued, uint64_t expires) {
   peer_admit *a = &p->admit;
   uint8_t *copy = malloc(len ? len : 1);
   if (!copy) return;
@@ -350,6 +408,7 @@ static void set_my_cert(train_peer *p, const uint8_t *cert, size_t len, uint64_t
   free(a->my_cert);
   a->my_cert = copy;
   a->my_cert_len = len;
+  a->my_issued = issued;
   a->my_expires = expires;
   a->n_presented = 0; /* present the new one to everyone again */
   a->presented_pos = 0;
@@ -371,9 +430,21 @@ void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *
   peer_admit *a = &p->admit;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
-  if (!a->private_run || !a->token || admit_ready(p)) return;
+  /* a joiner's first certificate, or a member's renewal */
+  if (!a->private_run || (!a->token && !a->my_cert) || (admit_ready(p) && !renewing(p))) return;
   if (c->cert.len == 0) {
-    GW_ERROR(&p->log, "run.redeem_refused", "by=%s reason=%s", who, c->refused && *c->refused ? c->refused : "unknown");
+    /* Final: the token will not get better by asking again (expired, used
+     * up, revoked, another run's). One clear line, and no more asking. */
+    if (a->token_refused) return;
+    /* An unsigned answer: only the invite's creator or the leader may end
+     * our asking (anyone else could tell us to give up). */
+    if (!gw_id_eq(from, &a->token_creator) && !(p->have_leader && gw_id_eq(from, &p->leader))) {
+      GW_DEBUG(&p->log, "run.redeem_refused", "by=%s reason=%s", who, c->refused ? c->refused : "");
+      return;
+    }
+    a->token_refused = true;
+    GW_ERROR(&p->log, "run.redeem_refused", "by=%s reason=%s msg=\"ask the run's creator for a new invite\"", who,
+             c->refused && *c->refused ? c->refused : "unknown");
     return;
   }
   member_cert mc;
@@ -382,7 +453,15 @@ void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *
     refuse(p, from, GWTF__TRAIN_MSG__TRAIN_ADMITTED, "bad_certificate");
     return;
   }
-  set_my_cert(p, c->cert.data, c->cert.len, mc.expires);
+  if (a->my_cert && mc.expires <= a->my_expires) return; /* not newer than ours */
+  bool renewal = a->my_cert != NULL;
+  set_my_cert(p, c->cert.data, c->cert.len, mc.issued, mc.expires);
+  peer_emit(p, TRAIN_EV_CERTIFIED); /* the driver keeps it: a restart needs no invite */
+  if (renewal) {
+    GW_INFO(&p->log, "run.renewed", "by=%s expires=%llu", who, (unsigned long long)mc.expires);
+    present_all(p);
+    return;
+  }
   GW_INFO(&p->log, "run.certified", "by=%s expires=%llu secs=%.3f", who, (unsigned long long)mc.expires,
           (double)(p->now - a->last_redeem_ms) / 1000.0);
   /* the joiner may JOIN now */
@@ -458,12 +537,33 @@ void admit_on_revoked(train_peer *p, const gw_id *from, const Gwtf__TrainRevoked
     refuse(p, from, GWTF__TRAIN_MSG__TRAIN_REVOKED, "bad_revocations");
 }
 
+bool train_peer_revocations(const train_peer *p, const uint8_t **list, size_t *len, uint64_t *seq) {
+  const peer_admit *a = &p->admit;
+  if (!a->revoked_bin) return false;
+  *list = a->revoked_bin;
+  *len = a->revoked_len;
+  *seq = a->revoked.seq;
+  return true;
+}
+
 int train_peer_set_revocations(train_peer *p, const uint8_t *list, size_t len, uint64_t now_ms) {
   p->now = now_ms;
   return take_revocations(p, NULL, list, len);
 }
 
+/* A member (not a holder) past half its certificate's lifetime asks for a
+ * new one. */
+static bool renewing(train_peer *p) {
+  peer_admit *a = &p->admit;
+  if (!a->my_cert || a->have_sk) return false;
+  uint64_t half = (a->my_expires - a->my_issued) / 2;
+  return unix_now(p) >= a->my_issued + half;
+}
+
 /* ---- time ---- */
+
+/* A joiner redeems its token with the leader, the token's creator and every
+ * data node of the directory (any of them may hold the run key). */
 
 void admit_tick(train_peer *p) {
   peer_admit *a = &p->admit;
@@ -475,19 +575,31 @@ void admit_tick(train_peer *p) {
     size_t len = 0;
     uint64_t expires = 0;
     if (issue(p, &p->cfg.self, now_s, &cert, &len, &expires) == 0) {
-      set_my_cert(p, cert, len, expires);
+      set_my_cert(p, cert, len, now_s, expires);
       free(cert);
       present_all(p);
     }
   }
-  /* A joiner redeems its token with the leader and the token's creator. */
-  if (!admit_ready(p) && a->token && (!a->last_redeem_ms || p->now - a->last_redeem_ms >= ADMIT_REDEEM_MS)) {
+  /* A joiner redeems its token with the leader and the token's creator; a
+   * member renews its certificate the same way with the one it holds. */
+  bool renew = admit_ready(p) && renewing(p);
+  if (((!admit_ready(p) && a->token && !a->token_refused) || renew) &&
+      (!a->last_redeem_ms || p->now - a->last_redeem_ms >= ADMIT_REDEEM_MS)) {
     a->last_redeem_ms = p->now ? p->now : 1;
     Gwtf__TrainRedeem r = GWTF__TRAIN_REDEEM__INIT;
-    r.token = (ProtobufCBinaryData){a->token_len, a->token};
+    if (renew)
+      r.cert = (ProtobufCBinaryData){a->my_cert_len, a->my_cert};
+    else
+      r.token = (ProtobufCBinaryData){a->token_len, a->token};
     if (p->have_leader) peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
     if (!p->have_leader || !gw_id_eq(&p->leader, &a->token_creator))
       peer_send(p, &a->token_creator, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
+    /* and the other data nodes of the directory: one may hold the run key
+     * (--run-key) while the creator is gone and the leader does not */
+    for (uint32_t k = 0; k < a->n_pending; k++)
+      if (a->pending[k].stage == 0 && !gw_id_eq(&a->pending[k].id, &a->token_creator) &&
+          !(p->have_leader && gw_id_eq(&a->pending[k].id, &p->leader)))
+        peer_send(p, &a->pending[k].id, GWTF__TRAIN_MSG__TRAIN_REDEEM, &r.base, NULL);
     GW_DEBUG(&p->log, "run.redeeming", "leader=%d", (int)p->have_leader);
   }
 }
@@ -521,7 +633,7 @@ int train_peer_set_membership(train_peer *p, const train_membership *m) {
     member_cert mc;
     if (member_cert_parse(m->cert, m->cert_len, a->run, a->run_key, &mc) != 0 || !gw_id_eq(&mc.peer, &p->cfg.self))
       return GW_EINVAL;
-    set_my_cert(p, m->cert, m->cert_len, mc.expires);
+    set_my_cert(p, m->cert, m->cert_len, mc.issued, mc.expires);
   }
   return 0;
 }

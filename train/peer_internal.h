@@ -239,11 +239,12 @@ typedef struct peer_admit {
   uint64_t cert_ttl_s;
   uint8_t *my_cert; /* packed MemberCert for us; NULL until admitted */
   size_t my_cert_len;
-  uint64_t my_expires;
+  uint64_t my_issued, my_expires;
   uint8_t *token; /* a joiner's packed RunToken */
   size_t token_len;
   gw_id token_creator;
   uint64_t last_redeem_ms;
+  bool token_refused; /* a holder refused the token for good: stop asking */
   admit_member members[ADMIT_MAX_MEMBERS]; /* certificates verified */
   uint32_t n_members;
   member_revocations revoked;
@@ -257,7 +258,7 @@ typedef struct peer_admit {
   gw_id presented[ADMIT_MAX_MEMBERS];
   uint32_t n_presented, presented_pos;
   /* refusals logged once per (peer, reason); certificate requests rate-limited */
-  struct { gw_id id; const char *reason; uint64_t asked_ms; } logged[ADMIT_MAX_LOGGED];
+  struct { gw_id id; const char *reason; uint64_t asked_ms, at_ms; } logged[ADMIT_MAX_LOGGED];
   uint32_t n_logged;
   /* redemptions counted in memory when the driver does not count them */
   struct { uint8_t invite[MEMBER_INVITE_ID_BYTES]; gw_id peer; } redeemed[ADMIT_MAX_REDEEMED];

@@ -315,6 +315,23 @@ static void gen_train(void) {
     t_op(&s, FUZZ_TRAIN_OP_TICK, 200);
     flush("train_msg", &s);
   }
+  /* A private run: a relay of stage 1 takes a microbatch from d0 (a
+   * member) and is sent one by r2a (a stranger), a JOIN and a redeem. */
+  for (int variant = 0; variant < 2; variant++) {
+    put8(&s, (uint8_t)((variant ? D0 : R1A) + 6 * 32));
+    Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 1);
+    t_msg(&s, D0, 310, &m.base, true);
+    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
+    t_msg(&s, R2A, 310, &m.base, true);
+    Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
+    j.capacity = 2;
+    t_msg(&s, R2B, 301, &j.base, false);
+    Gwtf__TrainRedeem rd = GWTF__TRAIN_REDEEM__INIT;
+    rd.token = (ProtobufCBinaryData){4, (uint8_t *)"\x0a\x02\x08\x01"};
+    t_msg(&s, R2B, 331, &rd.base, false);
+    t_op(&s, FUZZ_TRAIN_OP_TICK, 30);
+    flush("train_msg", &s);
+  }
   /* The last relay (stage 2) sends back to the data node. */
   put8(&s, R2A);
   {

@@ -10,7 +10,9 @@
 #include "fuzz_targets.h"
 #include "fuzz_train.h"
 #include "p2p/frame.h"
+#include "train/member.h"
 #include "train/peer.h"
+#include "train.pb-c.h"
 #include "util/err.h"
 #include "util/rng.h"
 
@@ -273,7 +275,7 @@ static bool read_tensor(reader *r, uint8_t spec, train_tensor *t, uint8_t **data
 
 static void op_message(world *w, reader *r) {
   int from = rd8(r) % FUZZ_TRAIN_CAST;
-  uint32_t type = 300 + rd8(r) % 30;
+  uint32_t type = 300 + rd8(r) % 36;
   size_t len = rd16(r);
   if (len > r->n) len = r->n;
   const uint8_t *body = r->p;
@@ -298,7 +300,7 @@ static void op_echo(world *w, reader *r) {
   uint8_t body[RING_BODY_MAX];
   if (m->len) memcpy(body, m->body, m->len);
   if (m->len) body[off % m->len] ^= val;
-  uint32_t type = ty ? 300 + ty % 30u : m->type;
+  uint32_t type = ty ? 300 + ty % 36u : m->type;
   /* The message may come back to the peer and make it send again (and
    * overwrite this slot): hand it a copy of the tensor. */
   train_tensor t, *tp = NULL;
@@ -313,6 +315,51 @@ static void op_echo(world *w, reader *r) {
   }
   train_peer_on_message(w->tp, &cast.ids[m->to], type, body, m->len, tp, w->now);
   free(data);
+}
+
+/* A private run with the member targets' fixed key: d0 holds it, the
+ * others hold certificates; cast members 0..3 present theirs, r2a and r2b
+ * are strangers whose messages are refused (unless the input forges a
+ * certificate, which it cannot). */
+static int private_run(world *w, int who) {
+  member_key k;
+  fuzz_member_key(&k);
+  train_membership m;
+  memset(&m, 0, sizeof(m));
+  snprintf(m.run, sizeof(m.run), "fuzz");
+  memcpy(m.run_key, k.pk, 32);
+  uint8_t *certs[FUZZ_TRAIN_CAST] = {0};
+  size_t lens[FUZZ_TRAIN_CAST] = {0};
+  int rc = 0;
+  for (int i = 0; i < FUZZ_TRAIN_CAST && rc == 0; i++) {
+    member_cert c;
+    memset(&c, 0, sizeof(c));
+    snprintf(c.run, sizeof(c.run), "fuzz");
+    memcpy(c.run_key, k.pk, 32);
+    c.peer = cast.ids[i];
+    c.expires = 1000000000;
+    rc = member_cert_make(&c, &k, &certs[i], &lens[i]);
+  }
+  if (rc == 0) {
+    if (who == 0) {
+      m.have_sk = true;
+      memcpy(m.sk, k.sk, sizeof(m.sk));
+    } else {
+      m.cert = certs[who];
+      m.cert_len = lens[who];
+    }
+    rc = train_peer_set_membership(w->tp, &m);
+  }
+  for (int i = 0; i < 4 && rc == 0; i++) {
+    if (i == who) continue;
+    Gwtf__TrainCert tc = GWTF__TRAIN_CERT__INIT;
+    tc.cert = (ProtobufCBinaryData){lens[i], certs[i]};
+    uint8_t body[512];
+    size_t len = gwtf__train_cert__pack(&tc, body);
+    train_peer_on_message(w->tp, &cast.ids[i], GWTF__TRAIN_MSG__TRAIN_CERT, body, len, NULL, w->now);
+  }
+  for (int i = 0; i < FUZZ_TRAIN_CAST; i++) free(certs[i]);
+  return rc;
 }
 
 int fuzz_train_msg(const uint8_t *data, size_t size) {
@@ -356,6 +403,11 @@ int fuzz_train_msg(const uint8_t *data, size_t size) {
     return 0;
   }
   if (cfg.role == TRAIN_DATA) train_peer_set_sampler(w->tp, sample, NULL);
+  if ((flags & 32) && private_run(w, who) != 0) {
+    train_peer_free(w->tp);
+    free(w);
+    return 0;
+  }
   for (int s = 0; s <= FUZZ_TRAIN_STAGES; s++) set_members(w, s, 0x3f);
   gw_id leader = gw_id_cmp(&cast.ids[0], &cast.ids[1]) < 0 ? cast.ids[0] : cast.ids[1];
   if (cfg.role == TRAIN_RELAY) train_peer_set_leader(w->tp, &leader, 0);

@@ -11,9 +11,15 @@ C creates the private run (one relay stage, so two relays share it). Then:
     GRAD and a HELLO at a stage member: one `run.refused reason=
     no_certificate` per attempt, none of them placed or served, and the
     sessions stay up;
+  - R2 restarts with `--run` and no invite: the certificate it kept in its
+    data dir lets it in again (no new redemption);
   - an expired invite is refused (`token_expired`), a used-up one too;
   - `gwtf revoke` drops R2: C sends the list on, R1 refuses R2, and C's
-    next iterations count one relay.
+    next iterations count one relay;
+  - failover: a second data node started with `--run-key` (a copy of the
+    creator's key) leads once the creator is killed, and admits a relay
+    invited with `gwtf invite --run-key` on its machine; that relay trains,
+    and `gwtf revoke` there adds to the creator's list (sequence 2).
 
 usage: test_node_private.py PATH_TO_P2P_PROBE"""
 
@@ -93,6 +99,17 @@ def test():
             bad = [e for e in node.find("run.refused") if e.get("peer") in members]
             check(not bad, f"{node.name} refused a member: {bad}")
 
+        # R2 restarts without its invite: the certificate it kept lets it in
+        # (R2, not R1: R1 stays the stage's steady member for what follows)
+        r2.stop()
+        mc = c.mark()
+        r2 = s.node("r2", COMMON + ["--run", RUN]).start(bootstrap=[c.spec])
+        ev = r2.wait("run.joining", timeout=2 * TIMEOUT)
+        check(ev.get("access") == "certificate", f"a restart should use the kept certificate: {ev}")
+        r2.wait("peer.ready", timeout=4 * TIMEOUT)
+        c.wait("iteration.done", since=mc, peers="2", timeout=4 * TIMEOUT)
+        check(not c.find("run.admitted", since=mc) and not r2.find("run.refused"), "the restart redeemed again")
+
         # an expired invite, and a used-up one
         t0 = time.time()
         expired = invite(c, "--expires", "1")
@@ -120,7 +137,31 @@ def test():
         mc = c.mark()
         c.wait("iteration.done", since=mc, count=2, peers="1", timeout=4 * TIMEOUT)
         r1.wait("run.refused", peer=r2.short, reason="revoked", timeout=2 * TIMEOUT)
-        for node in (r2, r1, c):
+        r2.stop()
+
+        # failover: a second data node holds a copy of the run key; the
+        # creator dies; it leads, invites and admits a new relay
+        key = os.path.join(c.data_dir, "runs", RUN, "run.key")
+        d2 = s.node("d2", COMMON + ["--run", RUN, "--role", "data", "--dataset", data, "--run-key", key,
+                                    "--iterations", "0"]).start(bootstrap=[c.spec])
+        d2.wait("peer.ready", timeout=4 * TIMEOUT)
+        d2.wait("run.revocations", seq="1", timeout=2 * TIMEOUT)  # C's list reached it with C's certificate
+        check(not c.find("run.refused", peer=d2.short), "the holder of the run key was refused")
+        c.kill9()
+        d2.wait("leader.elected", timeout=4 * TIMEOUT)
+        token3 = gwtf("invite", "--run", RUN, "--data-dir", d2.data_dir, "--run-key", key)
+        r3 = s.node("r3", COMMON + ["--join", token3]).start()
+        r3.wait("run.certified", timeout=4 * TIMEOUT)
+        d2.wait("run.admitted", peer=r3.short)
+        r3.wait("peer.ready", timeout=4 * TIMEOUT)
+        md = d2.mark()
+        d2.wait("iteration.done", since=md, peers="2", timeout=6 * TIMEOUT)
+        # a revocation on the new holder's machine adds to the creator's list
+        m1 = r1.mark()
+        gwtf("revoke", "--run", RUN, "--data-dir", d2.data_dir, "--run-key", key, r3.id)
+        d2.wait("run.revocations", seq="2", peers="2", timeout=TIMEOUT)
+        r1.wait("run.revoked", since=m1, peer=r3.short, timeout=TIMEOUT)
+        for node in (r3, r1, d2):
             node.stop()
 
 

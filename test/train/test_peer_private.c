@@ -190,6 +190,22 @@ static void test_stranger_is_refused_everywhere(void **state) {
   assert_true(C(&h, r2)->admissions_refused >= 2); /* GRAD, HELLO */
   assert_true(C(&h, s2[0])->admissions_refused >= 2);
   assert_int_equal(train_peer_stage(h.nodes[stranger].tp), -1); /* never placed */
+  /* forged certificates and tokens: one signature check, then dropped
+   * unchecked for a second */
+  uint64_t checked = C(&h, d)->signatures_checked;
+  Gwtf__TrainCert fc = GWTF__TRAIN_CERT__INIT;
+  uint8_t junk[152];
+  memset(junk, 0x5a, sizeof(junk));
+  fc.cert = (ProtobufCBinaryData){sizeof(junk), junk};
+  Gwtf__TrainRedeem fr = GWTF__TRAIN_REDEEM__INIT;
+  fr.token = (ProtobufCBinaryData){sizeof(junk), junk};
+  for (int i = 0; i < 50; i++) {
+    inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_CERT, &fc.base, NULL);
+    inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_REDEEM, &fr.base, NULL);
+  }
+  h_run_for(&h, 50);
+  assert_true(C(&h, d)->signatures_checked - checked <= 2);
+  assert_false(train_peer_member(h.nodes[d].tp, &h.nodes[stranger].peer.id));
   assert_true(h_run_until_finished(&h, 120000));
   assert_int_equal(train_peer_iteration(h.nodes[d].tp), iters);
   /* nothing it sent reached the model: the same weights, iteration by iteration */
@@ -284,21 +300,28 @@ static void test_expired_and_used_up_tokens_are_refused(void **state) {
   h_free(&h);
 }
 
-/* A relay whose certificate expires is refused from then on. */
-static void test_expired_certificate_is_refused(void **state) {
+/* A member renews its certificate past half its lifetime; one whose
+ * certificate expired is refused (and cannot renew it). */
+static void test_certificates_renew_and_expire(void **state) {
   (void)state;
   member_key k = run_key();
   h_harness h;
   int d = build(&h, 34, 0, true);
-  int r = h_add(&h, TRAIN_RELAY, 1, M, 0, true);
-  give_cert(&h, r, &k, 5); /* unix second 5 */
-  start_all(&h, h.n_nodes);
-  h_run_for(&h, 3000);
-  assert_int_equal(C(&h, d)->admissions_refused, 0);
-  h_run_for(&h, 6000);
+  int renew = h_add(&h, TRAIN_RELAY, 1, M, 0, true);
+  give_cert(&h, renew, &k, 6); /* unix second 6: renewed from second 3 on */
+  int old = h_add(&h, TRAIN_RELAY, 1, M, 0, true);
+  give_cert(&h, old, &k, 1); /* expired before it starts */
+  start_all(&h, old);
+  h_run_for(&h, 2000);
+  h_start(&h, old);
+  h_run_for(&h, 8000);
+  assert_true(train_peer_certified(h.nodes[renew].tp)); /* at 10 s, with a renewed certificate */
+  assert_int_equal(C(&h, d)->certs_issued, 1);
+  assert_false(train_peer_certified(h.nodes[old].tp));
   uint64_t refused = 0;
-  for (int i = 0; i < r; i++) refused += C(&h, i)->admissions_refused;
-  assert_true(refused > 0);
+  for (int i = 0; i < old; i++) refused += C(&h, i)->admissions_refused;
+  assert_true(refused > 0); /* only `old`: members never refuse each other */
+  assert_true(C(&h, old)->backward_computed == 0);
   h_free(&h);
 }
 
@@ -324,6 +347,27 @@ static void test_wrong_weights_are_refetched(void **state) {
   assert_true(C(&h, joiner)->backward_computed > 0);
   assert_memory_equal(h.nodes[joiner].w, h.nodes[bad + 1].w, sizeof(h.nodes[joiner].w));
   assert_agree(&h, iters);
+  h_free(&h);
+}
+
+/* Open run: the leader takes one JOIN per peer per second. */
+static void test_join_rate_limited(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 36, 0, false);
+  int stranger = h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  start_all(&h, stranger);
+  h_run_for(&h, 500);
+  uint64_t before = C(&h, d)->messages_refused;
+  Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
+  j.capacity = 4;
+  for (int i = 0; i < 5; i++) inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
+  h_run_for(&h, 50);
+  assert_int_equal(C(&h, d)->messages_refused - before, 4);
+  h_run_for(&h, 1000); /* a second later, one more is taken */
+  inject(&h, stranger, d, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
+  h_run_for(&h, 50);
+  assert_int_equal(C(&h, d)->messages_refused - before, 4);
   h_free(&h);
 }
 
@@ -387,8 +431,9 @@ int main(void) {
       cmocka_unit_test(test_stranger_is_refused_everywhere),
       cmocka_unit_test(test_invited_joins_then_revoked),
       cmocka_unit_test(test_expired_and_used_up_tokens_are_refused),
-      cmocka_unit_test(test_expired_certificate_is_refused),
+      cmocka_unit_test(test_certificates_renew_and_expire),
       cmocka_unit_test(test_wrong_weights_are_refetched),
+      cmocka_unit_test(test_join_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
