@@ -309,6 +309,7 @@ typedef struct train_counters {
    * rejected by validation, bans, resyncs started */
   uint64_t messages_refused, contributions_rejected, peers_banned, resyncs;
   uint64_t splits_healed; /* a lower vouched aggregator's average overrode the one we applied */
+  uint64_t rounds_left_out; /* we contributed, and the average we applied did not list us */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

@@ -506,6 +506,7 @@ static bool avg_lists_us_right(train_peer *p, const gw_id *from, const Gwtf__Tra
              (unsigned long long)g->iteration);
     return false;
   }
+  p->counters.rounds_left_out++;
   GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)g->iteration);
   return true;
 }
@@ -546,9 +547,9 @@ static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g)
   join_resync(p, p->iteration, "split");
 }
 
-/* After we deferred to a lower aggregator: the members that contributed
- * to us wait for our average; they get the stage's (which leaves them
- * out: agg.left_out, and they apply it). */
+/* Members that contributed to us though we do not aggregate (or no longer)
+ * wait for our average: they get the stage's, which leaves them out
+ * (agg.left_out), and they apply it. */
 static void pass_on(train_peer *p) {
   peer_agg *a = &p->agg;
   if (!a->pass_on) return;
@@ -574,18 +575,22 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     enter_round(p, p->iteration, false);
   }
   if (g->offset == 0 && !avg_lists_us_right(p, from, g)) return;
-  if (g->offset == 0 && i_aggregate(p) && !gw_id_eq(from, &p->cfg.self)) {
-    /* We were collecting as this round's aggregator, and a vouched member of
-     * lower ID averaged it: its average is the stage's. Those that
-     * contributed to us get it from us once it is whole (pass_on). */
-    char who[GW_ID_SHORT_LEN + 1];
-    peer_short(from, who);
-    GW_WARN(&p->log, "agg.deferred", "iter=%llu to=%s contributors_waiting=%u", (unsigned long long)g->iteration,
-            who, a->n_contrib);
-    a->pass_on = true;
+  if (g->offset == 0 && !gw_id_eq(from, &p->cfg.self)) {
+    /* Members that sent us their gradient picked us to aggregate (their view
+     * lacks the one we follow, or we did, until now). The average we apply
+     * is the stage's: they get it from us once it is whole (pass_on), see
+     * themselves left out and apply it, rather than give up on us and step
+     * alone. */
     a->n_pass_on = 0;
     for (uint32_t i = 0; i < a->n_contrib; i++)
       if (!gw_id_eq(&a->contrib[i].id, &p->cfg.self)) a->pass_to[a->n_pass_on++] = a->contrib[i].id;
+    a->pass_on = a->n_pass_on > 0;
+    if (i_aggregate(p)) {
+      char who[GW_ID_SHORT_LEN + 1];
+      peer_short(from, who);
+      GW_WARN(&p->log, "agg.deferred", "iter=%llu to=%s contributors_waiting=%u", (unsigned long long)g->iteration,
+              who, a->n_pass_on);
+    }
   }
   a->aggregator = *from;
   a->picked = true;
