@@ -8,7 +8,10 @@ of every stage agree on their weights after every aggregation, and the
 hostile relay is rejected (agg.rejected) and banned (run.banned). With the
 checks off (--no-validate-contributions) nothing is rejected and the nan run
 diverges: that is what the defence saves. (wrong-shape is not run without
-checks: a vector of the wrong length is then ignored, not averaged.)
+checks: a vector of the wrong length is then ignored, not averaged.) A
+relay that lies about its costs (lying-costs: ~0 ms of compute in HELLO) has
+its claim raised by its neighbours (flow.cost_claim_clamped), and no honest
+peer's ever is, nor are anyone's flow messages rate-limited.
 
 All scenarios run in this one process, one swarm at a time, each on its own
 port block (below test_swarm.py's and test_experiment.py's). Relays hold
@@ -26,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_swarm import GWTF, Failure, check, parse_log  # noqa: E402
 
 ITERS = 12
-BASE_PORT = 23100  # one block of 300 per run: 23100..25200
+BASE_PORT = 23100  # one block of 100 per run (8 peers): 23100..23899
 MODES = ["nan", "scale=100", "random", "wrong-shape"]
 # Unchecked, NaN diverges at once. scale=100 and random do not within a
 # dozen iterations: AdamW divides each coordinate by its running RMS, so a
@@ -44,7 +47,7 @@ DIVERGED = 1.25
 def swarm(tmp, n, *args):
     summary = os.path.join(tmp, f"summary{n}.json")
     cmd = [GWTF, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
-           "--base-port", str(BASE_PORT + 300 * n), "--workdir", os.path.join(tmp, f"peers{n}"),
+           "--base-port", str(BASE_PORT + 100 * n), "--workdir", os.path.join(tmp, f"peers{n}"),
            "--relays", "7", "--stages", "3", "--iterations", str(ITERS), "--capacity", "2", *args]
     print("$", " ".join(cmd), flush=True)
     try:
@@ -108,8 +111,25 @@ def main():
                 banned = [e for e in ev if e["event"] == "run.banned" and e["f"].get("peer") == bad]
                 check(rejected, f"{mode}: {name} ({bad}) was never rejected")
                 check(banned, f"{mode}: {name} ({bad}) was never banned")
+                check(not [e for e in ev if e["event"] in ("flow.cost_claim_clamped", "flow.rate_limited")],
+                      f"{mode}: an honest peer's costs were clamped or its flow messages cut")
                 print(f"{mode}: last loss {loss:.4f} (honest {honest:.4f}); {name} rejected "
                       f"{len(rejected)}x ({rejected[0]['f']['reason']}), banned; honest hashes agree", flush=True)
+            # lying about costs: it claims ~0 compute in HELLO; every neighbour
+            # that hears it and its honest stage-mates raises the claim
+            s, ev = swarm(tmp, n, "--byzantine", "1:lying-costs")
+            n += 1
+            name, bad = hostile(ev)
+            loss = last_loss(s)
+            clamped = [e for e in ev if e["event"] == "flow.cost_claim_clamped"]
+            check(clamped, "lying-costs: no claim was clamped")
+            check(all(e["f"]["peer"] == bad for e in clamped),
+                  f"lying-costs: honest claims clamped: {[e['f']['peer'] for e in clamped]}")
+            check(loss is not None and abs(loss - honest) <= TOLERANCE * honest,
+                  f"lying-costs: last loss {loss}, honest {honest:.4f}")
+            print(f"lying-costs: {len(clamped)} neighbours clamped {name}'s claim "
+                  f"({clamped[0]['f']['claimed_ms']} ms -> {clamped[0]['f']['used_ms']} ms); "
+                  f"last loss {loss:.4f}", flush=True)
             for mode in UNCHECKED:
                 s, ev = swarm(tmp, n, "--byzantine", f"1:{mode}", "--no-validate-contributions")
                 n += 1
