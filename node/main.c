@@ -25,6 +25,7 @@ static const gwtf_cmd commands[] = {
     {"check stage", "run PyTorch reference fixtures on a backend", cmd_check_stage, cmd_check_stage_help},
     {"bench stage", "time a stage's forward and backward", cmd_bench_stage, cmd_bench_stage_help},
     {"node", "run a peer: listen, connect to bootstrap peers, keep sessions", cmd_node, cmd_node_help},
+    {"bench agg", "time the aggregator's mean and trimmed mean", cmd_bench_agg, cmd_bench_agg_help},
     {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
     {"sim join", "compare where joining nodes go (paper Table IV / Fig. 5)", cmd_sim_join, cmd_sim_join_help},
     {"lookup", "print the members of a stage (or the run records) found in the DHT", cmd_lookup, cmd_lookup_help},

@@ -363,12 +363,9 @@ static void finish_round(train_peer *p) {
     if (p->cfg.tun.aggregate == TRAIN_AGG_TRIMMED) {
       trimmed_mean(p);
     } else {
-      for (uint32_t i = 0; i < a->n_contrib; i++) {
-        const float *g = a->contrib[i].buf;
-        for (size_t k = 0; k < n; k++) a->last_avg[k] += g[k];
-      }
-      float inv = 1.0f / (float)total;
-      for (size_t k = 0; k < n; k++) a->last_avg[k] *= inv;
+      const float *sums[PEER_MAX_CONTRIB];
+      for (uint32_t i = 0; i < a->n_contrib; i++) sums[i] = a->contrib[i].buf;
+      train_agg_mean(sums, a->n_contrib, n, total, a->last_avg);
     }
   }
   a->have_last_avg = true;
