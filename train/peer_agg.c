@@ -529,7 +529,8 @@ static bool same_as_applied(const peer_agg *a, const Gwtf__TrainGrad *g) {
  * them from it (its own state is its average applied). */
 static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g) {
   peer_agg *a = &p->agg;
-  if (g->offset != 0 || !a->have_last_avg || g->iteration != a->last_avg_iteration || p->aggregating ||
+  if (g->offset != 0 || !a->have_last_avg || g->iteration != a->last_avg_iteration ||
+      (p->aggregating && a->phase == AGG_APPLY) ||
       !peer_vouched(p, from) || gw_id_cmp(from, &a->aggregator) >= 0 || same_as_applied(a, g))
     return;
   char who[GW_ID_SHORT_LEN + 1], mine[GW_ID_SHORT_LEN + 1];

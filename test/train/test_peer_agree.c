@@ -113,13 +113,18 @@ static void test_stranger_with_lowest_id_does_not_aggregate(void **state) {
  * one way while both sessions look alive. */
 struct cut {
   h_harness *h;
-  int from, to; /* node indices */
+  int from, to;   /* node indices */
+  uint64_t until; /* virtual ms when the link comes back (0: never) */
 };
 
 static uint64_t cut_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
   (void)len;
   const cut *c = ud;
-  if (from == c->h->nodes[c->from].index && to == c->h->nodes[c->to].index) return UINT64_C(1) << 40;
+  if (from == c->h->nodes[c->from].index && to == c->h->nodes[c->to].index) {
+    uint64_t now = sim_now(c->h->s);
+    if (!c->until) return UINT64_C(1) << 40;
+    if (now < c->until) return c->until - now; /* held, then delivered in order */
+  }
   return 1 + gw_rng_below(rng, 3);
 }
 
@@ -129,15 +134,16 @@ static uint64_t cut_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
 static void cut_aggregator_from_last(h_harness *h, cut *c) {
   int s2[8];
   assert_int_equal(h_by_id(h, 2, s2, 8), PER_STAGE);
-  h->nodes[s2[0]].hidden_from = 1 + s2[PER_STAGE - 1];
-  *c = (cut){h, s2[0], s2[PER_STAGE - 1]};
+  int to = c->until ? s2[1] : s2[PER_STAGE - 1];
+  h->nodes[s2[0]].hidden_from = 1 + to;
+  *c = (cut){h, s2[0], to, c->until};
   sim_set_delay_fn(h->s, cut_delay, c);
 }
 
 static void test_member_left_out_recovers(void **state) {
   (void)state;
   h_harness h;
-  cut c;
+  cut c = {0};
   int stranger, d = build(&h, &stranger, &c);
   int agg = c.from, x = c.to, s2[8];
   h_by_id(&h, 2, s2, 8);
@@ -164,10 +170,42 @@ static void test_member_left_out_recovers(void **state) {
   h_free(&h);
 }
 
+/* A real split: stage 2's middle member x (by ID) has the lowest, agg, in
+ * neither its directory nor (for the first 3 s) its inbox, so it is the
+ * lowest of its own view and aggregates alone, while the others follow agg.
+ * When agg's messages arrive, x is vouched for agg by the third member's
+ * BEGIN_AGG, sees agg's average of the round it averaged alone, with other
+ * contributors (agg.split_detected), and resyncs from agg: the stage ends
+ * with one set of weights. */
+static void test_split_is_detected_and_healed(void **state) {
+  (void)state;
+  h_harness h;
+  cut c = {.until = 3000};
+  int stranger, d = build(&h, &stranger, &c);
+  int agg = c.from, x = c.to, s2[8];
+  h_by_id(&h, 2, s2, 8);
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  const train_counters *cx = train_peer_counters(h.nodes[x].tp);
+  if (verbose())
+    fprintf(stderr, "x: %llu splits healed, %llu resyncs\n", (unsigned long long)cx->splits_healed,
+            (unsigned long long)cx->resyncs);
+  assert_true(cx->splits_healed >= 1);
+  assert_true(cx->resyncs >= 1);
+  for (int k = 0; k < PER_STAGE; k++) {
+    h_node *n = &h.nodes[s2[k]];
+    assert_true(n->have_hash[ITERS - 1]);
+    assert_memory_equal(n->hash_of[ITERS - 1], h.nodes[agg].hash_of[ITERS - 1], 32);
+    assert_memory_equal(n->w, h.nodes[agg].w, sizeof(n->w));
+  }
+  h_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stranger_with_lowest_id_does_not_aggregate),
       cmocka_unit_test(test_member_left_out_recovers),
+      cmocka_unit_test(test_split_is_detected_and_healed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
