@@ -127,7 +127,8 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
   if (gw_id_eq(from, &now)) return true;
   /* A vouched member of lower ID than the aggregator we followed: its
    * average (of our round, or of the one we just applied: a split) wins. */
-  return peer_vouched(p, from) && gw_id_cmp(from, &a->aggregator) < 0;
+  return peer_vouched(p, from) &&
+         (gw_id_cmp(from, &a->aggregator) < 0 || (a->have_last_avg && gw_id_cmp(from, &a->applied_from) < 0));
 }
 
 /* ---- beginning a round ---- */
@@ -474,6 +475,7 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
 static void apply_average(train_peer *p, const float *avg, uint32_t total_count) {
   peer_agg *a = &p->agg;
   a->phase = AGG_APPLY;
+  a->applied_from = a->aggregator;
   a->avg_total_count = total_count;
   size_t n = p->cfg.shape.n_params;
   train_job *job = avg ? peer_submit(p, TRAIN_JOB_APPLY, NULL, avg, n * sizeof(float), NULL, 0)
@@ -531,11 +533,11 @@ static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g)
   peer_agg *a = &p->agg;
   if (g->offset != 0 || !a->have_last_avg || g->iteration != a->last_avg_iteration ||
       (p->aggregating && a->phase == AGG_APPLY) ||
-      !peer_vouched(p, from) || gw_id_cmp(from, &a->aggregator) >= 0 || same_as_applied(a, g))
+      !peer_vouched(p, from) || gw_id_cmp(from, &a->applied_from) >= 0 || same_as_applied(a, g))
     return;
   char who[GW_ID_SHORT_LEN + 1], mine[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
-  peer_short(&a->aggregator, mine);
+  peer_short(&a->applied_from, mine);
   GW_WARN(&p->log, "agg.split_detected", "iter=%llu aggregator=%s followed=%s members=%zu",
           (unsigned long long)g->iteration, who, mine, g->n_contributors);
   p->counters.splits_healed++;
