@@ -6,9 +6,13 @@
  * data node, so a microbatch one starts after another finished would hold
  * every stage up for a whole trip. When every live data node has reported,
  * the leader floods BEGIN_AGG front to back. Each stage's members send their gradient sums to
- * the stage's aggregator — its lowest live node ID — which averages them
- * weighted by microbatch counts, summing in node-ID order so that every
- * member receives the same bits, and sends the average back. Every member
+ * the stage's aggregator — its lowest live node ID among the members the
+ * directory, the leader or a directory member's BEGIN_AGG vouches for —
+ * which averages them weighted by microbatch counts (or takes their trimmed
+ * mean), summing in node-ID order so that every member receives the same
+ * bits, and sends the average back with the list of what it averaged. Where
+ * views differ, the lowest vouched aggregator's average wins: a higher one
+ * defers and passes it on, a member split off resyncs from it. Every member
  * steps its optimizer with it and logs the hash of its weights. CAN_TAKE then
  * flows back to front: a peer sends it upstream once it has stepped and a
  * peer downstream is ready (the last stage does not wait), and data nodes

@@ -25,9 +25,9 @@
  *   flood       BEGIN_AGG: a member of s or of s-1 (stage 0: of 0), the way
  *               the flood travels front to back;
  *   next        CAN_TAKE: a member of s+1, the way it travels back;
- *   aggregator  AVG: the aggregator we chose for this round
- *               (agg_is_round_aggregator); RESYNC: the aggregator of the
- *               round we last took part in.
+ *   aggregator  AVG: the aggregator we chose for this round, or a vouched
+ *               member of lower ID (its average wins: agg_is_round_aggregator);
+ *               RESYNC: the aggregator of the round we last took part in.
  * A banned peer (repeated rejected contributions) is refused everything. */
 #include "train/peer_internal.h"
 
