@@ -37,6 +37,8 @@ int cmd_bench_stage(int argc, char **argv);
 void cmd_bench_stage_help(void);
 int cmd_node(int argc, char **argv);
 void cmd_node_help(void);
+int cmd_bench_agg(int argc, char **argv);
+void cmd_bench_agg_help(void);
 int cmd_bench_p2p(int argc, char **argv);
 void cmd_bench_p2p_help(void);
 int cmd_sim_join(int argc, char **argv);

@@ -319,11 +319,10 @@ int cmd_node(int argc, char **argv) {
   };
   /* the node's own options, then training's */
   enum { N_NODE_OPTS = sizeof(opts) / sizeof(opts[0]) - 1 };
-  static struct option all[N_NODE_OPTS + 32];
+  static struct option all[N_NODE_OPTS + TRAIN_NODE_MAX_OPTIONS + 1];
   size_t n_all = 0;
   for (size_t i = 0; i < N_NODE_OPTS; i++) all[n_all++] = opts[i];
-  for (size_t i = 0; train_node_options[i].name && n_all + 1 < sizeof(all) / sizeof(all[0]); i++)
-    all[n_all++] = train_node_options[i];
+  for (size_t i = 0; train_node_options[i].name; i++) all[n_all++] = train_node_options[i];
   memset(&all[n_all], 0, sizeof(all[0]));
   node_config cfg;
   node_config_defaults(&cfg);

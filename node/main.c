@@ -30,6 +30,7 @@ static const gwtf_cmd commands[] = {
     {"node", "run a peer: listen, connect to bootstrap peers, keep sessions", cmd_node, cmd_node_help},
     {"invite", "print an invite token to a private run (on its creator)", cmd_invite, cmd_invite_help},
     {"revoke", "revoke a member of a private run (on its creator)", cmd_revoke, cmd_revoke_help},
+    {"bench agg", "time the aggregator's mean and trimmed mean", cmd_bench_agg, cmd_bench_agg_help},
     {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
     {"sim join", "compare where joining nodes go (paper Table IV / Fig. 5)", cmd_sim_join, cmd_sim_join_help},
     {"lookup", "print the members of a stage (or the run records) found in the DHT", cmd_lookup, cmd_lookup_help},

@@ -14,6 +14,7 @@
 
 #include "dht/stage_dir.h"
 #include "flow/flow.h"
+#include "flow/flow_guard.h"
 #include "gwtf.pb-c.h"
 #include "node/dht_node.h"
 #include "node/relays.h"
@@ -129,6 +130,7 @@ typedef struct train_rt {
   known_peer known[MAX_KNOWN];
   size_t n_known;
   double compute_s_ewma; /* our forward+backward per microbatch */
+  flow_guard guard;      /* flow floods and cost lies of neighbours (flow/flow_guard.h) */
   int ckpt_marker;       /* address marks the runtime's own snapshot jobs */
   char ckpt_path[PATH_MAX];
   bool announced;
@@ -376,7 +378,17 @@ static void peer_info(void *ud, const gw_id *peer, int stage, uint32_t capacity,
   known_peer *k = known_find(rt, peer);
   if (k) {
     k->stage = stage;
-    if (compute_ms > 0) k->compute_s = compute_ms / 1000.0;
+    if (compute_ms > 0) {
+      bool first;
+      k->compute_s = flow_guard_cost_claim(&rt->guard, peer, stage, compute_ms / 1000.0,
+                                           stage == rt->stage ? rt->compute_s_ewma : 0, &first);
+      if (first) {
+        char who[GW_ID_SHORT_LEN + 1];
+        gw_id_to_short(peer, who);
+        GW_WARN(&rt->log, "flow.cost_claim_clamped", "peer=%s claimed_ms=%.4f used_ms=%.4f ratio=%g", who,
+                compute_ms, 1000.0 * k->compute_s, FLOW_GUARD_COST_RATIO);
+      }
+    }
   }
 }
 
@@ -1063,6 +1075,7 @@ static int comp_start(node *n, void **state) {
   rt->n = n;
   rt->loop = node_loop(n);
   rt->o = o;
+  flow_guard_init(&rt->guard);
   rt->log = *node_log(n);
   rt->host = node_host(n);
   rt->stage = -1;
@@ -1162,6 +1175,17 @@ static void comp_message(void *state, const gw_id *from, p2p_msg *msg) {
   uint64_t now = now_ms(rt);
   rt->rf.now_ms = now;
   if (msg->type == GWTF__MSG_TYPE__MSG_FLOW) {
+    bool first;
+    uint64_t dropped;
+    if (!flow_guard_admit(&rt->guard, from, now, &first, &dropped)) {
+      if (first) {
+        char who[GW_ID_SHORT_LEN + 1];
+        gw_id_to_short(from, who);
+        GW_WARN(&rt->log, "flow.rate_limited", "peer=%s rate=%d burst=%d dropped=%llu", who, FLOW_GUARD_RATE,
+                FLOW_GUARD_BURST, (unsigned long long)dropped);
+      }
+      return;
+    }
     /* flows and placement are for members only (the same state as the
      * dispatcher's, train/peer_admit.c; refusals logged there) */
     if (!train_peer_admit(rt->peer, from, now)) return;

@@ -88,6 +88,10 @@ void train_node_opts_default(train_node_opts *o);
  * TRAIN_NODE_OPT_BASE. train_node_parse_opt applies one (returns 0, or 2
  * after printing what is wrong), train_node_check checks the combination. */
 #define TRAIN_NODE_OPT_BASE 2000
+/* The training options `gwtf node` takes, ended by a zeroed entry; at most
+ * TRAIN_NODE_MAX_OPTIONS of them (a compile-time check in train_opts.c keeps
+ * cmd_node's merged table from dropping any). */
+#define TRAIN_NODE_MAX_OPTIONS 64
 extern const struct option train_node_options[];
 int train_node_parse_opt(train_node_opts *o, int code, const char *arg);
 int train_node_check(const train_node_opts *o, bool *training);

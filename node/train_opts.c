@@ -96,6 +96,8 @@ const struct option train_node_options[] = {
     {"stage-memory-mb", required_argument, 0, T_STAGE_MEM},
     {0},
 };
+_Static_assert(sizeof(train_node_options) / sizeof(train_node_options[0]) - 1 <= TRAIN_NODE_MAX_OPTIONS,
+               "raise TRAIN_NODE_MAX_OPTIONS: cmd_node would drop training options");
 
 void train_node_print_help(void) {
   printf("\ntraining (a node without these options only keeps sessions and the DHT):\n"
@@ -134,7 +136,8 @@ void train_node_print_help(void) {
          "  --aggregate mean|trimmed-mean\n"
          "                             how this peer combines its stage's gradients when it aggregates:\n"
          "                             the mean (default) or a coordinate-wise trimmed mean that drops\n"
-         "                             the top and bottom 20%% of the contributions per coordinate\n"
+         "                             floor(0.2 x M) of the M contributions at each end, per coordinate\n"
+         "                             (nothing below 5 contributions)\n"
          "  --no-validate-contributions\n"
          "                             TEST ONLY: take stage members' gradients unchecked (shows what\n"
          "                             the checks save; never use it in a real run)\n"

@@ -17,6 +17,14 @@ uint32_t train_agg_trim_count(uint32_t m, double trim) {
   return t;
 }
 
+void train_agg_mean(const float *const *sums, uint32_t m, size_t n, uint32_t total, float *out) {
+  for (size_t k = 0; k < n; k++) out[k] = 0.0f;
+  for (uint32_t i = 0; i < m; i++)
+    for (size_t k = 0; k < n; k++) out[k] += sums[i][k];
+  float inv = 1.0f / (float)total;
+  for (size_t k = 0; k < n; k++) out[k] *= inv;
+}
+
 int train_agg_trimmed_mean(const float *const *sums, const uint32_t *counts, uint32_t m, size_t n, double trim,
                            float *out) {
   if (m == 0 || m > TRAIN_AGG_MAX_INPUTS || !(trim >= 0.0 && trim < 0.5)) return GW_EINVAL;

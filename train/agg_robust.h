@@ -22,6 +22,12 @@
 int train_agg_trimmed_mean(const float *const *sums, const uint32_t *counts, uint32_t m, size_t n, double trim,
                            float *out);
 
+/* The mean: out[k] = (sums[0][k] + ... + sums[m-1][k]) * (1 / total), the
+ * floats added in the order given, from 0 (what `gwtf train-ref` does with
+ * one process's gradient sum, so that a fault-free swarm matches it bit for
+ * bit). total > 0. */
+void train_agg_mean(const float *const *sums, uint32_t m, size_t n, uint32_t total, float *out);
+
 /* How many values are dropped at each end for m contributions. */
 uint32_t train_agg_trim_count(uint32_t m, double trim);
 

@@ -229,12 +229,19 @@ bool peer_vouched(train_peer *p, const gw_id *id) {
 /* A directory member of our stage listed `id` as a member in its BEGIN_AGG:
  * if we only heard `id` by HELLO, it is now vouched for (for three HELLO
  * periods, like the HELLO itself). */
+static uint32_t heard_slot(train_peer *p, const gw_id *id);
+
 void peer_vouch(train_peer *p, const gw_id *id) {
-  for (uint32_t k = 0; k < p->n_heard; k++)
-    if (gw_id_eq(&p->heard[k].id, id) && p->heard[k].stage == p->stage) p->heard[k].vouched_ms = p->now;
-  peer_stage_view *v = peer_stage(p, p->stage);
-  for (size_t i = 0; v && i < v->n; i++)
-    if (gw_id_eq(&v->v[i].id, id)) v->v[i].vouched = true;
+  if (gw_id_eq(id, &p->cfg.self) || trust_banned(p, id)) return;
+  /* kept even before we hear the peer: its HELLO may be on a slower link
+   * than the BEGIN_AGG that vouches for it */
+  uint32_t k = heard_slot(p, id);
+  if (p->heard[k].stage != p->stage) {
+    p->heard[k].stage = p->stage;
+    p->heard[k].at_ms = 0;
+  }
+  p->heard[k].vouched_ms = p->now;
+  peer_vouch_view(p, p->stage, id);
 }
 
 bool peer_is_member(train_peer *p, int stage, const gw_id *id, bool dir_only) {
@@ -272,24 +279,42 @@ static void member_add(train_peer *p, int stage, const gw_id *id, uint32_t capac
 
 /* A peer of our own stage said HELLO: it is ready and a member. Kept for
  * three HELLO periods, across directory refreshes that do not list it yet. */
-static void heard_member(train_peer *p, const gw_id *id, uint32_t capacity) {
+/* The entry of `id` in our heard list, made (replacing the stalest when
+ * full) when it is not there. */
+static uint32_t heard_slot(train_peer *p, const gw_id *id) {
   uint32_t k = 0;
   while (k < p->n_heard && !gw_id_eq(&p->heard[k].id, id)) k++;
-  if (k == p->n_heard) {
-    if (p->n_heard == PEER_MAX_CONTRIB) {
-      k = 0; /* full: replace the stalest */
-      for (uint32_t i = 1; i < p->n_heard; i++)
-        if (p->heard[i].at_ms < p->heard[k].at_ms) k = i;
-    } else {
-      p->n_heard++;
+  if (k < p->n_heard) return k;
+  if (p->n_heard == PEER_MAX_CONTRIB) {
+    k = 0; /* full: replace the stalest */
+    for (uint32_t i = 1; i < p->n_heard; i++) {
+      uint64_t ti = p->heard[i].at_ms > p->heard[i].vouched_ms ? p->heard[i].at_ms : p->heard[i].vouched_ms;
+      uint64_t tk = p->heard[k].at_ms > p->heard[k].vouched_ms ? p->heard[k].at_ms : p->heard[k].vouched_ms;
+      if (ti < tk) k = i;
     }
+  } else {
+    k = p->n_heard++;
   }
+  memset(&p->heard[k], 0, sizeof(p->heard[k]));
   p->heard[k].id = *id;
   p->heard[k].stage = p->stage;
+  return k;
+}
+
+static bool heard_fresh(const train_peer *p, uint64_t at_ms) {
+  return at_ms && p->now - at_ms <= 3 * p->cfg.tun.hello_period_ms;
+}
+
+/* A peer of our own stage said HELLO: it is ready and a member. Kept for
+ * three HELLO periods, across directory refreshes that do not list it yet. */
+static void heard_member(train_peer *p, const gw_id *id, uint32_t capacity) {
+  uint32_t k = heard_slot(p, id);
+  if (p->heard[k].stage != p->stage) p->heard[k].vouched_ms = 0; /* a vouch for another stage */
+  p->heard[k].stage = p->stage;
   p->heard[k].capacity = capacity;
-  if (p->heard[k].at_ms == 0 || !gw_id_eq(&p->heard[k].id, id)) p->heard[k].vouched_ms = 0;
   p->heard[k].at_ms = p->now;
   member_add(p, p->stage, id, capacity, 0, true);
+  if (heard_fresh(p, p->heard[k].vouched_ms)) peer_vouch_view(p, p->stage, id);
 }
 
 void train_peer_set_members(train_peer *p, int stage, const train_member *members, size_t n, uint64_t now_ms) {
@@ -302,11 +327,9 @@ void train_peer_set_members(train_peer *p, int stage, const train_member *member
         admit_view_filter(p, stage, &members[i].id, members[i].capacity, members[i].load))
       member_add(p, stage, &members[i].id, members[i].capacity, members[i].load, false);
   for (uint32_t k = 0; k < p->n_heard; k++)
-    if (p->heard[k].stage == stage && now_ms - p->heard[k].at_ms <= 3 * p->cfg.tun.hello_period_ms &&
-        !trust_banned(p, &p->heard[k].id)) {
+    if (p->heard[k].stage == stage && heard_fresh(p, p->heard[k].at_ms) && !trust_banned(p, &p->heard[k].id)) {
       member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0, true);
-      if (p->heard[k].vouched_ms && now_ms - p->heard[k].vouched_ms <= 3 * p->cfg.tun.hello_period_ms)
-        peer_vouch_view(p, stage, &p->heard[k].id);
+      if (heard_fresh(p, p->heard[k].vouched_ms)) peer_vouch_view(p, stage, &p->heard[k].id);
     }
   if (stage == 0 && p->cfg.role == TRAIN_DATA) leader_check(p);
 }

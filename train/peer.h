@@ -40,7 +40,8 @@
  *                  recomputed.
  * Aggregation: when every data node reported ITER_DONE, the leader floods
  * BEGIN_AGG front to back; each stage's members send their gradient sums to
- * the stage's lowest live node ID, which averages them weighted by
+ * the stage's lowest live vouched node ID (directory, ASSIGN, or a directory
+ * member's BEGIN_AGG list: never a peer that only said HELLO), which averages them weighted by
  * microbatches (in node-ID order, so the result is bit-identical everywhere)
  * and sends the average back; every member steps its optimizer and logs its
  * weight hash. CAN_TAKE then flows back to front and the next iteration starts.
@@ -414,6 +415,7 @@ typedef struct train_counters {
    * bytes on the wire, and what they would have taken as fp32 */
   uint64_t wire_tensors, wire_bytes, wire_f32_bytes;
   uint64_t signatures_checked; /* certificates and tokens whose signature we checked */
+  uint64_t rounds_left_out; /* we contributed, and the average we applied did not list us */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

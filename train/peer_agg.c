@@ -6,9 +6,13 @@
  * data node, so a microbatch one starts after another finished would hold
  * every stage up for a whole trip. When every live data node has reported,
  * the leader floods BEGIN_AGG front to back. Each stage's members send their gradient sums to
- * the stage's aggregator — its lowest live node ID — which averages them
- * weighted by microbatch counts, summing in node-ID order so that every
- * member receives the same bits, and sends the average back. Every member
+ * the stage's aggregator — its lowest live node ID among the members the
+ * directory, the leader or a directory member's BEGIN_AGG vouches for —
+ * which averages them weighted by microbatch counts (or takes their trimmed
+ * mean), summing in node-ID order so that every member receives the same
+ * bits, and sends the average back with the list of what it averaged. Where
+ * views differ, the lowest vouched aggregator's average wins: a higher one
+ * defers and passes it on, a member split off resyncs from it. Every member
  * steps its optimizer with it and logs the hash of its weights. CAN_TAKE then
  * flows back to front: a peer sends it upstream once it has stepped and a
  * peer downstream is ready (the last stage does not wait), and data nodes
@@ -127,7 +131,8 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
   if (gw_id_eq(from, &now)) return true;
   /* A vouched member of lower ID than the aggregator we followed: its
    * average (of our round, or of the one we just applied: a split) wins. */
-  return peer_vouched(p, from) && gw_id_cmp(from, &a->aggregator) < 0;
+  return peer_vouched(p, from) &&
+         (gw_id_cmp(from, &a->aggregator) < 0 || (a->have_last_avg && gw_id_cmp(from, &a->applied_from) < 0));
 }
 
 /* ---- beginning a round ---- */
@@ -363,12 +368,9 @@ static void finish_round(train_peer *p) {
     if (p->cfg.tun.aggregate == TRAIN_AGG_TRIMMED) {
       trimmed_mean(p);
     } else {
-      for (uint32_t i = 0; i < a->n_contrib; i++) {
-        const float *g = a->contrib[i].buf;
-        for (size_t k = 0; k < n; k++) a->last_avg[k] += g[k];
-      }
-      float inv = 1.0f / (float)total;
-      for (size_t k = 0; k < n; k++) a->last_avg[k] *= inv;
+      const float *sums[PEER_MAX_CONTRIB];
+      for (uint32_t i = 0; i < a->n_contrib; i++) sums[i] = a->contrib[i].buf;
+      train_agg_mean(sums, a->n_contrib, n, total, a->last_avg);
     }
   }
   a->have_last_avg = true;
@@ -477,6 +479,7 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
 static void apply_average(train_peer *p, const float *avg, uint32_t total_count) {
   peer_agg *a = &p->agg;
   a->phase = AGG_APPLY;
+  a->applied_from = a->aggregator;
   a->avg_total_count = total_count;
   size_t n = p->cfg.shape.n_params;
   train_job *job = avg ? peer_submit(p, TRAIN_JOB_APPLY, NULL, avg, n * sizeof(float), NULL, 0)
@@ -506,6 +509,7 @@ static bool avg_lists_us_right(train_peer *p, const gw_id *from, const Gwtf__Tra
              (unsigned long long)g->iteration);
     return false;
   }
+  p->counters.rounds_left_out++;
   GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)g->iteration);
   return true;
 }
@@ -531,12 +535,13 @@ static bool same_as_applied(const peer_agg *a, const Gwtf__TrainGrad *g) {
  * them from it (its own state is its average applied). */
 static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g) {
   peer_agg *a = &p->agg;
-  if (g->offset != 0 || !a->have_last_avg || g->iteration != a->last_avg_iteration || p->aggregating ||
-      !peer_vouched(p, from) || gw_id_cmp(from, &a->aggregator) >= 0 || same_as_applied(a, g))
+  if (g->offset != 0 || !a->have_last_avg || g->iteration != a->last_avg_iteration ||
+      (p->aggregating && a->phase == AGG_APPLY) ||
+      !peer_vouched(p, from) || gw_id_cmp(from, &a->applied_from) >= 0 || same_as_applied(a, g))
     return;
   char who[GW_ID_SHORT_LEN + 1], mine[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
-  peer_short(&a->aggregator, mine);
+  peer_short(&a->applied_from, mine);
   GW_WARN(&p->log, "agg.split_detected", "iter=%llu aggregator=%s followed=%s members=%zu",
           (unsigned long long)g->iteration, who, mine, g->n_contributors);
   p->counters.splits_healed++;
@@ -546,9 +551,9 @@ static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g)
   join_resync(p, p->iteration, "split");
 }
 
-/* After we deferred to a lower aggregator: the members that contributed
- * to us wait for our average; they get the stage's (which leaves them
- * out: agg.left_out, and they apply it). */
+/* Members that contributed to us though we do not aggregate (or no longer)
+ * wait for our average: they get the stage's, which leaves them out
+ * (agg.left_out), and they apply it. */
 static void pass_on(train_peer *p) {
   peer_agg *a = &p->agg;
   if (!a->pass_on) return;
@@ -574,18 +579,22 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     enter_round(p, p->iteration, false);
   }
   if (g->offset == 0 && !avg_lists_us_right(p, from, g)) return;
-  if (g->offset == 0 && i_aggregate(p) && !gw_id_eq(from, &p->cfg.self)) {
-    /* We were collecting as this round's aggregator, and a vouched member of
-     * lower ID averaged it: its average is the stage's. Those that
-     * contributed to us get it from us once it is whole (pass_on). */
-    char who[GW_ID_SHORT_LEN + 1];
-    peer_short(from, who);
-    GW_WARN(&p->log, "agg.deferred", "iter=%llu to=%s contributors_waiting=%u", (unsigned long long)g->iteration,
-            who, a->n_contrib);
-    a->pass_on = true;
+  if (g->offset == 0 && !gw_id_eq(from, &p->cfg.self)) {
+    /* Members that sent us their gradient picked us to aggregate (their view
+     * lacks the one we follow, or we did, until now). The average we apply
+     * is the stage's: they get it from us once it is whole (pass_on), see
+     * themselves left out and apply it, rather than give up on us and step
+     * alone. */
     a->n_pass_on = 0;
     for (uint32_t i = 0; i < a->n_contrib; i++)
       if (!gw_id_eq(&a->contrib[i].id, &p->cfg.self)) a->pass_to[a->n_pass_on++] = a->contrib[i].id;
+    a->pass_on = a->n_pass_on > 0;
+    if (i_aggregate(p)) {
+      char who[GW_ID_SHORT_LEN + 1];
+      peer_short(from, who);
+      GW_WARN(&p->log, "agg.deferred", "iter=%llu to=%s contributors_waiting=%u", (unsigned long long)g->iteration,
+              who, a->n_pass_on);
+    }
   }
   a->aggregator = *from;
   a->picked = true;

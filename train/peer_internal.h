@@ -146,6 +146,7 @@ typedef struct peer_agg {
   gw_id last_contributors[PEER_MAX_CONTRIB];
   uint8_t last_contrib_hashes[PEER_MAX_CONTRIB][32];
   uint32_t n_last_contributors;
+  gw_id applied_from; /* whose average we applied last (ourselves when we aggregated) */
   uint8_t last_hash[32]; /* our weights hash after the last round */
   /* we were collecting as aggregator and deferred to a lower one's
    * average: pass it on to those that contributed to us */

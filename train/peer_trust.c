@@ -25,9 +25,9 @@
  *   flood       BEGIN_AGG: a member of s or of s-1 (stage 0: of 0), the way
  *               the flood travels front to back;
  *   next        CAN_TAKE: a member of s+1, the way it travels back;
- *   aggregator  AVG: the aggregator we chose for this round
- *               (agg_is_round_aggregator); RESYNC: the aggregator of the
- *               round we last took part in.
+ *   aggregator  AVG: the aggregator we chose for this round, or a vouched
+ *               member of lower ID (its average wins: agg_is_round_aggregator);
+ *               RESYNC: the aggregator of the round we last took part in.
  *   admission   CERT, REDEEM, ADMITTED, REVOKED (private runs): anyone, for
  *               they carry a signature by the run key (peer_admit.c);
  *   verify      HASH_REQ: anyone (a joiner); HASH: a member of s the

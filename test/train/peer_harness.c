@@ -350,6 +350,7 @@ static void on_message(void *ud, const gw_peer *from, const uint8_t *buf, size_t
   if (!n->tp || len < 9) return;
   memcpy(&type, buf, 4);
   memcpy(&blen, buf + 4, 4);
+  if (type == GWTF__TRAIN_MSG__TRAIN_GRAD) n->grads_in++;
   const uint8_t *body = buf + 8, *q = body + blen;
   train_tensor t, *tp = NULL;
   if (*q++) {

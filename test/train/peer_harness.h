@@ -65,6 +65,7 @@ typedef struct h_node {
   int n_jobs;
   uint64_t peer_tick_at;
   uint64_t jobs_done;
+  uint64_t grads_in; /* TRAIN_GRAD messages delivered to it (it was picked to aggregate) */
   /* observations */
   uint8_t last_hash[32];
   uint64_t hash_iteration; /* iteration+1 of last_hash */

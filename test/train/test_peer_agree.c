@@ -1,0 +1,211 @@
+/* Agreeing on a round's aggregator (issue 18 item 5, issue 17), on the
+ * deterministic simulator:
+ *   - a stranger with the lowest node ID that only says HELLO claiming a
+ *     stage is never sent a gradient (never picked to aggregate), and slows
+ *     no iteration; before, everyone that heard it picked it and waited for
+ *     its average;
+ *   - a member whose view lacks the stage's aggregator (its directory does
+ *     not list it and nothing of it reaches the member) contributes to the
+ *     next member; that one follows the aggregator, passes the stage's
+ *     average on, and the member sees it was left out of the round's list,
+ *     applies it and stays with its stage; before, it gave up on the member
+ *     it picked and stepped alone: a split. */
+#include "testutil.h"
+
+#include <math.h>
+
+#include "peer_harness.h"
+#include "train.pb-c.h"
+
+#define M 4
+#define ITERS 10
+#define STAGES 2
+#define PER_STAGE 3
+
+static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
+
+static void assert_agree(h_harness *h, uint64_t iters) {
+  char why[200] = "";
+  if (!h_hashes_agree(h, iters, why, sizeof(why))) fail_msg("%s", why);
+}
+
+static double slowest_iteration(const h_node *n) {
+  double worst = 0;
+  for (int i = 0; i < ITERS; i++)
+    if (n->secs_of[i] > worst) worst = n->secs_of[i];
+  return worst;
+}
+
+/* One data node, PER_STAGE relays per stage, and a connected stranger in no
+ * stage, whose node ID is below every stage-2 member's (seeds are tried
+ * until it is). */
+typedef struct cut cut;
+static void cut_aggregator_from_last(h_harness *h, cut *c);
+static uint64_t cut_delay(void *ud, int from, int to, size_t len, gw_rng *rng);
+
+static int build(h_harness *h, int *stranger, cut *c) {
+  for (uint64_t seed = 40;; seed++) {
+    h_init(h, STAGES, seed, verbose());
+    int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+    /* with a cut, stage 2 holds one microbatch per relay at a time, so that
+     * work (and a non-empty contribution) reaches every member */
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < PER_STAGE; k++) h_add(h, TRAIN_RELAY, s, c && s == 2 ? 1 : M, 0, true);
+    *stranger = h_add(h, TRAIN_RELAY, -1, M, 0, false); /* never started: never placed */
+    bool lowest = true;
+    for (int i = 0; i < *stranger; i++)
+      if (h->nodes[i].stage == 2 && gw_id_cmp(&h->nodes[i].peer.id, &h->nodes[*stranger].peer.id) < 0)
+        lowest = false;
+    if (lowest) {
+      if (c) cut_aggregator_from_last(h, c);
+      for (int i = 0; i < *stranger; i++) h_start(h, i);
+      return d;
+    }
+    h_free(h);
+  }
+}
+
+static void hello_stage2(h_harness *h, int from, int to) {
+  uint8_t buf[128];
+  Gwtf__TrainHello hello = GWTF__TRAIN_HELLO__INIT;
+  hello.role = GWTF__TRAIN_ROLE__TRAIN_ROLE_RELAY;
+  hello.stage = 2;
+  hello.capacity = M;
+  hello.iteration = train_peer_iteration(h->nodes[to].tp);
+  size_t len = gwtf__train_hello__pack(&hello, buf);
+  assert_int_equal(h_inject(h, from, to, GWTF__TRAIN_MSG__TRAIN_HELLO, buf, len, NULL), 0);
+}
+
+static void run_stranger(bool attack, double *slowest, uint64_t *grads_to_stranger) {
+  h_harness h;
+  int stranger, d = build(&h, &stranger, NULL);
+  int s2[8];
+  int n2 = h_by_id(&h, 2, s2, 8);
+  assert_int_equal(n2, PER_STAGE);
+  /* every 500 ms, well within the three HELLO periods a heard peer is kept */
+  while (!train_peer_finished(h.nodes[d].tp) && train_peer_iteration(h.nodes[d].tp) < ITERS) {
+    for (int k = 0; attack && k < n2; k++) hello_stage2(&h, stranger, s2[k]);
+    h_run_for(&h, 500);
+    assert_true(sim_now(h.s) < 600000);
+  }
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  assert_agree(&h, ITERS);
+  *slowest = slowest_iteration(&h.nodes[d]);
+  *grads_to_stranger = h.nodes[stranger].grads_in;
+  h_free(&h);
+}
+
+static void test_stranger_with_lowest_id_does_not_aggregate(void **state) {
+  (void)state;
+  double base, attacked;
+  uint64_t g0, g1;
+  run_stranger(false, &base, &g0);
+  run_stranger(true, &attacked, &g1);
+  if (verbose()) fprintf(stderr, "slowest iteration %g s, attacked %g s; grads to stranger %llu\n", base, attacked,
+                         (unsigned long long)g1);
+  assert_int_equal(g0, 0);
+  assert_int_equal(g1, 0); /* nobody picked it */
+  assert_true(attacked <= 1.5 * base + 0.01);
+}
+
+/* Nothing from the aggregator `from` ever reaches `to`: a link that is down
+ * one way while both sessions look alive. */
+struct cut {
+  h_harness *h;
+  int from, to;   /* node indices */
+  uint64_t until; /* virtual ms when the link comes back (0: never) */
+};
+
+static uint64_t cut_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  (void)len;
+  const cut *c = ud;
+  if (from == c->h->nodes[c->from].index && to == c->h->nodes[c->to].index) {
+    uint64_t now = sim_now(c->h->s);
+    if (!c->until) return UINT64_C(1) << 40;
+    if (now < c->until) return c->until - now; /* held, then delivered in order */
+  }
+  return 1 + gw_rng_below(rng, 3);
+}
+
+/* Before any peer starts: the last member of stage 2 (by ID) never has
+ * the aggregator (the lowest) in its directory, and nothing the aggregator
+ * sends reaches it. */
+static void cut_aggregator_from_last(h_harness *h, cut *c) {
+  int s2[8];
+  assert_int_equal(h_by_id(h, 2, s2, 8), PER_STAGE);
+  int to = c->until ? s2[1] : s2[PER_STAGE - 1];
+  h->nodes[s2[0]].hidden_from = 1 + to;
+  *c = (cut){h, s2[0], to, c->until};
+  sim_set_delay_fn(h->s, cut_delay, c);
+}
+
+static void test_member_left_out_recovers(void **state) {
+  (void)state;
+  h_harness h;
+  cut c = {0};
+  int stranger, d = build(&h, &stranger, &c);
+  int agg = c.from, x = c.to, s2[8];
+  h_by_id(&h, 2, s2, 8);
+  int mid = s2[1];
+  if (verbose()) {
+    char a[GW_ID_SHORT_LEN + 1], m[GW_ID_SHORT_LEN + 1], xx[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&h.nodes[agg].peer.id, a);
+    gw_id_to_short(&h.nodes[mid].peer.id, m);
+    gw_id_to_short(&h.nodes[x].peer.id, xx);
+    fprintf(stderr, "stage 2: aggregator %s, mid %s, x %s\n", a, m, xx);
+  }
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  const train_counters *cx = train_peer_counters(h.nodes[x].tp);
+  if (verbose())
+    fprintf(stderr, "x: left out %llu rounds, %llu aggregations; mid got %llu grads\n",
+            (unsigned long long)cx->rounds_left_out, (unsigned long long)cx->aggregations,
+            (unsigned long long)h.nodes[mid].grads_in);
+  assert_true(h.nodes[mid].grads_in > 0);          /* x picked mid: its view lacks agg */
+  assert_true(cx->rounds_left_out >= ITERS - 1);    /* and noticed it was left out */
+  assert_int_equal(cx->aggregations, ITERS);        /* it stepped every round */
+  assert_agree(&h, ITERS);                          /* with its stage */
+  for (int k = 0; k < H_NP; k++) assert_true(isfinite(h.nodes[x].w[k]));
+  h_free(&h);
+}
+
+/* A real split: stage 2's middle member x (by ID) has the lowest, agg, in
+ * neither its directory nor (for the first 3 s) its inbox, so it is the
+ * lowest of its own view and aggregates alone, while the others follow agg.
+ * When agg's messages arrive, x is vouched for agg by the third member's
+ * BEGIN_AGG, sees agg's average of the round it averaged alone, with other
+ * contributors (agg.split_detected), and resyncs from agg: the stage ends
+ * with one set of weights. */
+static void test_split_is_detected_and_healed(void **state) {
+  (void)state;
+  h_harness h;
+  cut c = {.until = 3000};
+  int stranger, d = build(&h, &stranger, &c);
+  int agg = c.from, x = c.to, s2[8];
+  h_by_id(&h, 2, s2, 8);
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  const train_counters *cx = train_peer_counters(h.nodes[x].tp);
+  if (verbose())
+    fprintf(stderr, "x: %llu splits healed, %llu resyncs\n", (unsigned long long)cx->splits_healed,
+            (unsigned long long)cx->resyncs);
+  assert_true(cx->splits_healed >= 1);
+  assert_true(cx->resyncs >= 1);
+  for (int k = 0; k < PER_STAGE; k++) {
+    h_node *n = &h.nodes[s2[k]];
+    assert_true(n->have_hash[ITERS - 1]);
+    assert_memory_equal(n->hash_of[ITERS - 1], h.nodes[agg].hash_of[ITERS - 1], 32);
+    assert_memory_equal(n->w, h.nodes[agg].w, sizeof(n->w));
+  }
+  h_free(&h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_stranger_with_lowest_id_does_not_aggregate),
+      cmocka_unit_test(test_member_left_out_recovers),
+      cmocka_unit_test(test_split_is_detected_and_healed),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
