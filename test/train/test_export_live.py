@@ -143,7 +143,7 @@ def checkpoints_from_nodes(tmp):
     iterations; export reads both data directories."""
     base = PORT + 10
     common = ["--nat-pmp", "off", "--threads", "1", "--checkpoint-every", "2", "--log-format", "text"]
-    d = Node("--listen", f"127.0.0.1:{base}", "--data-dir", os.path.join(tmp, "a"), "--create-run", "ck",
+    d = Node("--listen", f"127.0.0.1:{base}", "--data-dir", os.path.join(tmp, "a"), "--create-run", "ck", "--open",
              "--model", "tiny-llama", "--stages", "1", "--iterations", "6", "--dataset",
              os.path.join(tmp, "corpus.txt"), "--batch", "2", "--seq", "32", "--microbatches", "2", *common)
     r = Node("--listen", f"127.0.0.1:{base + 1}", "--data-dir", os.path.join(tmp, "b"), "--run", "ck",
