@@ -1,0 +1,44 @@
+/* node/swarm_opts.h — `gwtf swarm`'s command line: the options, their
+ * checks and the help text (node/cmd_swarm.c runs the swarm). */
+#ifndef GWTF_NODE_SWARM_OPTS_H
+#define GWTF_NODE_SWARM_OPTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SWARM_MAX_PEERS 256
+#define SWARM_MAX_ITERS 100000
+
+typedef struct swarm_opts {
+  int relays, stages, data_nodes, iterations;
+  const char *model, *dataset, *links, *summary_json, *routing, *workdir, *log_level, *device;
+  double churn;
+  uint64_t seed;
+  int capacity, microbatches, batch, seq, threads, base_port, restart_after, flow_tick, hop_timeout;
+  double lr;
+  bool quiet;
+  const char *faults[16]; /* NAME:KIND:ITER */
+  int n_faults;
+  int late_relays, late_after;
+  const char *slowdowns; /* comma list, cycled over relays; "" = all 1 */
+  const char *capacities; /* comma list, cycled over relays; overrides --capacity */
+  double slowdown;       /* every peer */
+  const char *aggregate; /* --aggregate, passed to every peer (NULL: the node's default) */
+  bool no_validation;    /* --no-validate-contributions, passed to every peer (tests) */
+  int byzantine;         /* --byzantine N:MODE: the last N relays misbehave (tests) */
+  const char *byzantine_mode;
+  const char *http;      /* --http [IP:]PORT: the live web view (node/swarm_web.h) */
+  bool http_public;
+  double val_fraction;   /* data nodes: held-out fraction (0: none) */
+  const char *val_dataset;
+  int eval_every;        /* -1: the node's default */
+  const char *wire_dtype, *wire_accept; /* passed to every peer (NULL: node defaults) */
+  int eval_microbatches; /* 0: the node's default */
+} swarm_opts;
+
+/* Parses argv into *o with the defaults `gwtf help swarm` states. Returns 0,
+ * 1 after printing the help (--help), or 2 after printing why the command
+ * line is wrong. */
+int swarm_opts_parse(int argc, char **argv, swarm_opts *o);
+
+#endif
