@@ -307,7 +307,8 @@ static int cmp_double(const void *x, const void *y) {
 /* Before any contribution touches the sum: every value finite, a plausible
  * microbatch count, and a norm per microbatch within norm_k times the
  * round's median (with fewer than three contributions, our own: we trust
- * ourselves, and with two a median cannot tell which one lies). A rejected
+ * ourselves, and with two a median cannot tell which one lies; with
+ * neither, no norm check). A rejected
  * contribution is left out of the average and its sender is counted toward
  * a ban; the others still get one average, bit-identical. */
 void trust_validate_round(train_peer *p) {
@@ -364,7 +365,13 @@ void trust_validate_round(train_peer *p) {
     qsort(h, a->n_norm_hist, sizeof(h[0]), cmp_double);
     hist = h[a->n_norm_hist / 2];
   }
-  if (ref < 0.0 && hist <= 0.0) return; /* two strangers' words and none of ours: nothing to hold them to */
+  /* Nothing in this round to hold them to (one or two contributions, none
+   * of ours): no norm check. History alone cannot tell a lie from an honest
+   * spike: per-microbatch norms of honest members rise tenfold from one
+   * iteration to the next now and then (0.45 -> 4.7 in the validation
+   * swarm), and a bound from past rounds rejected the stage's only
+   * contribution, which then skipped its update. */
+  if (ref < 0.0) return;
   if (hist > ref) ref = hist;
   double limit = p->cfg.tun.norm_k * ref;
   char who[GW_ID_SHORT_LEN + 1];
@@ -378,7 +385,7 @@ void trust_validate_round(train_peer *p) {
     if (norms[i] > limit) {
       c->rejected = true;
       peer_short(&c->id, who);
-      GW_DEBUG(&p->log, "agg.norm", "peer=%s norm=%g limit=%g ref=%g", who, norms[i], limit, ref);
+      GW_INFO(&p->log, "agg.norm", "peer=%s norm=%g limit=%g ref=%g", who, norms[i], limit, ref);
       trust_reject(p, &c->id, a->iteration, "norm");
     } else {
       accepted[n_acc++] = norms[i];
