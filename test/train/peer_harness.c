@@ -58,7 +58,8 @@ static int route(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slo
     h_node *c = &h->nodes[j];
     bool avoided = false;
     for (size_t a = 0; a < n_avoid; a++) avoided |= gw_id_eq(&avoid[a], &c->peer.id);
-    if (c->alive && c->ready && c->stage == next && !avoided && !c->unrouted) cand[n++] = c;
+    bool unrouted = c->unrouted && train_peer_iteration(me->tp) >= c->unrouted_from;
+    if (c->alive && c->ready && c->stage == next && !avoided && !unrouted) cand[n++] = c;
   }
   if (n == 0) return GW_ENOENT;
   unsigned pick = slot + origin->b[0] + (from ? from->b[1] : 0u);
@@ -289,10 +290,11 @@ static void run_job(h_node *n, train_job *job) {
     if (st && n->role == TRAIN_DATA) n->in_flight--; /* a deferred microbatch is no longer in flight */
     state_drop(st);
     break;
-  case TRAIN_JOB_GRAD_EXPORT:
-    for (int k = 0; k < H_NP; k++)
-      out[k] = n->grad_nan ? NAN : n->g[k] * (n->grad_scale != 0.0f ? n->grad_scale : 1.0f);
+  case TRAIN_JOB_GRAD_EXPORT: {
+    bool scaled = n->grad_scale != 0.0f && train_peer_iteration(n->tp) >= n->grad_scale_from;
+    for (int k = 0; k < H_NP; k++) out[k] = n->grad_nan ? NAN : n->g[k] * (scaled ? n->grad_scale : 1.0f);
     break;
+  }
   case TRAIN_JOB_APPLY:
     for (int k = 0; k < H_NP; k++) n->w[k] -= H_LR * in[k];
     memset(n->g, 0, sizeof(n->g));

@@ -52,9 +52,11 @@ typedef struct h_node {
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
   int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
   float grad_scale;        /* hostile: exports its gradient times this (0: 1) */
+  uint64_t grad_scale_from; /* grad_scale from this iteration on (0: from the start) */
   bool grad_nan;           /* hostile: exports NaN gradients */
   bool bad_snapshot;       /* hostile: serves its weights + 1 to joiners (its own stay right) */
   bool unrouted;           /* the router never picks it (a driver's flows leave out revoked peers) */
+  uint64_t unrouted_from;  /* unrouted from this iteration on (0: from the start) */
   uint32_t in_flight, max_in_flight; /* data node: microbatches between embed and embed backward */
   bool ready;
   /* fake model */

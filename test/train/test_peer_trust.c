@@ -214,6 +214,30 @@ static void test_scaled_contributor_is_rejected(void **state) {
   check_hostile(false, 100.0f);
 }
 
+/* An honest member's gradient may grow tenfold from one iteration to the
+ * next. In a round where it is the only contribution and the aggregator has
+ * none of its own (the flows left it out), nothing in the round can tell it
+ * from a lie: it is averaged, not held to past rounds' norms (which made
+ * the stage skip its update in the validation swarm). */
+static void test_lone_spike_is_kept(void **state) {
+  (void)state;
+  h_harness h;
+  int stranger, d = build(&h, 29, true, &stranger);
+  int s1[8];
+  by_id(&h, 1, s1);
+  int agg = s1[0], quiet = s1[1], lone = s1[2];
+  h.nodes[agg].unrouted = h.nodes[quiet].unrouted = true;
+  h.nodes[agg].unrouted_from = h.nodes[quiet].unrouted_from = ITERS / 2;
+  h.nodes[lone].grad_scale = 12.0f;
+  h.nodes[lone].grad_scale_from = ITERS / 2;
+  assert_true(h_run_until_finished(&h, 120000));
+  (void)d;
+  assert_int_equal(C(&h, agg)->contributions_rejected, 0);
+  assert_int_equal(C(&h, agg)->peers_banned, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forged_nan_average_is_refused),
@@ -221,6 +245,7 @@ int main(void) {
       cmocka_unit_test(test_forged_claims_make_nobody_resync),
       cmocka_unit_test(test_nan_contributor_is_rejected_and_banned),
       cmocka_unit_test(test_scaled_contributor_is_rejected),
+      cmocka_unit_test(test_lone_spike_is_kept),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
