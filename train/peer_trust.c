@@ -48,6 +48,12 @@
 #define TRUST_BAN_AFTER 3
 /* ... for this long. */
 #define TRUST_BAN_MS (10 * 60 * 1000)
+/* A round with nothing to compare a contribution with (one or two, none of
+ * ours) holds it to past rounds' norms this many times looser: honest
+ * per-microbatch norms rise tenfold between two iterations now and then
+ * (0.45 -> 4.7 in the validation swarm), a 100x scaled gradient does not
+ * pass. */
+#define TRUST_HISTORY_SLACK 4
 /* A claim that our stage is ahead counts this long (HELLOs repeat it). */
 #define TRUST_CLAIM_MS(p) (3 * (p)->cfg.tun.hello_period_ms)
 
@@ -308,7 +314,7 @@ static int cmp_double(const void *x, const void *y) {
  * microbatch count, and a norm per microbatch within norm_k times the
  * round's median (with fewer than three contributions, our own: we trust
  * ourselves, and with two a median cannot tell which one lies; with
- * neither, no norm check). A rejected
+ * neither, past rounds' medians, TRUST_HISTORY_SLACK times looser). A rejected
  * contribution is left out of the average and its sender is counted toward
  * a ban; the others still get one average, bit-identical. */
 void trust_validate_round(train_peer *p) {
@@ -366,14 +372,13 @@ void trust_validate_round(train_peer *p) {
     hist = h[a->n_norm_hist / 2];
   }
   /* Nothing in this round to hold them to (one or two contributions, none
-   * of ours): no norm check. History alone cannot tell a lie from an honest
-   * spike: per-microbatch norms of honest members rise tenfold from one
-   * iteration to the next now and then (0.45 -> 4.7 in the validation
-   * swarm), and a bound from past rounds rejected the stage's only
-   * contribution, which then skipped its update. */
-  if (ref < 0.0) return;
+   * of ours): only past rounds, loosely. At norm_k alone a bound from past
+   * rounds rejected an honest spike, the stage's only contribution, and
+   * the stage skipped its update. */
+  bool only_history = ref < 0.0;
+  if (only_history && hist <= 0.0) return; /* two strangers' words and none of ours: nothing to hold them to */
   if (hist > ref) ref = hist;
-  double limit = p->cfg.tun.norm_k * ref;
+  double limit = p->cfg.tun.norm_k * ref * (only_history ? TRUST_HISTORY_SLACK : 1);
   char who[GW_ID_SHORT_LEN + 1];
   double accepted[PEER_MAX_CONTRIB];
   uint32_t n_acc = 0;

@@ -214,28 +214,36 @@ static void test_scaled_contributor_is_rejected(void **state) {
   check_hostile(false, 100.0f);
 }
 
-/* An honest member's gradient may grow tenfold from one iteration to the
- * next. In a round where it is the only contribution and the aggregator has
- * none of its own (the flows left it out), nothing in the round can tell it
- * from a lie: it is averaged, not held to past rounds' norms (which made
- * the stage skip its update in the validation swarm). */
-static void test_lone_spike_is_kept(void **state) {
-  (void)state;
+/* Stage 1's aggregator and a second member take no microbatches from the
+ * middle of the run on, so the third member's gradient is the only one in
+ * those rounds: nothing in the round to compare it with, only past rounds.
+ * Returns what the aggregator rejected. */
+static uint64_t run_lone(float scale) {
   h_harness h;
-  int stranger, d = build(&h, 29, true, &stranger);
+  int stranger;
+  (void)build(&h, 29, true, &stranger);
   int s1[8];
   by_id(&h, 1, s1);
   int agg = s1[0], quiet = s1[1], lone = s1[2];
   h.nodes[agg].unrouted = h.nodes[quiet].unrouted = true;
   h.nodes[agg].unrouted_from = h.nodes[quiet].unrouted_from = ITERS / 2;
-  h.nodes[lone].grad_scale = 12.0f;
+  h.nodes[lone].grad_scale = scale;
   h.nodes[lone].grad_scale_from = ITERS / 2;
   assert_true(h_run_until_finished(&h, 120000));
-  (void)d;
-  assert_int_equal(C(&h, agg)->contributions_rejected, 0);
-  assert_int_equal(C(&h, agg)->peers_banned, 0);
   assert_agree(&h, ITERS);
+  uint64_t rejected = C(&h, agg)->contributions_rejected;
   h_free(&h);
+  return rejected;
+}
+
+/* An honest member's gradient may grow tenfold from one iteration to the
+ * next (0.45 -> 4.7 per microbatch in the validation swarm): alone in its
+ * round it is averaged (a bound from past rounds at norm_k made the stage
+ * skip its update); a gradient scaled 100x is not. */
+static void test_lone_spike_is_kept(void **state) {
+  (void)state;
+  assert_int_equal(run_lone(12.0f), 0);
+  assert_true(run_lone(100.0f) >= 1);
 }
 
 int main(void) {
