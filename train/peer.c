@@ -32,6 +32,15 @@ void train_tunables_default(train_tunables *t) {
 
 void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]) { gw_id_to_short(id, out); }
 
+void peer_hex8(const uint8_t *b, char out[17]) {
+  static const char hex[] = "0123456789abcdef";
+  for (int i = 0; i < 8; i++) {
+    out[2 * i] = hex[b[i] >> 4];
+    out[2 * i + 1] = hex[b[i] & 15];
+  }
+  out[16] = '\0';
+}
+
 bool id_in(const gw_id *list, size_t n, const gw_id *id) {
   for (size_t i = 0; i < n; i++)
     if (gw_id_eq(&list[i], id)) return true;

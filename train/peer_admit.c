@@ -318,15 +318,6 @@ static bool redeemed_before(train_peer *p, const uint8_t id[16], uint32_t uses, 
   return true;
 }
 
-static void hex8(const uint8_t *b, char out[17]) {
-  static const char hex[] = "0123456789abcdef";
-  for (int i = 0; i < 8; i++) {
-    out[2 * i] = hex[b[i] >> 4];
-    out[2 * i + 1] = hex[b[i] & 15];
-  }
-  out[16] = '\0';
-}
-
 static int issue(train_peer *p, const gw_id *peer, uint64_t now_s, uint8_t **cert, size_t *len, uint64_t *expires) {
   peer_admit *a = &p->admit;
   member_cert mc = {0};
@@ -376,7 +367,7 @@ void admit_on_redeem(train_peer *p, const gw_id *from, const Gwtf__TrainRedeem *
     why = "token_used_up";
   char who[GW_ID_SHORT_LEN + 1], invite[17];
   peer_short(from, who);
-  hex8(inv.id, invite);
+  peer_hex8(inv.id, invite);
   if (why) {
     /* tell the joiner why (a token is refused once per reason in our log) */
     refuse(p, from, GWTF__TRAIN_MSG__TRAIN_REDEEM, why);

@@ -409,6 +409,8 @@ void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const Protobu
 void peer_emit(train_peer *p, train_event_kind kind);
 void peer_send_hellos(train_peer *p);
 void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]);
+/* The first 8 bytes of a hash (an invite ID, a weights hash) in hex, for logs. */
+void peer_hex8(const uint8_t *b, char out[17]);
 /* Queues a job on the compute worker; for a microbatch's job, mb->job tracks
  * it until it ends. Returns the job, or NULL when it could not be queued. */
 train_job *peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const void *in, size_t in_bytes,

@@ -27,15 +27,6 @@ static bool zero_hash(const uint8_t *h) {
   return true;
 }
 
-static void hex8(const uint8_t *b, char out[17]) {
-  static const char hex[] = "0123456789abcdef";
-  for (int i = 0; i < 8; i++) {
-    out[2 * i] = hex[b[i] >> 4];
-    out[2 * i + 1] = hex[b[i] & 15];
-  }
-  out[16] = '\0';
-}
-
 /* Directory members of our stage other than us: whom we ask. */
 static uint32_t askable(train_peer *p, gw_id *out, uint32_t max) {
   peer_stage_view *v = peer_stage(p, p->stage);
@@ -82,7 +73,7 @@ static void decide(train_peer *p, bool final) {
   bool all = v->n_agree + v->n_disagree >= n_asked(p);
   char src[GW_ID_SHORT_LEN + 1], mine[17];
   peer_short(&v->source, src);
-  hex8(v->hash, mine);
+  peer_hex8(v->hash, mine);
   if (v->n_agree >= 2) {
     v->active = false;
     GW_INFO(&p->log, "weights.verified", "from=%s iter=%llu hash=%s agree=%u disagree=%u", src,
@@ -127,7 +118,7 @@ void verify_on_hash(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *
   } else {
     char who[GW_ID_SHORT_LEN + 1], theirs[17];
     peer_short(from, who);
-    hex8(h->hash.data, theirs);
+    peer_hex8(h->hash.data, theirs);
     GW_DEBUG(&p->log, "weights.hash_differs", "peer=%s theirs=%s", who, theirs);
     if (v->n_disagree < PEER_MAX_CONTRIB) v->disagree[v->n_disagree++] = *from;
   }
