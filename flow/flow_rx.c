@@ -194,8 +194,11 @@ static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
     return;
   }
   if (r->accept) {
-    int u = flow_tomb_has(f, r->seg, p) ? -1 : unit_for_grant(f, &pd, &target);
-    if (u >= 0 && flow_peer_usable_next(f, p))
+    /* The link first: unit_for_grant may allocate a unit, which must not
+     * stay behind empty when the grant is handed back. */
+    bool usable = flow_peer_usable_next(f, p) && !flow_tomb_has(f, r->seg, p);
+    int u = usable ? unit_for_grant(f, &pd, &target) : -1;
+    if (u >= 0)
       flow_bind_out(f, u, p, r->seg, r->cost, r->version);
     else
       flow_send_cancel(f, p, r->seg);
