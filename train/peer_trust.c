@@ -377,6 +377,13 @@ void trust_validate_round(train_peer *p) {
    * the stage skipped its update. */
   bool only_history = ref < 0.0;
   if (only_history && hist <= 0.0) return; /* two strangers' words and none of ours: nothing to hold them to */
+  if (only_history) {
+    /* the last round's median, not the median of eight: norms fall fast
+     * in the first iterations, and a 100x gradient must not pass under
+     * the looser bound because the rounds before were larger */
+    uint32_t last = (a->norm_hist_pos + 7) % 8;
+    if (a->norm_hist[last] < hist) hist = a->norm_hist[last];
+  }
   if (hist > ref) ref = hist;
   double limit = p->cfg.tun.norm_k * ref * (only_history ? TRUST_HISTORY_SLACK : 1);
   char who[GW_ID_SHORT_LEN + 1];

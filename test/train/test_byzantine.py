@@ -5,8 +5,10 @@ gradient it contributes to its stage's aggregation. With the aggregators'
 checks on, training still converges (the median loss of the last three
 iterations within a few % of the honest run's: `gwtf train-ref` on the same
 microbatches), the honest peers of every stage agree on their weights after
-every aggregation, and the hostile relay is rejected (agg.rejected) and
-banned (run.banned). With the checks off (--no-validate-contributions)
+every aggregation, and a NaN or wrong-shape relay is rejected
+(agg.rejected) and banned (run.banned); scale and random are rejected where
+their aggregator has something to compare them with (see ALWAYS_CAUGHT).
+With the checks off (--no-validate-contributions)
 nothing is rejected and the nan run diverges: that is what the defence
 saves. (wrong-shape is not run without checks: a vector of the wrong length
 is then ignored, not averaged.) A relay that lies about its costs
@@ -45,6 +47,17 @@ LAST = 3
 TOLERANCE = 0.06
 # without the checks: the loss is not a number, or this much worse than honest
 DIVERGED = 1.25
+
+
+# A NaN or a wrong length is refused wherever it lands. A finite gradient is
+# judged by its norm against the round (the median of three or more, or the
+# aggregator's own) or, loosely, the last round: an aggregator that took no
+# microbatch itself, with the hostile one its only contributor and no round
+# compared before, has nothing to hold it to (docs/TRAINING.md, known
+# limits). Where the flows put the hostile relay decides that, so for scale
+# and random this test asserts convergence and agreement, and prints the
+# rejections; test_peer_trust asserts them deterministically.
+ALWAYS_CAUGHT = ("nan", "wrong-shape")
 
 
 def swarm(tmp, n, *args):
@@ -119,15 +132,21 @@ def main():
                 check(s["unexpected_exits"] == 0, f"{mode}: a peer exited abnormally")
                 rejected = [e for e in ev if e["event"] == "agg.rejected" and e["f"].get("peer") == bad]
                 banned = [e for e in ev if e["event"] == "run.banned" and e["f"].get("peer") == bad]
-                check(rejected, f"{mode}: {name} ({bad}) was never rejected")
-                check(banned, f"{mode}: {name} ({bad}) was never banned")
+                if mode in ALWAYS_CAUGHT:
+                    check(rejected, f"{mode}: {name} ({bad}) was never rejected")
+                    check(banned, f"{mode}: {name} ({bad}) was never banned")
                 check(not [e for e in ev if e["event"] in ("flow.cost_claim_clamped", "flow.rate_limited")],
                       f"{mode}: an honest peer's costs were clamped or its flow messages cut")
-                print(f"{mode}: loss (median of last 3) {loss:.4f} (honest {honest:.4f}); {name} rejected "
-                      f"{len(rejected)}x ({rejected[0]['f']['reason']}), banned; honest hashes agree", flush=True)
+                how = (f"rejected {len(rejected)}x ({rejected[0]['f']['reason']}), "
+                       f"{'banned' if banned else 'not banned'}") if rejected else "never compared"
+                print(f"{mode}: loss (median of last 3) {loss:.4f} (honest {honest:.4f}); {name} {how}; "
+                      f"honest hashes agree", flush=True)
             # lying about costs: it claims ~0 compute in HELLO; every neighbour
-            # that hears it and its honest stage-mates raises the claim
-            s, ev = swarm(tmp, n, "--byzantine", "1:lying-costs")
+            # that hears it and its honest stage-mates raises the claim. A
+            # claim is compared when it arrives, with the stage-mates' last
+            # claims (0 until they computed): the run must last a few HELLO
+            # periods (2 s), which 12 fast iterations did not always do.
+            s, ev = swarm(tmp, n, "--byzantine", "1:lying-costs", "--slowdown", "4")
             n += 1
             name, bad = hostile(ev)
             loss = last_loss(s)
