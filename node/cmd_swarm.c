@@ -654,7 +654,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
   ARG("--record-ttl");
   ARG("%d", 20); /* a killed relay leaves the stage directory within seconds */
   ARG("--checkpoint-every");
-  ARG("0");
+  ARG("%d", sw->o.checkpoint_every);
   if (sw->o.links) {
     ARG("--links");
     ARG("%s", sw->o.links);

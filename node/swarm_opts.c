@@ -25,7 +25,7 @@ void cmd_swarm_help(void) {
       "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n"
       "                  [--http [IP:]PORT [--http-public]]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
-      "                  [--eval-microbatches N]\n"
+      "                  [--eval-microbatches N] [--checkpoint-every N]\n"
       "                  [--wire-dtype fp32|bf16|fp16|int8] [--wire-accept LIST]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -55,6 +55,8 @@ void cmd_swarm_help(void) {
       "every Nth iteration and after the last (--eval-every N, default 10) on\n"
       "--eval-microbatches validation microbatches (default: --microbatches); the\n"
       "summary carries the curve (\"validation\"). Off by default.\n"
+      "--checkpoint-every N makes every peer write its stage's checkpoint every N\n"
+      "iterations into its data dir under --workdir (default 0: none), for gwtf export.\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
       "and their gradients between stages compressed where the receiver accepts it.\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
@@ -77,6 +79,7 @@ enum {
   SW_VAL_DATASET,
   SW_EVAL_EVERY,
   SW_EVAL_MB,
+  SW_CHECKPOINT_EVERY,
 };
 
 int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
@@ -108,6 +111,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"val-dataset", required_argument, 0, SW_VAL_DATASET},
       {"eval-every", required_argument, 0, SW_EVAL_EVERY},
       {"eval-microbatches", required_argument, 0, SW_EVAL_MB},
+      {"checkpoint-every", required_argument, 0, SW_CHECKPOINT_EVERY},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
@@ -178,6 +182,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_VAL_DATASET: o->val_dataset = optarg; break;
     case SW_EVAL_EVERY: o->eval_every = atoi(optarg); break;
     case SW_EVAL_MB: o->eval_microbatches = atoi(optarg); break;
+    case SW_CHECKPOINT_EVERY: o->checkpoint_every = atoi(optarg); break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -212,6 +217,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->wire_dtype && wire_dtype_parse(o->wire_dtype, &wd) != 0) bad = "--wire-dtype is fp32, bf16, fp16 or int8";
   else if (o->wire_accept && wire_mask_parse(o->wire_accept, &wa) != 0) bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8";
   else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
+  else if (o->checkpoint_every < 0) bad = "--checkpoint-every must be >= 0";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

@@ -34,6 +34,7 @@ typedef struct swarm_opts {
   int eval_every;        /* -1: the node's default */
   const char *wire_dtype, *wire_accept; /* passed to every peer (NULL: node defaults) */
   int eval_microbatches; /* 0: the node's default */
+  int checkpoint_every;  /* peers' --checkpoint-every (0: none, the default) */
 } swarm_opts;
 
 /* Parses argv into *o with the defaults `gwtf help swarm` states. Returns 0,

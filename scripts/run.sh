@@ -16,10 +16,8 @@
 # swarm cleanly. The data nodes hold out the last 5 % of the text and log the
 # validation loss every 10 iterations (eval.done). A summary (loss and
 # validation loss per iteration, crashes, repairs, tokens/s) ends the run and
-# is also written to build/swarm-summary.json. Then the peers' checkpoints
-# (build/demo/) are exported as a Hugging Face-style model (build/demo-model/:
-# model.safetensors with GPT-2 names, config.json) and `gwtf sample` writes a
-# few lines with it.
+# is also written to build/swarm-summary.json. The peers' data dirs are kept
+# in build/demo/.
 #
 # While it runs, open the live view it prints (http://127.0.0.1:8080/: stages
 # and members, flows, loss, a timeline of crashes and repairs; docs/WEB.md).
@@ -47,19 +45,10 @@ echo "== gwtf swarm: 2 data nodes, 8 relays, 3 stages, $iterations iterations, c
 if [ "$http_port" != off ]; then
   echo "== watch it live: open http://127.0.0.1:$http_port/" >&2
 fi
-# Fresh peer data dirs: the export below must see only this run's checkpoints.
+# Fresh peer data dirs for every run.
 workdir="$here/build/demo"
-model="$here/build/demo-model"
 rm -rf "$workdir"
-rc=0
-"$gwtf" swarm "${http[@]}" --dataset "$dataset" --model tiny --data-nodes 2 --relays 8 --stages 3 \
+exec "$gwtf" swarm "${http[@]}" --dataset "$dataset" --model tiny --data-nodes 2 --relays 8 --stages 3 \
   --iterations "$iterations" --churn 0.1 --links "$here/data/links/cities8.json" --base-port 7000 \
   --val-fraction 0.05 --eval-every 10 --workdir "$workdir" \
-  --summary-json "$here/build/swarm-summary.json" "$@" || rc=$?
-[ "$rc" -eq 0 ] || { echo "== gwtf swarm exited with $rc" >&2; exit "$rc"; }
-
-echo "== the trained model, exported from the peers' checkpoints: $model" >&2
-"$gwtf" export --run swarm --out "$model" --from-checkpoints "$workdir"/*
-echo "== gwtf sample --model $model --prompt 'Call me' --tokens 200 --seed 1" >&2
-"$gwtf" sample --model "$model" --prompt "Call me" --tokens 200 --seed 1
-echo
+  --summary-json "$here/build/swarm-summary.json" "$@"
