@@ -136,8 +136,8 @@ static int unit_for_grant(flow *f, const pending *pd, const gw_id *target) {
   if (pd->unit >= 0 && pd->unit < f->n_units) {
     const funit *un = &f->units[pd->unit];
     if (un->used && !un->has_out && !un->locked_txn && gw_id_eq(&un->target, target) &&
-        (un->kind == UNIT_SOURCE || un->has_in))
-      return pd->unit;
+        (un->kind == UNIT_SOURCE || (un->kind == UNIT_RELAY && un->has_in)))
+      return pd->unit; /* never a sink: it has an inflow and must not get an outflow */
   }
   for (int u = 0; u < f->n_units; u++) {
     const funit *un = &f->units[u];
