@@ -216,26 +216,51 @@ static int locate_params(const st_file *f, const model_tensor *t, int n, const u
   return 0;
 }
 
+/* A serialized stage state, parsed: its model, its block range, its
+ * tensors and where its parameters lie (the bytes its weight hash covers).
+ * stage_view_close frees it whether or not the open succeeded. */
+typedef struct stage_view {
+  st_file f;
+  bool parsed;
+  model_config cfg;
+  int first, nl, n;
+  bool head;
+  long long step;
+  model_tensor *t;
+  const uint8_t *start;
+  size_t bytes;
+} stage_view;
+
+static int stage_view_open(stage_view *v, const uint8_t *buf, size_t len, char *err, size_t err_len) {
+  memset(v, 0, sizeof(*v));
+  int rc = st_parse(buf, len, &v->f, err, err_len);
+  if (rc) return rc;
+  v->parsed = true;
+  rc = state_meta(&v->f, &v->cfg, &v->first, &v->nl, &v->head, &v->step, err, err_len);
+  if (!rc && !(v->t = stage_tensors(&v->cfg, v->first, v->nl, v->head, &v->n))) rc = GW_ENOMEM;
+  if (!rc) rc = locate_params(&v->f, v->t, v->n, &v->start, &v->bytes, err, err_len);
+  return rc;
+}
+
+static void stage_view_close(stage_view *v) {
+  free(v->t);
+  if (v->parsed) st_free(&v->f);
+  memset(v, 0, sizeof(*v));
+}
+
 int hf_model_add_stage(hf_model *m, const uint8_t *buf, size_t len, const uint8_t *want_hash, int *first_layer,
                        int *n_layers, bool *has_head, char *err, size_t err_len) {
-  st_file f;
-  int rc = st_parse(buf, len, &f, err, err_len);
-  if (rc) return rc;
-  model_config cfg;
-  int first = 0, nl = 0, n = 0;
-  bool head = false;
-  long long step = 0;
-  model_tensor *t = NULL;
-  const uint8_t *start = NULL;
-  size_t bytes = 0;
-  rc = state_meta(&f, &cfg, &first, &nl, &head, &step, err, err_len);
-  if (!rc && m->have_cfg && !same_config(&cfg, &m->cfg))
+  stage_view v;
+  int rc = stage_view_open(&v, buf, len, err, err_len);
+  if (!rc && m->have_cfg && !same_config(&v.cfg, &m->cfg))
     rc = gw_fail(err, err_len, GW_EINVAL, "stage state is for another model than the states before it");
-  if (!rc && !(t = stage_tensors(&cfg, first, nl, head, &n))) rc = GW_ENOMEM;
-  if (!rc) rc = locate_params(&f, t, n, &start, &bytes, err, err_len);
+  const model_config cfg = v.cfg;
+  const int first = v.first, nl = v.nl, n = v.n;
+  const bool head = v.head;
+  const model_tensor *t = v.t;
   if (!rc && want_hash) {
     uint8_t got[HF_HASH_BYTES];
-    crypto_generichash(got, sizeof(got), start, bytes, NULL, 0);
+    crypto_generichash(got, sizeof(got), v.start, v.bytes, NULL, 0);
     if (sodium_memcmp(got, want_hash, HF_HASH_BYTES) != 0)
       rc = gw_fail(err, err_len, GW_EAUTH, "weights do not match the announced hash (blocks [%d, %d)%s)", first,
                    first + nl, head ? " + head" : "");
@@ -252,11 +277,11 @@ int hf_model_add_stage(hf_model *m, const uint8_t *buf, size_t len, const uint8_
     } else {
       m->cfg = cfg;
       m->have_cfg = true;
-      m->step = step;
+      m->step = v.step;
     }
   }
   for (int i = 0; !rc && i < n; i++) {
-    const st_tensor *s = st_find(&f, t[i].name);
+    const st_tensor *s = st_find(&v.f, t[i].name);
     memcpy(m->params + t[i].offset, s->data, t[i].numel * sizeof(float));
   }
   if (!rc) {
@@ -266,28 +291,15 @@ int hf_model_add_stage(hf_model *m, const uint8_t *buf, size_t len, const uint8_
     if (n_layers) *n_layers = nl;
     if (has_head) *has_head = head;
   }
-  free(t);
-  st_free(&f);
+  stage_view_close(&v);
   return rc;
 }
 
 int hf_state_weight_hash(const uint8_t *buf, size_t len, uint8_t out[HF_HASH_BYTES], char *err, size_t err_len) {
-  st_file f;
-  int rc = st_parse(buf, len, &f, err, err_len);
-  if (rc) return rc;
-  model_config cfg;
-  int first = 0, nl = 0, n = 0;
-  bool head = false;
-  long long step = 0;
-  model_tensor *t = NULL;
-  const uint8_t *start = NULL;
-  size_t bytes = 0;
-  rc = state_meta(&f, &cfg, &first, &nl, &head, &step, err, err_len);
-  if (!rc && !(t = stage_tensors(&cfg, first, nl, head, &n))) rc = GW_ENOMEM;
-  if (!rc) rc = locate_params(&f, t, n, &start, &bytes, err, err_len);
-  if (!rc) crypto_generichash(out, HF_HASH_BYTES, start, bytes, NULL, 0);
-  free(t);
-  st_free(&f);
+  stage_view v;
+  int rc = stage_view_open(&v, buf, len, err, err_len);
+  if (!rc) crypto_generichash(out, HF_HASH_BYTES, v.start, v.bytes, NULL, 0);
+  stage_view_close(&v);
   return rc;
 }
 
