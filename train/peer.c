@@ -286,8 +286,6 @@ static void member_add(train_peer *p, int stage, const gw_id *id, uint32_t capac
   m->heard = heard;
 }
 
-/* A peer of our own stage said HELLO: it is ready and a member. Kept for
- * three HELLO periods, across directory refreshes that do not list it yet. */
 /* The entry of `id` in our heard list, made (replacing the stalest when
  * full) when it is not there. */
 static uint32_t heard_slot(train_peer *p, const gw_id *id) {
@@ -336,7 +334,10 @@ void train_peer_set_members(train_peer *p, int stage, const train_member *member
         admit_view_filter(p, stage, &members[i].id, members[i].capacity, members[i].load))
       member_add(p, stage, &members[i].id, members[i].capacity, members[i].load, false);
   for (uint32_t k = 0; k < p->n_heard; k++)
-    if (p->heard[k].stage == stage && heard_fresh(p, p->heard[k].at_ms) && !trust_banned(p, &p->heard[k].id)) {
+    /* heard by HELLO, or vouched for (by the leader's ASSIGN or a directory
+     * member's BEGIN_AGG) before its HELLO reached us */
+    if (p->heard[k].stage == stage && (heard_fresh(p, p->heard[k].at_ms) || heard_fresh(p, p->heard[k].vouched_ms)) &&
+        !trust_banned(p, &p->heard[k].id)) {
       member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0, true);
       if (heard_fresh(p, p->heard[k].vouched_ms)) peer_vouch_view(p, stage, &p->heard[k].id);
     }
@@ -383,15 +384,17 @@ void train_peer_set_leader(train_peer *p, const gw_id *leader, uint64_t now_ms) 
 
 /* ---- HELLO ---- */
 
+double train_peer_compute_ms(const train_peer *p) {
+  uint64_t jobs = p->counters.forward_computed + p->counters.backward_computed;
+  return jobs ? 1000.0 * p->counters.compute_seconds / (double)jobs * 2.0 : 0.0;
+}
+
 static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
   Gwtf__TrainHello h = GWTF__TRAIN_HELLO__INIT;
   h.role = p->cfg.role == TRAIN_DATA ? GWTF__TRAIN_ROLE__TRAIN_ROLE_DATA : GWTF__TRAIN_ROLE__TRAIN_ROLE_RELAY;
   h.stage = p->stage;
   h.capacity = p->cfg.capacity;
-  h.compute_ms = p->counters.forward_computed + p->counters.backward_computed
-                     ? (float)(1000.0 * p->counters.compute_seconds /
-                               (double)(p->counters.forward_computed + p->counters.backward_computed) * 2.0)
-                     : 0.0f;
+  h.compute_ms = (float)train_peer_compute_ms(p);
   h.iteration = p->iteration;
   h.step = p->step;
   if (p->cfg.tun.byzantine == TRAIN_BYZ_LYING_COSTS) { /* test tool: attract every flow */

@@ -419,5 +419,8 @@ typedef struct train_counters {
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);
+/* What our HELLO claims as compute time (ms per forward + backward): the
+ * mean over every job so far, 0 before the first. */
+double train_peer_compute_ms(const train_peer *p);
 
 #endif

@@ -318,8 +318,10 @@ static bool round_complete(train_peer *p) {
     const gw_id *id = &v->v[i].id;
     /* A peer only heard by HELLO is not waited for: anyone can say HELLO,
      * and a stranger claiming our stage held every round for its timeout.
-     * Its gradient is taken if it comes in time. */
-    if (v->v[i].heard || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || is_failed(a, id)) continue;
+     * Its gradient is taken if it comes in time. One that is vouched for
+     * is waited for, as it may be picked (pick_aggregator). */
+    if ((v->v[i].heard && !v->v[i].vouched) || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || is_failed(a, id))
+      continue;
     bool have = false;
     for (uint32_t k = 0; k < a->n_contrib; k++)
       if (gw_id_eq(&a->contrib[k].id, id) && (a->contrib[k].complete || a->contrib[k].rejected)) have = true;

@@ -316,6 +316,11 @@ void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a
       train_peer_set_members(p, p->stage, all, v->n + 1, p->now);
       free(all);
     }
+    /* The leader vouches for them: a directory refresh that has not caught
+     * up yet must not demote them to strangers heard by HELLO, or we would
+     * aggregate our first round without them (a newcomer with the lowest
+     * ID averaged nothing, and its empty average won over the stage's). */
+    peer_vouch(p, &id);
   }
   if (a->n_stage_peers == 0 && a->iteration == 0 && a->step == 0) {
     join_become_ready(p); /* a first member: the seeded init is the stage's state */

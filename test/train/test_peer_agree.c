@@ -9,7 +9,12 @@
  *     next member; that one follows the aggregator, passes the stage's
  *     average on, and the member sees it was left out of the round's list,
  *     applies it and stays with its stage; before, it gave up on the member
- *     it picked and stepped alone: a split. */
+ *     it picked and stepped alone: a split;
+ *   - a joiner with the lowest ID whose directory lists none of its stage
+ *     yet (only the leader's ASSIGN names them) waits for them in its first
+ *     round: its stage steps exactly as when the directory was up to date;
+ *     before, it averaged its own empty gradient at once and that empty
+ *     average, the lowest aggregator's, won: the stage lost a step. */
 #include "testutil.h"
 
 #include <math.h>
@@ -201,11 +206,54 @@ static void test_split_is_detected_and_healed(void **state) {
   h_free(&h);
 }
 
+/* Stage 2's weights after ITERS iterations; a relay joins after iteration
+ * 2, is placed in stage 2 by the leader, and has the lowest ID there (seeds
+ * are tried until it does); when `blind`, its directory lists none of its
+ * stage-mates (the leader's ASSIGN does). */
+static void run_joiner(bool blind, float w[H_NP]) {
+  h_harness h;
+  int d, j;
+  for (uint64_t seed = 60;; seed++) {
+    h_init(&h, STAGES, seed, verbose());
+    d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < (s == 2 ? 2 : 3); k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+    j = h_add(&h, TRAIN_RELAY, -1, M, 0, false); /* the leader places it: in stage 2, the smaller */
+    bool lowest = true;
+    for (int i = 0; i < j; i++)
+      if (h.nodes[i].stage == 2 && gw_id_cmp(&h.nodes[i].peer.id, &h.nodes[j].peer.id) < 0) lowest = false;
+    if (lowest) break;
+    h_free(&h);
+  }
+  for (int i = 0; i < j; i++) h_start(&h, i);
+  while (train_peer_iteration(h.nodes[d].tp) < 2) h_run_for(&h, 100);
+  h.nodes[j].dir_blind = blind;
+  h_start(&h, j);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.nodes[j].ready);
+  assert_int_equal(h.nodes[j].stage, 2);
+  assert_agree(&h, ITERS);
+  memcpy(w, h.nodes[j].w, sizeof(h.nodes[j].w));
+  h_free(&h);
+}
+
+static void test_blind_joiner_waits_for_its_stage(void **state) {
+  (void)state;
+  float seen[H_NP], blind[H_NP];
+  run_joiner(false, seen);
+  run_joiner(true, blind);
+  for (int k = 0; k < H_NP; k++)
+    if (fabsf(seen[k] - blind[k]) > 1e-6f * fmaxf(1.0f, fabsf(seen[k])))
+      fail_msg("stage 2 weight %d: %.9g with the joiner's directory up to date, %.9g with it blind", k, seen[k],
+               blind[k]);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stranger_with_lowest_id_does_not_aggregate),
       cmocka_unit_test(test_member_left_out_recovers),
       cmocka_unit_test(test_split_is_detected_and_healed),
+      cmocka_unit_test(test_blind_joiner_waits_for_its_stage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
