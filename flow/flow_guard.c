@@ -58,20 +58,21 @@ double flow_guard_cost_claim(flow_guard *g, const gw_id *from, int stage, double
   flow_guard_peer *p = peer_for(g, from, 0);
   p->stage = stage;
   p->claimed_s = claimed_s;
-  double others[FLOW_GUARD_MAX_PEERS];
+  double votes[FLOW_GUARD_MAX_PEERS + 1];
   size_t n = 0;
   for (size_t i = 0; i < g->n; i++)
     if (&g->peers[i] != p && g->peers[i].stage == stage && g->peers[i].claimed_s > 0)
-      others[n++] = g->peers[i].claimed_s;
-  double ref = own_s > 0 ? own_s : 0;
-  if (n) {
-    qsort(others, n, sizeof(others[0]), cmp_double);
-    /* the lower median: one liar among two cannot lower it (it can lower
-     * the other's floor, not raise its own) */
-    if (others[(n - 1) / 2] > ref) ref = others[(n - 1) / 2];
-  }
+      votes[n++] = g->peers[i].claimed_s;
+  if (own_s > 0) votes[n++] = own_s;
+  if (!n) return claimed_s;
+  /* The lower median of what the others claim and what we measured: one
+   * liar among two cannot lower it (it can lower the other's floor, not
+   * raise its own), and one slow stage-mate, or our own slow spell on a
+   * busy machine, cannot raise it enough to clamp an honest peer. */
+  qsort(votes, n, sizeof(votes[0]), cmp_double);
+  double ref = votes[(n - 1) / 2];
   double floor_s = ref / FLOW_GUARD_COST_RATIO;
-  if (ref <= 0 || claimed_s >= floor_s) return claimed_s;
+  if (claimed_s >= floor_s) return claimed_s;
   if (!p->clamp_logged) *first_clamp = p->clamp_logged = true;
   return floor_s;
 }

@@ -56,8 +56,10 @@ void flow_guard_init(flow_guard *g);
 bool flow_guard_admit(flow_guard *g, const gw_id *from, uint64_t now_ms, bool *first_drop, uint64_t *dropped);
 /* The compute time (seconds) to use for a neighbour of `stage` that claims
  * claimed_s; own_s: our measured time if we serve the same stage, else 0.
- * With no reference (no other claim of that stage, own_s 0) the claim
- * stands. *first_clamp is set the first time this peer's claim is raised. */
+ * The floor is the lower median of the stage's other claims and own_s,
+ * divided by FLOW_GUARD_COST_RATIO (liars that are half the votes or more
+ * defeat it). With no reference (no other claim of that stage, own_s 0)
+ * the claim stands. *first_clamp is set the first time this peer's claim is raised. */
 double flow_guard_cost_claim(flow_guard *g, const gw_id *from, int stage, double claimed_s, double own_s,
                              bool *first_clamp);
 

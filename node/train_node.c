@@ -381,7 +381,8 @@ static void peer_info(void *ud, const gw_id *peer, int stage, uint32_t capacity,
     if (compute_ms > 0) {
       bool first;
       k->compute_s = flow_guard_cost_claim(&rt->guard, peer, stage, compute_ms / 1000.0,
-                                           stage == rt->stage ? rt->compute_s_ewma : 0, &first);
+                                           stage == rt->stage ? train_peer_compute_ms(rt->peer) / 1000.0 : 0,
+                                           &first);
       if (first) {
         char who[GW_ID_SHORT_LEN + 1];
         gw_id_to_short(peer, who);

@@ -55,10 +55,28 @@ static void test_cost_claim_floor(void **state) {
   assert_true(flow_guard_cost_claim(&g, &data, 0, 0.001, 0.5, &first) == 0.5 / FLOW_GUARD_COST_RATIO);
 }
 
+/* Our own slow spell (a busy machine, a cold first job) is one vote, not
+ * the floor: an honest stage-mate's claim stands while the others agree
+ * with it, and a liar is still held to the others. */
+static void test_own_spike_clamps_no_honest_peer(void **state) {
+  (void)state;
+  flow_guard g;
+  flow_guard_init(&g);
+  gw_id a = id_of(7), b = id_of(8), c = id_of(9), liar = id_of(10);
+  bool first;
+  flow_guard_cost_claim(&g, &a, 1, 0.020, 1.0, &first);
+  flow_guard_cost_claim(&g, &b, 1, 0.030, 1.0, &first);
+  assert_true(flow_guard_cost_claim(&g, &c, 1, 0.025, 1.0, &first) == 0.025); /* votes 0.02 0.03 1.0 */
+  assert_false(first);
+  assert_true(flow_guard_cost_claim(&g, &liar, 1, 1e-6, 1.0, &first) == 0.025 / FLOW_GUARD_COST_RATIO);
+  assert_true(first);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flood_is_cut),
       cmocka_unit_test(test_cost_claim_floor),
+      cmocka_unit_test(test_own_spike_clamps_no_honest_peer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -329,15 +329,6 @@ def wire_bf16(tmp):
               f"iteration {it['iteration']}: {it['microbatches_done']} done, {it['microbatches_deferred']} deferred")
     ls = losses(s)
     check(ls[-1] < ls[0] - 0.5, f"loss did not fall: {ls}")
-    want, fp32 = train_ref(tmp, n, "--wire-dtype", "bf16"), train_ref(tmp, n)
-    # Not bit for bit: two relays per stage average their gradients in
-    # another order than train-ref sums them, and a last-bit difference
-    # moves a value across a bf16 rounding boundary now and then (measured:
-    # 1.5e-5 relative at most, against 1.8e-4 from the fp32 run).
-    for i, (got, exp) in enumerate(zip(ls, want)):
-        check(abs(got - exp) <= 1e-4 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, bf16 reference {exp}")
-    d_bf16, d_fp32 = sum(abs(a - b) for a, b in zip(ls, want)), sum(abs(a - b) for a, b in zip(ls, fp32))
-    check(3 * d_bf16 < d_fp32, f"losses {ls} are as close to the fp32 run {fp32} as to the bf16 one {want}")
     neg = [e for e in ev if e["event"] == "wire.negotiated"]
     check(neg and all(e["f"]["to"] == "bf16" for e in neg), f"links not all bf16: {[e['f'] for e in neg]}")
     last = {}
@@ -349,7 +340,24 @@ def wire_bf16(tmp):
     for name, f in carriers.items():
         check(2 * int(f["bytes"]) == int(f["fp32_bytes"]),
               f"{name} sent {f['bytes']} bytes for {f['fp32_bytes']} in fp32: not all bf16")
-    print(f"wire bf16: losses {['%.5f' % x for x in ls]} equal the bf16 reference; half the bytes on every peer")
+    want, fp32 = train_ref(tmp, n, "--wire-dtype", "bf16"), train_ref(tmp, n)
+    # Not bit for bit: two relays per stage average their gradients in
+    # another order than train-ref sums them, and a last-bit difference
+    # moves a value across a bf16 rounding boundary now and then. The first
+    # iterations stay within 1e-5 of the bf16 reference; later ones drift
+    # apart by chance (measured here: up to 9e-5 relative by iteration 8;
+    # once in CI 2.5e-4), as far as the fp32 run lies from the bf16 one. So
+    # the early iterations tell bf16 from fp32, and every iteration is only
+    # held to 1e-3 of the bf16 reference.
+    for i, (got, exp) in enumerate(zip(ls, want)):
+        check(abs(got - exp) <= 1e-3 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, bf16 reference {exp}")
+    early = 6
+    d_bf16 = sum(abs(a - b) for a, b in zip(ls[:early], want))
+    d_fp32 = sum(abs(a - b) for a, b in zip(ls[:early], fp32))
+    check(3 * d_bf16 < d_fp32, f"the first {early} losses {ls[:early]} are as close to the fp32 run {fp32[:early]} "
+                               f"as to the bf16 one {want[:early]}")
+    print(f"wire bf16: losses {['%.5f' % x for x in ls]} follow the bf16 reference (first {early}: "
+          f"{d_bf16:.2e} off it, {d_fp32:.2e} off fp32); half the bytes on every peer")
 
 
 SCENARIOS = {f.__name__: f for f in (fault_free, forward_crash, backward_crash, join, leader_crash, churn_soak,
@@ -369,8 +377,11 @@ def main():
             print(f"FAILED: {e}", file=sys.stderr)
             log = os.path.join(tmp, "swarm.log")
             if os.path.exists(log):
+                text = open(log).read()
+                keep_log(sys.argv[1], text)
                 print("---- last lines of the swarm log ----", file=sys.stderr)
-                print("\n".join(open(log).read().splitlines()[-40:]), file=sys.stderr)
+                print("\n".join(text.splitlines()[-40:]), file=sys.stderr)
+                print(f"whole log: {kept_log_path(sys.argv[1])}", file=sys.stderr)
             return 1
     return 0
 
