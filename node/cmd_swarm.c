@@ -134,6 +134,7 @@ struct swarm {
   hash_rec *hashes;
   size_t n_hashes, cap_hashes;
   bool hashes_agree;
+  int splits, splits_unhealed; /* (stage, iteration)s whose peers disagreed; of them, never agreeing again */
   mb_cost *costs; /* ring of the latest microbatches' compute */
   link_node *links;
   size_t n_links;
@@ -241,24 +242,65 @@ static bool hash_died_unused(const swarm *sw, const hash_rec *h) {
   return true;
 }
 
+/* The first iteration after `iteration` at which every live peer of
+ * `stage` logged the same weights again (a split healed: the members split
+ * off fetched the stage's weights), or -1 if none did before the end. */
+static long long healed_at(const swarm *sw, int stage, uint64_t iteration) {
+  for (uint64_t it = iteration + 1;; it++) {
+    const char *first = NULL;
+    bool same = true;
+    for (size_t i = 0; i < sw->n_hashes; i++) {
+      const hash_rec *h = &sw->hashes[i];
+      if (h->stage != stage || h->iteration != it || hash_died_unused(sw, h)) continue;
+      if (!first) first = h->hash;
+      else same &= strcmp(first, h->hash) == 0;
+    }
+    if (!first) return -1;
+    if (same) return (long long)it;
+  }
+}
+
+/* Whether an earlier record of the same (stage, iteration) already
+ * disagreed with one before it: that split is counted once. */
+static bool split_counted(const swarm *sw, size_t upto, const hash_rec *h) {
+  for (size_t i = 0; i < upto; i++) {
+    const hash_rec *o = &sw->hashes[i];
+    if (o->stage != h->stage || o->iteration != h->iteration || hash_died_unused(sw, o)) continue;
+    for (size_t j = 0; j < i; j++) {
+      const hash_rec *q = &sw->hashes[j];
+      if (q->stage == o->stage && q->iteration == o->iteration && !hash_died_unused(sw, q) &&
+          strcmp(q->hash, o->hash) != 0)
+        return true;
+    }
+  }
+  return false;
+}
+
 /* Every stage's peers hold the same weights after every iteration (log
- * lines arrive in any order, so this is judged once the swarm has stopped). */
+ * lines arrive in any order, so this is judged once the swarm has stopped).
+ * Each split is said with the iteration that healed it, if one did. */
 static bool check_hashes(swarm *sw) {
+  sw->splits = sw->splits_unhealed = 0;
   for (size_t i = 0; i < sw->n_hashes; i++) {
     const hash_rec *h = &sw->hashes[i];
     if (hash_died_unused(sw, h)) continue;
     for (size_t j = 0; j < i; j++) {
       const hash_rec *o = &sw->hashes[j];
       if (o->iteration != h->iteration || o->stage != h->stage || hash_died_unused(sw, o)) continue;
-      if (strcmp(o->hash, h->hash) != 0) {
-        say(sw, "WEIGHTS DISAGREE: stage %d after iteration %llu: %s has %s, %s has %s", h->stage,
-            (unsigned long long)h->iteration, sw->peers[h->peer].name, h->hash, sw->peers[o->peer].name, o->hash);
-        return false;
+      if (strcmp(o->hash, h->hash) != 0 && !split_counted(sw, i, h)) {
+        long long healed = healed_at(sw, h->stage, h->iteration);
+        sw->splits++;
+        sw->splits_unhealed += healed < 0;
+        char when[48] = "never healed";
+        if (healed >= 0) snprintf(when, sizeof(when), "healed by iteration %lld", healed);
+        say(sw, "WEIGHTS DISAGREE: stage %d after iteration %llu: %s has %s, %s has %s (%s)", h->stage,
+            (unsigned long long)h->iteration, sw->peers[h->peer].name, h->hash, sw->peers[o->peer].name, o->hash,
+            when);
       }
       break; /* the first live record of the group stands for it */
     }
   }
-  return true;
+  return sw->splits == 0;
 }
 
 static void schedule_churn(swarm *sw);
@@ -919,6 +961,8 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
   json_object_set_new(root, "compute_s", json_real(swarm_waste_total_s(sw->waste)));
   json_object_set_new(root, "throughput_tokens_per_s", json_real(*tokens_per_s));
   json_object_set_new(root, "stage_hashes_agree", json_boolean(sw->hashes_agree));
+  json_object_set_new(root, "stage_splits", json_integer(sw->splits));
+  json_object_set_new(root, "stage_splits_unhealed", json_integer(sw->splits_unhealed));
   json_object_set_new(root, "unexpected_exits", json_integer(sw->unexpected_exits));
   json_object_set_new(root, "routing", json_string(sw->o.routing));
   json_object_set_new(root, "churn", json_real(sw->o.churn));
@@ -951,7 +995,11 @@ static int write_summary(swarm *sw) {
   printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
          swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
   swarm_val_print(sw->val, stdout);
-  printf("  stage weights agree: %s, unexpected exits: %d\n", sw->hashes_agree ? "yes" : "NO", sw->unexpected_exits);
+  if (sw->hashes_agree)
+    printf("  stage weights agree: yes, unexpected exits: %d\n", sw->unexpected_exits);
+  else
+    printf("  stage weights agree: NO (%d split%s, %d never healed), unexpected exits: %d\n", sw->splits,
+           sw->splits == 1 ? "" : "s", sw->splits_unhealed, sw->unexpected_exits);
   if (sw->o.summary_json) {
     char *text = json_dumps(root, JSON_INDENT(2));
     if (!text || gw_file_write_atomic1(sw->o.summary_json, text, strlen(text), 0644) != 0) {
