@@ -150,7 +150,8 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
  * served us, cannot hand on an average of its own making as another's. */
 bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer) {
   peer_agg *a = &p->agg;
-  if (gw_id_eq(signer, from) || gw_id_eq(signer, &p->cfg.self)) return true;
+  if (gw_id_eq(signer, &p->cfg.self)) return false; /* ours we applied as we made it: a copy is a replay */
+  if (gw_id_eq(signer, from)) return true;
   if (p->aggregating && a->picked && gw_id_eq(from, &a->aggregator) && gw_id_cmp(signer, from) < 0) return true;
   if (p->aggregating && is_failed(a, signer)) return true;
   if (gw_id_eq(signer, &p->dl.from) && p->dl.done_ms && p->iteration == p->dl.iteration &&
@@ -524,15 +525,16 @@ static void apply_average(train_peer *p, const float *avg, uint32_t total_count)
 /* If we contributed, the average must list our contribution with the hash
  * of what we sent: one that lists a different hash was not made from our
  * gradient (refused, agg.forged). One that leaves us out is applied all the
- * same (logged): the aggregator may have timed out on us or rejected us, and
- * a member that refused it would split from its stage. */
-static bool avg_lists_us_right(train_peer *p, const gw_id *from, const peer_avg_sig *sig, const Gwtf__TrainGrad *g) {
+ * same (logged once it is whole and checked): the aggregator may have timed
+ * out on us or rejected us, and a member that refused it would split from
+ * its stage. */
+static bool avg_lists_us_right(train_peer *p, const gw_id *from, const peer_avg_sig *sig, const Gwtf__TrainGrad *g,
+                               bool *left_out) {
   peer_agg *a = &p->agg;
-  char who[GW_ID_SHORT_LEN + 1];
+  *left_out = false;
   /* not in a round yet: nothing of ours went anywhere (`contributed` is
    * the last round's until we enter one) */
   if (!p->aggregating || !a->contributed || !gw_id_eq(from, &a->aggregator)) return true;
-  peer_short(from, who);
   for (size_t i = 0; i < g->n_contributors; i++) {
     gw_id id;
     id_from_bytes(&id, g->contributors[i]);
@@ -543,8 +545,7 @@ static bool avg_lists_us_right(train_peer *p, const gw_id *from, const peer_avg_
     avgsig_refuse(p, from, &sig->signer, g->iteration, "contribution_hash");
     return false;
   }
-  p->counters.rounds_left_out++;
-  GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)g->iteration);
+  *left_out = true; /* counted once its floats check out (commit_average) */
   return true;
 }
 
@@ -617,11 +618,18 @@ static void commit_average(train_peer *p, uint64_t iteration, uint32_t total_cou
   memcpy(a->last_contributors, a->pend.contributors, a->pend.n_contributors * sizeof(gw_id));
   memcpy(a->last_contrib_hashes, a->pend.hashes, a->pend.n_contributors * 32);
   a->pend.sig.have = false;
+  if (a->pend.left_out) {
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(&a->pend.from, who);
+    p->counters.rounds_left_out++;
+    GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)iteration);
+  }
 }
 
 /* An average's first chunk, its signature checked: we are in the round
  * now, and this is the average we expect the rest of. */
-static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const peer_avg_sig *sig) {
+static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const peer_avg_sig *sig,
+                          bool left_out) {
   peer_agg *a = &p->agg;
   if (!p->aggregating) {
     /* The average overtook BEGIN_AGG: we are not in it, but we step with it. */
@@ -651,6 +659,7 @@ static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGra
   /* avgsig_check took only lists of at most PEER_MAX_CONTRIB well-formed entries */
   a->pend.from = *from;
   a->pend.sig = *sig;
+  a->pend.left_out = left_out;
   a->pend.n_contributors = (uint32_t)g->n_contributors;
   for (uint32_t i = 0; i < a->pend.n_contributors; i++) {
     id_from_bytes(&a->pend.contributors[i], g->contributors[i]);
@@ -672,8 +681,9 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     /* Checked before anything changes: a refused average leaves us waiting
      * for the real one, or for the deadline that moves us on. */
     peer_avg_sig sig;
-    if (!avgsig_check(p, from, g, &sig) || !avg_lists_us_right(p, from, &sig, g)) return;
-    begin_average(p, from, g, &sig);
+    bool left_out;
+    if (!avgsig_check(p, from, g, &sig) || !avg_lists_us_right(p, from, &sig, g, &left_out)) return;
+    begin_average(p, from, g, &sig, left_out);
     if (g->total_count == 0 || g->total == 0) {
       if (!avgsig_check_floats(p, from, &a->pend.sig, g->iteration, NULL, 0)) {
         a->pend.sig.have = false;

@@ -134,6 +134,7 @@ typedef struct peer_avg_pending {
   gw_id contributors[PEER_MAX_CONTRIB];
   uint8_t hashes[PEER_MAX_CONTRIB][32];
   uint32_t n_contributors;
+  bool left_out; /* we contributed and it does not list us (agg.left_out once applied) */
 } peer_avg_pending;
 
 typedef struct peer_agg {
