@@ -87,11 +87,18 @@ typedef struct h_node {
   int eval_states_held; /* compute states held by every node when an evaluation ended (max) */
   /* FORWARD/BACKWARD tensors this node received, by dtype (index & 7), and their bytes */
   uint64_t act_recv[8], act_recv_bytes;
+  /* its identity: peer.id is BLAKE2b-256 of pk; it signs its averages with sk */
+  uint8_t pk[32], sk[64];
 } h_node;
 
 /* Called before a node's job runs; return true to crash `crash` right then
  * (before the job completes). */
 typedef bool (*h_job_hook)(h_harness *h, h_node *n, const train_job *job, int *crash);
+/* Called for every message a peer sends (not for h_inject's), before it
+ * enters the simulator: a test may h_inject others ahead of it. from and
+ * to are node indices. */
+typedef void (*h_send_hook)(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                            const train_tensor *t);
 
 struct h_harness {
   sim *s;
@@ -103,6 +110,7 @@ struct h_harness {
   train_tunables tun;
   h_job_hook hook;
   void *hook_ud;
+  h_send_hook send_hook; /* (uses hook_ud too) */
   bool hook_fired;
   uint32_t sending; /* the train message type being sent, for a delay function */
   /* wire compression for the nodes h_add creates next (train_peer_config) */
@@ -125,6 +133,8 @@ void h_run_for(h_harness *h, uint64_t ms);
 /* Sends a train message from node `from` to node `to` through the simulator,
  * as if `from`'s peer had sent it: what a hostile member could send. */
 int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t);
+/* The run ID every harness peer signs its averages under. */
+const gw_id *h_run_id(void);
 /* The live nodes of `stage` in node-ID order (lowest first: the stage's
  * aggregator); returns how many, at most max. */
 int h_by_id(h_harness *h, int stage, int *out, int max);
