@@ -23,6 +23,8 @@
 #include "node/train_plan.h"
 #include "node/worker.h"
 #include "train/checkpoint.h"
+#include "train/replica_store.h"
+#include "node/train_replica.h"
 #include "train/compute.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -61,6 +63,9 @@ void train_node_opts_default(train_node_opts *o) {
   o->seed = 1;
   o->threads = 0; /* all the cores this process may use: a home node uses the machine */
   o->checkpoint_every = 10;
+  o->replicate_every = 5;
+  o->replicas = 2;
+  o->replica_max = REPLICA_DEFAULT_MAX_ENTRIES;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
   o->exit_when_done = true;
@@ -94,7 +99,7 @@ typedef struct dir_query {
   int stage; /* -1: the run record */
 } dir_query;
 
-#define MAX_QUERIES (MAX_STAGES + 2)
+#define MAX_QUERIES (MAX_STAGES + 3) /* every stage, the run record, our stage's replica holders */
 
 typedef struct train_rt {
   node *n;
@@ -132,6 +137,8 @@ typedef struct train_rt {
   double compute_s_ewma; /* our forward+backward per microbatch */
   flow_guard guard;      /* flow floods and cost lies of neighbours (flow/flow_guard.h) */
   int ckpt_marker;       /* address marks the runtime's own snapshot jobs */
+  int replica_marker;    /* ... and the ones whose state goes to replica holders */
+  bool replica_query_busy;
   char ckpt_path[PATH_MAX];
   bool announced;
   bool want_announce; /* ready: announce, and again until it succeeds */
@@ -288,10 +295,26 @@ static void write_checkpoint(train_rt *rt, train_job *job) {
     GW_ERROR(&rt->log, "checkpoint.failed", "path=%s err=\"%s\"", rt->ckpt_path, gw_strerror(rc));
 }
 
+/* Our stage's state, snapshot right after the aggregation that made
+ * iteration job->key (whose logged hash is job->hash), goes to the holders
+ * closest to the stage's replica key (train/peer_replica.c). */
+static void push_replica(train_rt *rt, train_job *job) {
+  if (job->rc != 0 || !job->blob || rt->stage < 1) return;
+  gw_id key;
+  if (stage_dir_replica_key(rt->run.name, (uint32_t)rt->stage, &key) != 0) return;
+  train_peer_push_replica(rt->peer, &key, (uint32_t)rt->o->replicas, job->blob, job->blob_len, job->key,
+                          train_peer_step(rt->peer), job->hash);
+}
+
 static void on_job_done(void *ud, train_job *job) {
   train_rt *rt = ud;
   if (job->owner == &rt->ckpt_marker) {
     write_checkpoint(rt, job);
+    train_job_free(job);
+    return;
+  }
+  if (job->owner == &rt->replica_marker) {
+    push_replica(rt, job);
     train_job_free(job);
     return;
   }
@@ -556,22 +579,29 @@ static void members_cb(void *ud, int status, const stage_member *members, size_t
   if (rt->rs && rt->stage >= 0 && stage == next_stage(rt)) route_swarm_set_next(rt->rs, ids, k);
 }
 
-static void announce(train_rt *rt) {
-  if (rt->stage < 0 || !rt->started) return;
-  rt->want_announce = true;
-  stage_member me = {0};
-  me.addr = p2p_host_listen_addr(rt->host);
-  me.capacity = rt->capacity;
+/* Where others reach us, as our directory records say it. */
+static void my_record(train_rt *rt, stage_member *me) {
+  memset(me, 0, sizeof(*me));
+  me->addr = p2p_host_listen_addr(rt->host);
+  me->capacity = rt->capacity;
   /* A private node names the relays it holds reservations on: others reach
    * it through them (node/relays.h). */
   node_relays *nr = node_get_relays(rt->n);
   if (nr) {
     p2p_relay_addr ra[STAGE_DIR_MAX_RELAYS];
-    size_t n = node_relays_get(nr, ra, STAGE_DIR_MAX_RELAYS, &me.no_direct);
-    for (size_t i = 0; i < n; i++) me.relays[i] = (stage_relay){ra[i].relay, ra[i].relay_addr};
-    me.n_relays = n;
-    rt->relays_gen = node_relays_generation(nr);
+    size_t n = node_relays_get(nr, ra, STAGE_DIR_MAX_RELAYS, &me->no_direct);
+    for (size_t i = 0; i < n; i++) me->relays[i] = (stage_relay){ra[i].relay, ra[i].relay_addr};
+    me->n_relays = n;
   }
+}
+
+static void announce(train_rt *rt) {
+  if (rt->stage < 0 || !rt->started) return;
+  rt->want_announce = true;
+  stage_member me;
+  my_record(rt, &me);
+  node_relays *nr = node_get_relays(rt->n);
+  if (nr) rt->relays_gen = node_relays_generation(nr);
   if (rt->flow) {
     flow_counts c;
     flow_get_counts(rt->flow, &c);
@@ -624,6 +654,41 @@ static void publish_run(train_rt *rt) {
   free(text);
 }
 
+/* The holders of our stage's replicas, for a peer that finds no live
+ * member to download from (train/peer_replica.c). */
+static void replicas_cb(void *ud, int status, const stage_member *members, size_t n) {
+  train_rt *rt = query_done(ud);
+  if (!rt) return;
+  rt->replica_query_busy = false;
+  if (status != 0 || rt->stopping || !rt->peer) return;
+  train_replica_holder h[16];
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < sizeof(h) / sizeof(h[0]); i++) {
+    if (train_replica_extra_decode(&members[i], &h[k]) != 0) continue;
+    /* a holder need not be in a stage we follow: dial it */
+    if (!p2p_host_is_connected(rt->host, &members[i].id) && !known_find(rt, &members[i].id) &&
+        !members[i].no_direct)
+      p2p_host_connect(rt->host, &members[i].addr, &members[i].id);
+    k++;
+  }
+  if (k > 0) {
+    char who[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&h[0].id, who);
+    GW_DEBUG(&rt->log, "replica.holders", "stage=%d holders=%zu first=%s iter=%llu", rt->stage, k, who,
+             (unsigned long long)h[0].iteration);
+  }
+  train_peer_set_replica_holders(rt->peer, h, k, now_ms(rt));
+}
+
+static void find_replica_holders(train_rt *rt) {
+  dir_query *q = query_new(rt, rt->stage);
+  if (!q) return;
+  if (stage_dir_discover_replicas(rt->d, rt->run.name, (uint32_t)rt->stage, replicas_cb, q, now_ms(rt)) == 0)
+    rt->replica_query_busy = true;
+  else
+    query_done(q);
+}
+
 static void disco_cb(uv_timer_t *t) {
   train_rt *rt = t->data;
   uint64_t now = now_ms(rt);
@@ -643,6 +708,7 @@ static void disco_cb(uv_timer_t *t) {
     else
       query_done(q);
   }
+  if (train_peer_wants_replicas(rt->peer) && !rt->replica_query_busy) find_replica_holders(rt);
   known_sweep(rt);
   if (rt->acc.have_key && rt->run.private_run) train_access_sync_revocations(&rt->acc, rt->peer, now, &rt->log);
   if (train_peer_is_leader(rt->peer) && rt->run.stages > 0) publish_run(rt);
@@ -830,8 +896,40 @@ static void on_peer_event(void *ud, const train_event *ev) {
               flows, probed, sum);
     }
     break;
+  case TRAIN_EV_REPLICA_STORED: {
+    stage_member me;
+    my_record(rt, &me);
+    train_replica_keep(rt->d, rt->run.name, rt->data_dir, rt->peer, ev->stage, &me, &rt->log, now_ms(rt));
+    break;
+  }
+  case TRAIN_EV_REPLICA_DROPPED: {
+    stage_member me;
+    my_record(rt, &me);
+    train_replica_drop(rt->d, rt->run.name, rt->data_dir, rt->peer, ev->stage, ev->iteration, &me, &rt->log,
+                       now_ms(rt));
+    break;
+  }
+  case TRAIN_EV_STAGE_LOST:
+    /* our stage trained, its peers and every replica of it are gone: the
+     * peer logged which (stage.lost); training on with fresh weights would
+     * silently throw the run's work away */
+    if (!rt->stopping) {
+      node_set_exit_code(rt->n, 3);
+      node_stop(rt->n);
+    }
+    break;
   case TRAIN_EV_AGGREGATED:
     log_wire(rt, ev->iteration);
+    if (train_replica_due(rt->peer, rt->o->replicate_every, ev->iteration)) {
+      train_job *job = calloc(1, sizeof(*job));
+      if (job) {
+        job->kind = TRAIN_JOB_SNAPSHOT;
+        job->owner = &rt->replica_marker;
+        job->key = ev->iteration;
+        memcpy(job->hash, ev->hash, sizeof(job->hash));
+        if (node_worker_submit(rt->worker, job) != 0) free(job);
+      }
+    }
     if (rt->o->checkpoint_every > 0 && ev->iteration % (uint64_t)rt->o->checkpoint_every == 0) {
       train_job *job = calloc(1, sizeof(*job));
       if (job) {
@@ -935,6 +1033,7 @@ static int start_peer(train_rt *rt) {
     train_peer_set_leader(rt->peer, &rt->run.leader, now_ms(rt));
   }
   rt->started = true;
+  train_peer_set_replica_store(rt->peer, (size_t)o->replica_max, 0);
   train_peer_start(rt->peer, now_ms(rt));
   if (rt->run.private_run) {
     /* Sessions that came up before the peer existed: what they presented

@@ -183,6 +183,7 @@ int train_peer_new(train_peer **out, const train_peer_config *cfg, const train_i
     p->log = *log;
   p->stage = cfg->stage;
   p->state = PEER_UNASSIGNED;
+  replica_store_init(&p->rep.store, 0, 0);
   *out = p;
   return 0;
 }
@@ -198,6 +199,7 @@ void train_peer_free(train_peer *p) {
   eval_free(p);
   agg_free(p);
   join_free(p);
+  replica_free(p);
   admit_free(p);
   wire_free(p);
   free(p);
@@ -487,6 +489,10 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_REVOKED, Gwtf__TrainRevoked, gwtf__train_revoked, admit_on_revoked(p, from, m))
     CASE(TRAIN_HASH_REQ, Gwtf__TrainIteration, gwtf__train_iteration, verify_on_hash_req(p, from, m->iteration))
     CASE(TRAIN_HASH, Gwtf__TrainAggDone, gwtf__train_agg_done, verify_on_hash(p, from, m))
+    CASE(TRAIN_REPLICA_PUSH, Gwtf__TrainWeightsChunk, gwtf__train_weights_chunk, replica_on_push(p, from, m, t))
+    CASE(TRAIN_REPLICA_REQ, Gwtf__TrainReplicaReq, gwtf__train_replica_req, replica_on_req(p, from, m))
+    CASE(TRAIN_REPLICA_CHUNK, Gwtf__TrainWeightsChunk, gwtf__train_weights_chunk, join_on_chunk(p, from, m, t))
+    CASE(TRAIN_STAGE_LOST, Gwtf__TrainStageLost, gwtf__train_stage_lost, leader_on_stage_lost(p, from, m))
 #undef CASE
   default:
     peer_short(from, who);
@@ -531,6 +537,7 @@ void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
   agg_tick(p);
   join_tick(p);
   verify_tick(p);
+  replica_tick(p);
   if (p->cfg.role == TRAIN_DATA) {
     leader_check(p);
     data_tick(p);
