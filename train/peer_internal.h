@@ -316,6 +316,8 @@ typedef struct peer_replicas {
   uint8_t want_hash[32];      /* the weights hash the stage logged for it */
   uint64_t want_iteration;    /* the run's iteration when we were placed */
   bool lost_logged;
+  /* leader: stages seen without a live member (stage.empty logged once) */
+  bool empty_logged[PEER_MAX_STAGES + 1];
 } peer_replicas;
 
 /* ---- the peer ---- */

@@ -659,7 +659,33 @@ void join_accept_download(train_peer *p) {
 
 /* ---- time and failures ---- */
 
+/* Leader: a stage that trained and has no live member (placed ones
+ * included) is said once: the next joiner is placed there (rank_stages puts
+ * an empty stage first) and restores its newest replica (peer_replica.c);
+ * until one joins, the run waits. */
+static void note_empty_stages(train_peer *p) {
+  if (!p->was_leader || p->iteration == 0) return;
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    peer_stage_view *v = &p->members[s];
+    bool live = false;
+    for (size_t i = 0; i < v->n && !live; i++) live = !v->v[i].heard && peer_alive(p, &v->v[i].id);
+    for (uint32_t k = 0; k < p->n_placed && !live; k++)
+      live = p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
+             peer_alive(p, &p->placed[k].id);
+    if (live) {
+      p->rep.empty_logged[s] = false;
+    } else if (!p->rep.empty_logged[s]) {
+      p->rep.empty_logged[s] = true;
+      GW_WARN(&p->log, "stage.empty",
+              "stage=%d iter=%llu msg=\"no live peer serves stage %d: the next relay that joins is placed there and "
+              "restores the stage's newest replica\"",
+              s, (unsigned long long)p->iteration, s);
+    }
+  }
+}
+
 void join_tick(train_peer *p) {
+  note_empty_stages(p);
   place_candidates(p);
   join_serve_pending(p); /* requests held back by WEIGHTS_REQ_MIN_INTERVAL_MS */
   if (!admit_ready(p)) return; /* a private run: redeem the invite first (peer_admit.c) */

@@ -75,7 +75,8 @@ def kill_stage(tmp):
         for it in before:
             to = {e["f"]["to"] for e in pushed if int(e["f"]["iter"]) == it}
             check(len(to) == 2, f"replica of iteration {it} went to {to}")
-        # item 2: one spare restored the newest replica
+        # item 2: the leader saw stage 1 empty, and one spare restored the newest replica
+        check(ev(events, "stage.empty", stage="1"), "the leader did not report stage 1 empty")
         restored = ev(events, "stage.restored", stage="1")
         check(len(restored) >= 1, "no stage.restored")
         r = restored[0]["f"]
