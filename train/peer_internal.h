@@ -313,7 +313,8 @@ typedef struct peer_replicas {
   train_replica_holder holders[REPLICA_MAX_HOLDERS];
   uint32_t n_holders;
   bool from_replica;          /* the download in progress comes from a holder, not a member */
-  uint8_t want_hash[32];      /* the weights hash the stage logged for it */
+  uint8_t want_hash[32];      /* the weights hash the stage logged for it (the holders' majority) */
+  uint32_t want_votes;        /* holders announcing it in the DHT (0: the holder's chunk says it) */
   uint64_t want_iteration;    /* the run's iteration when we were placed */
   bool lost_logged;
   /* leader: stages seen without a live member (stage.empty logged once) */

@@ -524,9 +524,18 @@ void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChu
   }
   if (c->offset == 0) {
     if (p->rep.from_replica) {
-      /* the hash the stage logged for these weights: the restore must give it */
+      /* the hash the stage logged for these weights: the restore must give
+       * it. Chosen from the holders' announcements (replica_next_holder); a
+       * holder whose chunk says otherwise contradicts its own record. */
       if (c->weights_hash.len != 32) return;
-      memcpy(p->rep.want_hash, c->weights_hash.data, 32);
+      if (p->rep.want_votes == 0) memcpy(p->rep.want_hash, c->weights_hash.data, 32);
+      else if (memcmp(p->rep.want_hash, c->weights_hash.data, 32) != 0) {
+        GW_WARN(&p->log, "replica.mismatch", "stage=%d iter=%llu reason=chunk_hash_differs", p->stage,
+                (unsigned long long)c->iteration);
+        p->counters.downloads_refuted++;
+        join_refetch(p);
+        return;
+      }
     }
     free(d->buf);
     d->buf = malloc(c->total);

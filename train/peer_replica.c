@@ -179,9 +179,12 @@ static void store_inbound(train_peer *p, replica_inbound *in) {
 void replica_on_push(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t) {
   /* Who may push: a directory member of the stage it names, which is not
    * ours (our own stage's state we hold anyway). */
-  if (c->stage < 1 || c->stage > p->cfg.n_stages || c->stage == p->stage ||
-      !peer_is_member(p, c->stage, from, true)) {
+  if (c->stage < 1 || c->stage > p->cfg.n_stages || !peer_is_member(p, c->stage, from, true)) {
     trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, "not_stage_member");
+    return;
+  }
+  if (c->stage == p->stage) {
+    trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, "own_stage");
     return;
   }
   if (!t || t->dtype != TRAIN_U8 || c->hash.len != 32 || c->weights_hash.len != 32 || c->total == 0 ||
@@ -272,16 +275,43 @@ bool train_peer_wants_replicas(const train_peer *p) {
   return p->cfg.role == TRAIN_RELAY && p->stage >= 1 && p->state == PEER_DOWNLOADING;
 }
 
+static bool holder_usable(train_peer *p, const train_replica_holder *h) {
+  return !gw_id_eq(&h->id, &p->cfg.self) && !id_in(p->dl.tried, p->dl.n_tried, &h->id) && !trust_banned(p, &h->id);
+}
+
+/* Holders announcing `hash` for `iteration`. */
+static uint32_t votes(const train_peer *p, uint64_t iteration, const uint8_t hash[32]) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < p->rep.n_holders; i++)
+    n += p->rep.holders[i].iteration == iteration && memcmp(p->rep.holders[i].weights_hash, hash, 32) == 0;
+  return n;
+}
+
+/* The newest iteration an untried holder has; of its weights hashes the one
+ * most holders announce (a holder's hash is its own word: a hostile one
+ * could announce forged weights with their own hash, and the others
+ * outvote it; a tie goes to the lowest holder ID); a holder of that hash
+ * we have not tried. The restore must then give exactly that hash. */
 bool replica_next_holder(train_peer *p, gw_id *out) {
-  const train_replica_holder *best = NULL;
+  const train_replica_holder *newest = NULL;
   for (uint32_t i = 0; i < p->rep.n_holders; i++) {
     const train_replica_holder *h = &p->rep.holders[i];
-    if (gw_id_eq(&h->id, &p->cfg.self) || id_in(p->dl.tried, p->dl.n_tried, &h->id) || trust_banned(p, &h->id))
-      continue;
-    if (!best || h->iteration > best->iteration) best = h;
+    if (holder_usable(p, h) && (!newest || h->iteration > newest->iteration)) newest = h;
   }
-  if (!best) return false;
+  if (!newest) return false;
+  const train_replica_holder *best = NULL;
+  uint32_t best_votes = 0;
+  for (uint32_t i = 0; i < p->rep.n_holders; i++) {
+    const train_replica_holder *h = &p->rep.holders[i];
+    if (h->iteration != newest->iteration || !holder_usable(p, h)) continue;
+    uint32_t v = votes(p, h->iteration, h->weights_hash);
+    if (!best || v > best_votes || (v == best_votes && gw_id_cmp(&h->id, &best->id) < 0)) {
+      best = h;
+      best_votes = v;
+    }
+  }
   *out = best->id;
   memcpy(p->rep.want_hash, best->weights_hash, 32);
+  p->rep.want_votes = best_votes;
   return true;
 }

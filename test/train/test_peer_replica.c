@@ -7,13 +7,18 @@
  *     into that (empty) stage; it restores the newest replica, whose weights
  *     hash is the one the stage logged, and training goes on with one
  *     aggregation lost;
+ *   - a holder serving other weights is refused, one that also forges the
+ *     hash it announces is outvoted by the honest holders;
  *   - without a replica the joiner never trains fresh weights: it and the
- *     leader report the stage lost (the run stops). */
+ *     leader report the stage lost (the run stops);
+ *   - hostile pushes, a forged STAGE_LOST and requests for nothing change
+ *     nothing. */
 #include "testutil.h"
 
 #include <math.h>
 
 #include "peer_harness.h"
+#include "train.pb-c.h"
 #include "train/replica_store.h"
 
 #define M 4
@@ -200,6 +205,44 @@ static void test_mismatch_falls_back_to_another_holder(void **state) {
   h_free(&h);
 }
 
+/* A holder that forges a state *and* the weights hash it announces (its
+ * own word, in its push and its DHT record) is outvoted by the two honest
+ * holders of the same replica: the restorer never asks it. */
+static void test_forged_holder_outvoted(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 21, verbose());
+  h.replicate_every = 2;
+  h.replicas = 3; /* three holders of each replica: one forged, two honest */
+  int d = h_add(&h, TRAIN_DATA, 0, M, 8, true);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < (s == 1 ? 1 : 2); k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  int victim = -1;
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].stage == 1) victim = i;
+  for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < 5; k++) h_run_for(&h, 5);
+  int holders = 0;
+  for (int i = 0; i < h.n_nodes; i++) holders += train_peer_replica(h.nodes[i].tp, 1) != NULL;
+  assert_int_equal(holders, 3);
+  replica_entry *e = (replica_entry *)train_peer_replica(h.nodes[d].tp, 1);
+  assert_non_null(e);
+  ((float *)e->blob)[0] += 1.0f;
+  gw_id fh;
+  gw_id_hash(e->blob, e->len, &fh); /* the fake model's weights hash is BLAKE2b of w */
+  memcpy(e->blob_hash, fh.b, 32);
+  memcpy(e->weights_hash, fh.b, 32);
+  watch_index = h.n_nodes;
+  restored_seen = false;
+  h.hook = watch_restore;
+  int j = kill_stage_and_join(&h, d, 5);
+  for (int k = 0; k < 100000 && !h.nodes[j].ready; k++) h_run_for(&h, 5);
+  assert_true(h.nodes[j].ready);
+  assert_int_equal(train_peer_counters(h.nodes[j].tp)->downloads_refuted, 0);
+  assert_memory_equal(restored_hash, h.nodes[victim].hash_of[3], 32);
+  h_free(&h);
+}
+
 static void test_no_replica_stops_the_run(void **state) {
   (void)state;
   h_harness h;
@@ -213,6 +256,76 @@ static void test_no_replica_stops_the_run(void **state) {
   h_free(&h);
 }
 
+/* Hostile replica traffic changes nothing: a push from a peer that is not a
+ * member of the stage it names (here: a stage-2 relay claiming stage 1,
+ * and a stage-1 relay pushing "stage 1" to a stage-1 peer), a push whose
+ * chunks skip bytes, and a STAGE_LOST to the leader from a peer it never
+ * placed there: nothing is stored, nothing is dropped, the run finishes. */
+static int pack_chunk(uint8_t *buf, size_t cap, int stage, uint64_t iteration, uint64_t offset, uint64_t total,
+                      const uint8_t hash[32]) {
+  Gwtf__TrainWeightsChunk c = GWTF__TRAIN_WEIGHTS_CHUNK__INIT;
+  c.stage = stage;
+  c.iteration = iteration;
+  c.step = iteration;
+  c.offset = offset;
+  c.total = total;
+  c.hash.len = 32;
+  c.hash.data = (uint8_t *)hash;
+  c.weights_hash.len = 32;
+  c.weights_hash.data = (uint8_t *)hash;
+  assert_true(gwtf__train_weights_chunk__get_packed_size(&c) <= cap);
+  return (int)gwtf__train_weights_chunk__pack(&c, buf);
+}
+
+static void test_hostile_replica_messages(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 31, 1, 6, 0); /* replication off: anything stored came from us */
+  int r[STAGES + 1];
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].role == TRAIN_RELAY) r[h.nodes[i].stage] = i;
+  for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < 2; k++) h_run_for(&h, 5);
+  float w[H_NP] = {1, 2};
+  gw_id bh;
+  gw_id_hash(w, sizeof(w), &bh);
+  uint8_t buf[256];
+  train_tensor t = {.dtype = TRAIN_U8, .ndim = 1, .shape = {sizeof(w)}, .data = w, .nbytes = sizeof(w)};
+  /* a stage-2 relay pushes "stage 1" to the data node: not a member of stage 1 */
+  int len = pack_chunk(buf, sizeof(buf), 1, 2, 0, sizeof(w), bh.b);
+  h_inject(&h, r[2], d, GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, buf, (size_t)len, &t);
+  /* stage 1 pushes its own stage to ... itself as seen by a peer of stage 1: refused (own stage) */
+  h_inject(&h, r[1], r[1], GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, buf, (size_t)len, &t);
+  /* a real member of stage 1 whose second chunk skips 4 bytes */
+  train_tensor half = t;
+  half.shape[0] = half.nbytes = 4;
+  len = pack_chunk(buf, sizeof(buf), 1, 2, 0, sizeof(w), bh.b);
+  h_inject(&h, r[1], d, GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, buf, (size_t)len, &half);
+  len = pack_chunk(buf, sizeof(buf), 1, 2, 6, sizeof(w), bh.b);
+  half.data = (const uint8_t *)w + 4;
+  half.shape[0] = half.nbytes = 2;
+  h_inject(&h, r[1], d, GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, buf, (size_t)len, &half);
+  /* a relay of stage 3 tells the leader stage 1 is lost */
+  Gwtf__TrainStageLost lost = GWTF__TRAIN_STAGE_LOST__INIT;
+  lost.stage = 1;
+  lost.iteration = 2;
+  len = (int)gwtf__train_stage_lost__pack(&lost, buf);
+  h_inject(&h, r[3], d, GWTF__TRAIN_MSG__TRAIN_STAGE_LOST, buf, (size_t)len, NULL);
+  /* a request for a replica nobody holds is answered with nothing */
+  Gwtf__TrainReplicaReq req = GWTF__TRAIN_REPLICA_REQ__INIT;
+  req.stage = 1;
+  len = (int)gwtf__train_replica_req__pack(&req, buf);
+  h_inject(&h, r[3], d, GWTF__TRAIN_MSG__TRAIN_REPLICA_REQ, buf, (size_t)len, NULL);
+  assert_true(h_run_until_finished(&h, 120000));
+  for (int i = 0; i < h.n_nodes; i++) {
+    assert_int_equal(h.nodes[i].replicas_stored, 0);
+    assert_false(h.nodes[i].stage_lost);
+    for (int s = 1; s <= STAGES; s++) assert_null(train_peer_replica(h.nodes[i].tp, s));
+  }
+  assert_int_equal(h.nodes[d].iterations_done, 6);
+  assert_true(train_peer_counters(h.nodes[d].tp)->messages_refused >= 2);
+  h_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_push_and_store),
@@ -220,7 +333,9 @@ int main(void) {
       cmocka_unit_test(test_empty_stage_refilled_from_replica),
       cmocka_unit_test(test_restored_weights_are_the_replica),
       cmocka_unit_test(test_mismatch_falls_back_to_another_holder),
+      cmocka_unit_test(test_forged_holder_outvoted),
       cmocka_unit_test(test_no_replica_stops_the_run),
+      cmocka_unit_test(test_hostile_replica_messages),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
