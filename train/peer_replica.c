@@ -155,7 +155,8 @@ static void store_inbound(train_peer *p, replica_inbound *in) {
   int rc = replica_store_put(&p->rep.store, &e, dropped, sizeof(dropped) / sizeof(dropped[0]), &n_dropped);
   if (rc != 0) {
     GW_WARN(&p->log, "replica.rejected", "stage=%d iter=%llu from=%s reason=%s", in->stage,
-            (unsigned long long)in->iteration, who, rc == GW_EPROTO ? "hash_mismatch" : gw_strerror(rc));
+            (unsigned long long)in->iteration, who,
+            rc == GW_EPROTO ? "hash_mismatch" : rc == GW_EEXIST ? "conflict" : gw_strerror(rc));
     inbound_drop(in);
     return;
   }

@@ -63,9 +63,13 @@ int replica_store_put(replica_store *s, const replica_entry *e, replica_entry *d
   gw_id got;
   gw_id_hash(e->blob, e->len, &got);
   if (memcmp(got.b, e->blob_hash, 32) != 0) return GW_EPROTO;
-  /* the same state again (another member pushed it, or a retry): replace */
+  /* the same (stage, iteration) again: a retry by its pusher replaces it;
+   * another member's is refused, so a hostile member of the stage cannot
+   * overwrite the replica its aggregator pushed (the first push comes
+   * right after the step) */
   for (size_t i = 0; i < s->n; i++)
     if (s->v[i].stage == e->stage && s->v[i].iteration == e->iteration) {
+      if (!gw_id_eq(&s->v[i].from, &e->from)) return GW_EEXIST;
       s->bytes -= s->v[i].len;
       free(s->v[i].blob);
       s->v[i] = s->v[--s->n];

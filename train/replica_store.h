@@ -9,7 +9,8 @@
  *   - in memory, bounded by a number of entries and by bytes; over either
  *     bound, the oldest replica of the stage holding the most entries goes
  *     first (so a holder of several stages keeps each stage's newest as long
- *     as it can), and a (stage, iteration) received again replaces the entry;
+ *     as it can); a (stage, iteration) received again from its pusher
+ *     replaces the entry, from anyone else it is refused (GW_EEXIST);
  *   - every entry's bytes are checked against the BLAKE2b-256 the pusher
  *     announced before it is taken (replica_store_put);
  *   - on disk (the node's data dir), written atomically beside a checkpoint

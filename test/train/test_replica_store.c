@@ -57,12 +57,24 @@ static void test_bound_drops_oldest_of_fullest_stage(void **state) {
   assert_int_equal(replica_store_newest(&s, 1)->iteration, 6);
   assert_int_equal(replica_store_newest(&s, 2)->iteration, 2);
   assert_null(replica_store_newest(&s, 3));
-  /* the same (stage, iteration) again replaces, never duplicates */
+  /* the same (stage, iteration) again from its pusher replaces, never duplicates */
   e = make(1, 6, 100);
   assert_int_equal(replica_store_put(&s, &e, dropped, 8, &nd), 0);
   assert_int_equal(nd, 0);
   assert_int_equal(s.n, 3);
   assert_int_equal(s.bytes, 300);
+  /* ... from another member of the stage it is refused (the caller keeps its blob) */
+  uint8_t first = replica_store_newest(&s, 1)->blob[0];
+  e = make(1, 6, 100);
+  e.from.b[0] = 1;
+  e.blob[0] ^= 1;
+  gw_id h2;
+  gw_id_hash(e.blob, e.len, &h2);
+  memcpy(e.blob_hash, h2.b, 32);
+  assert_int_equal(replica_store_put(&s, &e, dropped, 8, &nd), GW_EEXIST);
+  free(e.blob);
+  assert_int_equal(s.n, 3);
+  assert_int_equal(replica_store_newest(&s, 1)->blob[0], first); /* the first pusher's entry kept */
   replica_store_free(&s);
 }
 
