@@ -138,6 +138,12 @@ typedef struct train_rt {
   flow_guard guard;      /* flow floods and cost lies of neighbours (flow/flow_guard.h) */
   int ckpt_marker;       /* address marks the runtime's own snapshot jobs */
   int replica_marker;    /* ... and the ones whose state goes to replica holders */
+  int switch_marker;     /* ... and the one that swaps the compute to another stage (a move) */
+  uint64_t stage_gen;    /* bumped by each stage switch: snapshots of the stage before are dropped */
+  bool switching;        /* a switch job is queued */
+  stage_spec switch_spec; /* what it builds (written before it is queued, read by the worker) */
+  gpu_device switch_dev;
+  adamw_config switch_opt;
   bool replica_query_busy;
   char ckpt_path[PATH_MAX];
   bool announced;
@@ -273,6 +279,14 @@ static void peer_tick_cb(uv_timer_t *t) {
  * peers); the job's measured time then includes it, so Eq. 1 sees it too. */
 static void run_job(void *ctx, train_job *job) {
   train_rt *rt = ctx;
+  if (job->owner == &rt->switch_marker) {
+    /* a move to another stage (train/peer_move.c): every job of the old
+     * stage was queued before this one and has run */
+    train_compute_free(&rt->compute);
+    train_compute_init(&rt->compute, &rt->switch_spec, &rt->switch_dev, rt->o->threads, rt->run.seed,
+                       &rt->switch_opt);
+    return;
+  }
   uint64_t t0 = uv_hrtime();
   train_compute_run(&rt->compute, job);
   double extra_ns = (double)(uv_hrtime() - t0) * (rt->o->slowdown - 1.0);
@@ -308,13 +322,18 @@ static void push_replica(train_rt *rt, train_job *job) {
 
 static void on_job_done(void *ud, train_job *job) {
   train_rt *rt = ud;
-  if (job->owner == &rt->ckpt_marker) {
-    write_checkpoint(rt, job);
+  if (job->owner == &rt->switch_marker) {
+    rt->switching = false;
+    GW_INFO(&rt->log, "stage.switched", "stage=%d", rt->stage);
     train_job_free(job);
     return;
   }
-  if (job->owner == &rt->replica_marker) {
-    push_replica(rt, job);
+  if (job->owner == &rt->ckpt_marker || job->owner == &rt->replica_marker) {
+    /* a snapshot of the stage we served before a move is not this stage's */
+    if (job->mb_id == rt->stage_gen) {
+      if (job->owner == &rt->ckpt_marker) write_checkpoint(rt, job);
+      else push_replica(rt, job);
+    }
     train_job_free(job);
     return;
   }
@@ -395,12 +414,14 @@ static void update_costs(train_rt *rt) {
 
 static void cost_cb(uv_timer_t *t) { update_costs(t->data); }
 
+static void known_set_stage(train_rt *rt, known_peer *k, int stage);
+
 static void peer_info(void *ud, const gw_id *peer, int stage, uint32_t capacity, double compute_ms) {
   train_rt *rt = ud;
   (void)capacity;
   known_peer *k = known_find(rt, peer);
   if (k) {
-    k->stage = stage;
+    if (stage >= 0) known_set_stage(rt, k, stage);
     if (compute_ms > 0) {
       bool first;
       k->compute_s = flow_guard_cost_claim(&rt->guard, peer, stage, compute_ms / 1000.0,
@@ -489,6 +510,23 @@ static void follow_relays(train_rt *rt, known_peer *k) {
   known_dial(rt, k);
 }
 
+/* A known peer serves `stage` (its directory record, its HELLO). When that
+ * is another stage than we knew, the leader moved it (train/peer_move.c):
+ * our flow state must see it there, or no flow ever goes through it. */
+static void known_set_stage(train_rt *rt, known_peer *k, int stage) {
+  if (k->stage != stage && rt->flow) {
+    char who[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&k->id, who);
+    GW_INFO(&rt->log, "train.peer_moved", "peer=%s from_stage=%d to_stage=%d", who, k->stage, stage);
+    flow_remove_peer(rt->flow, &k->id, now_ms(rt));
+    flow_add_peer(rt->flow, &k->id, stage);
+    double c = link_cost(rt, &k->id);
+    if (stage == next_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
+    if (stage == prev_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_PREV, c);
+  }
+  k->stage = stage;
+}
+
 static known_peer *known_add(train_rt *rt, const stage_member *m, int stage) {
   const gw_id *id = &m->id;
   known_peer *k = known_find(rt, id);
@@ -511,7 +549,7 @@ static known_peer *known_add(train_rt *rt, const stage_member *m, int stage) {
     known_route(rt, k, m, false);
     follow_relays(rt, k);
   }
-  k->stage = stage;
+  known_set_stage(rt, k, stage);
   return k;
 }
 
@@ -813,26 +851,39 @@ static int probe_compute(train_rt *rt, bool data) {
   return 0;
 }
 
-static int start_compute(train_rt *rt, int s) {
-  stage_spec spec;
-  spec_for_stage(rt, s, &spec);
+/* What stage s's compute is built from. */
+static int compute_args(train_rt *rt, int s, stage_spec *spec, gpu_device *dev, adamw_config *opt) {
+  spec_for_stage(rt, s, spec);
   char err[256];
-  if (stage_spec_validate(&spec, err, sizeof(err)) != 0) {
+  if (stage_spec_validate(spec, err, sizeof(err)) != 0) {
     GW_ERROR(&rt->log, "train.bad_stage", "for_stage=%d err=\"%s\"", s, err);
     return GW_EINVAL;
   }
-  gpu_device dev;
-  if (gpu_device_parse(rt->o->device, &dev) != 0) return GW_EINVAL;
-  adamw_config opt;
-  adamw_defaults(&opt);
-  opt.lr = (float)rt->run.lr;
-  train_plan_log_node_stage(&rt->log, rt->o, s, &spec, rt->budget_bytes);
-  train_compute_init(&rt->compute, &spec, &dev, rt->o->threads, rt->run.seed, &opt);
-  rt->compute_ready = true;
-  train_shape shape = {rt->run.batch, rt->run.seq, rt->run.model.d_model, train_compute_n_params(&spec)};
+  if (gpu_device_parse(rt->o->device, dev) != 0) return GW_EINVAL;
+  adamw_defaults(opt);
+  opt->lr = (float)rt->run.lr;
+  train_plan_log_node_stage(&rt->log, rt->o, s, spec, rt->budget_bytes);
+  return 0;
+}
+
+/* The peer's shape and the checkpoint path follow the stage. */
+static int stage_shape(train_rt *rt, int s, const stage_spec *spec) {
+  train_shape shape = {rt->run.batch, rt->run.seq, rt->run.model.d_model, train_compute_n_params(spec)};
   train_peer_set_shape(rt->peer, &shape);
   return ckpt_run_path(rt->ckpt_path, sizeof(rt->ckpt_path), node_get_config(rt->n)->data_dir, rt->run.name, s);
 }
+
+static int start_compute(train_rt *rt, int s) {
+  stage_spec spec;
+  gpu_device dev;
+  adamw_config opt;
+  if (compute_args(rt, s, &spec, &dev, &opt) != 0) return GW_EINVAL;
+  train_compute_init(&rt->compute, &spec, &dev, rt->o->threads, rt->run.seed, &opt);
+  rt->compute_ready = true;
+  return stage_shape(rt, s, &spec);
+}
+
+static void start_routing(train_rt *rt, int s);
 
 /* The stage is known: compute, flows and the router follow. */
 static void enter_stage(train_rt *rt, int s) {
@@ -842,6 +893,50 @@ static void enter_stage(train_rt *rt, int s) {
     node_stop(rt->n);
     return;
   }
+  start_routing(rt, s);
+}
+
+/* The leader moved us into another stage (train/peer_move.c): we leave the
+ * directory of the old one, the worker swaps the compute once every job of
+ * the old stage has run (a switch job queued behind them), and new flows
+ * replace the old. The peer then restores the new stage's newest replica;
+ * its RESTORE job runs after the switch. */
+static void switch_stage(train_rt *rt, int s) {
+  int old = rt->stage;
+  if (rt->switching || compute_args(rt, s, &rt->switch_spec, &rt->switch_dev, &rt->switch_opt) != 0) {
+    GW_ERROR(&rt->log, "stage.switch_failed", "from_stage=%d to_stage=%d", old, s);
+    node_stop(rt->n);
+    return;
+  }
+  train_job *job = calloc(1, sizeof(*job));
+  if (!job) {
+    node_stop(rt->n);
+    return;
+  }
+  job->kind = TRAIN_JOB_RELEASE; /* never run as one: run_job knows the marker */
+  job->owner = &rt->switch_marker;
+  if (node_worker_submit(rt->worker, job) != 0) {
+    free(job);
+    node_stop(rt->n);
+    return;
+  }
+  rt->switching = true;
+  rt->stage_gen++;
+  GW_INFO(&rt->log, "stage.switch", "from_stage=%d to_stage=%d", old, s);
+  if (rt->announced) stage_dir_withdraw(rt->d, rt->run.name, (uint32_t)old, now_ms(rt));
+  rt->announced = false;
+  rt->want_announce = false;
+  rt->stage = s;
+  gw_log_set_stage(&rt->log, s);
+  stage_shape(rt, s, &rt->switch_spec);
+  if (rt->flow) {
+    flow_free(rt->flow);
+    rt->flow = NULL;
+  }
+  start_routing(rt, s);
+}
+
+static void start_routing(train_rt *rt, int s) {
   if (rt->swarm_routing) {
     route_swarm_set_stage(rt->rs, s);
   } else {
@@ -871,7 +966,10 @@ static void on_peer_event(void *ud, const train_event *ev) {
   train_rt *rt = ud;
   switch (ev->kind) {
   case TRAIN_EV_STAGE_ASSIGNED:
-    if (rt->stage < 0) enter_stage(rt, ev->stage);
+    if (rt->stage < 0)
+      enter_stage(rt, ev->stage);
+    else if (ev->stage != rt->stage)
+      switch_stage(rt, ev->stage);
     break;
   case TRAIN_EV_READY: announce(rt); break;
   case TRAIN_EV_CERTIFIED: train_access_save_cert(&rt->acc, rt->peer, &rt->log); break;
@@ -925,6 +1023,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
       if (job) {
         job->kind = TRAIN_JOB_SNAPSHOT;
         job->owner = &rt->replica_marker;
+        job->mb_id = rt->stage_gen;
         job->key = ev->iteration;
         memcpy(job->hash, ev->hash, sizeof(job->hash));
         if (node_worker_submit(rt->worker, job) != 0) free(job);
@@ -935,6 +1034,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
       if (job) {
         job->kind = TRAIN_JOB_SNAPSHOT;
         job->owner = &rt->ckpt_marker;
+        job->mb_id = rt->stage_gen;
         job->key = ev->iteration;
         memcpy(job->hash, ev->hash, sizeof(job->hash));
         char dir[PATH_MAX];
@@ -1010,6 +1110,7 @@ static int start_peer(train_rt *rt) {
   cfg.wire_dtype = o->wire_dtype;
   cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
+  cfg.movable = !data; /* switch_stage */
   train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = on_peer_event,
                  .peer_info = peer_info, .unix_s = io_unix_s, .redeem = io_redeem};

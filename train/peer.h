@@ -286,6 +286,8 @@ typedef struct train_peer_config {
   train_recovery recovery;
   train_tunables tun;
   bool initial_weights; /* this peer may start from its seeded init (the run's first members) */
+  bool movable;         /* the driver can switch this relay's stage at run time: the leader may move it
+                           into a stage left empty (TRAIN_MOVE, train/peer_move.c) */
   /* Wire compression of activations and their gradients (--wire-dtype):
    * what we would like to send (0 = F32), and the set of dtypes we accept
    * (WIRE_BIT mask, train/wire_codec.h; 0 = every one this build decodes).

@@ -319,6 +319,11 @@ typedef struct peer_replicas {
   bool lost_logged;
   /* leader: stages seen without a live member (stage.empty logged once) */
   bool empty_logged[PEER_MAX_STAGES + 1];
+  uint64_t empty_since[PEER_MAX_STAGES + 1]; /* 0: not empty */
+  /* a relay the leader moves (peer_move.c): the move waits for the round to end */
+  bool move_pending;
+  int move_stage;
+  uint64_t move_iteration, move_step;
 } peer_replicas;
 
 /* ---- the peer ---- */
@@ -615,6 +620,10 @@ void replica_free(train_peer *p);
 /* Restorer: a holder of our stage's newest replica we have not tried; false when none. */
 bool replica_next_holder(train_peer *p, gw_id *out);
 
+/* peer_move.c: the leader moves a relay of an over-provisioned stage into an empty one */
+void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
+void move_tick(train_peer *p);
+
 /* peer_join.c */
 /* Sends a serialised stage state in chunks of `type` (WEIGHTS_CHUNK,
  * REPLICA_PUSH, REPLICA_CHUNK) with its BLAKE2b-256; weights_hash (may be
@@ -623,6 +632,9 @@ int join_send_state(train_peer *p, const gw_id *to, uint32_t type, int stage, co
                     uint64_t iteration, uint64_t step, const uint8_t *weights_hash);
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j);
 void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
+/* Leader: `id` was placed into `stage` (ASSIGN or MOVE): it counts there
+ * until the directory shows it (PENDING_PLACEMENT_MS). */
+void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capacity);
 void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r);
 void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t);
 void join_job_done(train_peer *p, train_job *job);

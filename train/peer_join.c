@@ -185,12 +185,16 @@ static void assign(train_peer *p, const peer_candidate *c, int stage, double uti
   GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
           utilization);
   /* Count it in now: the directory shows it only once it has announced. */
+  join_note_placed(p, &c->id, stage, c->capacity);
+}
+
+void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capacity) {
   uint32_t slot = p->n_placed < PEER_MAX_CONTRIB ? p->n_placed++ : 0;
   for (uint32_t k = 0; k < p->n_placed; k++)
     if (p->now - p->placed[k].at_ms > PENDING_PLACEMENT_MS) slot = k; /* reuse a stale entry */
-  p->placed[slot].id = c->id;
+  p->placed[slot].id = *id;
   p->placed[slot].stage = stage;
-  p->placed[slot].capacity = c->capacity;
+  p->placed[slot].capacity = capacity;
   p->placed[slot].at_ms = p->now;
 }
 
@@ -683,11 +687,15 @@ static void note_empty_stages(train_peer *p) {
              peer_alive(p, &p->placed[k].id);
     if (live) {
       p->rep.empty_logged[s] = false;
-    } else if (!p->rep.empty_logged[s]) {
+      p->rep.empty_since[s] = 0;
+    } else if (!p->rep.empty_since[s]) {
+      p->rep.empty_since[s] = p->now ? p->now : 1;
+    }
+    if (!live && !p->rep.empty_logged[s]) {
       p->rep.empty_logged[s] = true;
       GW_WARN(&p->log, "stage.empty",
-              "stage=%d iter=%llu msg=\"no live peer serves stage %d: the next relay that joins is placed there and "
-              "restores the stage's newest replica\"",
+              "stage=%d iter=%llu msg=\"no live peer serves stage %d: the next relay that joins is placed there "
+              "(or one is moved from the stage with the most members) and restores the stage's newest replica\"",
               s, (unsigned long long)p->iteration, s);
     }
   }

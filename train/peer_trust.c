@@ -14,7 +14,7 @@
  *   path        FORWARD, BACKWARD, their acknowledgements, DENY and the
  *               repair messages: the handlers check them against the
  *               microbatch they name (its path, the hop we sent it to);
- *   leader      ASSIGN: the leader we follow;
+ *   leader      ASSIGN, MOVE: the leader we follow;
  *   data        ITER_DONE: a member of stage 0;
  *   data/leader LEADER: a member of stage 0, or the leader we follow
  *               (which may name its successor);
@@ -128,6 +128,7 @@ static const trust_row table[] = {
     /* the leader believes it only from a peer it placed into that stage, and
      * only while its own view shows the stage empty (peer_leader.c) */
     ROW(TRAIN_STAGE_LOST, CIRCLE_ANYONE),
+    ROW(TRAIN_MOVE, CIRCLE_LEADER),
 };
 #undef ROW
 

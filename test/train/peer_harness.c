@@ -178,6 +178,7 @@ static void io_event(void *ud, const train_event *ev) {
   switch (ev->kind) {
   case TRAIN_EV_STAGE_ASSIGNED: {
     n->stage = ev->stage;
+    n->ready = false; /* a moved relay takes work again once its new stage's state is in place */
     train_shape shape = {H_B, H_T, H_C, H_NP};
     train_peer_set_shape(n->tp, &shape);
     set_holders(n->h); /* a driver looks its stage's replica holders up once it has one */
@@ -502,7 +503,7 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
   n->index = sim_add_node(h->s, &n->peer, &ops, n);
   train_peer_config cfg = {.self = n->peer.id, .role = role, .n_stages = h->n_stages, .stage = stage,
                            .capacity = capacity, .shape = {H_B, H_T, H_C, H_NP}, .iterations = iterations,
-                           .recovery = h->recovery, .tun = h->tun, .initial_weights = initial,
+                           .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
                            .wire_dtype = h->wire_dtype, .wire_accept = h->wire_accept};
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = io_event};

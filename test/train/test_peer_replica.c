@@ -256,6 +256,49 @@ static void test_no_replica_stops_the_run(void **state) {
   h_free(&h);
 }
 
+/* The leader's refill decision without a joiner: stage 1's only relay dies,
+ * nobody joins, and the leader moves a member of stage 2 (the stage with
+ * the most members: three, against one in stage 3) into stage 1; it takes
+ * the one with the highest ID, never stage 2's aggregator. It restores stage
+ * 1's replica, stage 2 goes on with two members that agree, and the run
+ * finishes with one aggregation of stage 1 lost. */
+static void test_leader_moves_a_member_into_an_empty_stage(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 10;
+  h_init(&h, STAGES, 21, verbose());
+  h.replicate_every = 2;
+  h.replicas = 2;
+  h.movable = true;
+  int d = h_add(&h, TRAIN_DATA, 0, M, iters, true);
+  int per[STAGES + 1] = {0, 1, 3, 1};
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < per[s]; k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  int two[3];
+  assert_int_equal(h_by_id(&h, 2, two, 3), 3);
+  int mover = two[2]; /* stage 2's highest ID */
+  for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < 5; k++) h_run_for(&h, 5);
+  int victim = -1;
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].stage == 1) victim = i;
+  h_crash(&h, victim);
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(h.nodes[mover].stage, 1);
+  assert_true(h.nodes[mover].ready);
+  assert_int_equal(h.nodes[two[0]].stage, 2);
+  assert_int_equal(h.nodes[two[1]].stage, 2);
+  assert_int_equal(h.n_nodes, 1 + 1 + 3 + 1); /* nobody joined */
+  /* stage 1 resumed from aggregation 4: its step counts one less */
+  assert_int_equal(train_peer_step(h.nodes[mover].tp), iters - 1);
+  assert_int_equal(train_peer_step(h.nodes[d].tp), iters);
+  /* stage 2's remaining members agree on every aggregation */
+  for (uint64_t it = 0; it < iters; it++)
+    assert_memory_equal(h.nodes[two[0]].hash_of[it], h.nodes[two[1]].hash_of[it], 32);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  h_free(&h);
+}
+
 /* Hostile replica traffic changes nothing: a push from a peer that is not a
  * member of the stage it names (here: a stage-2 relay claiming stage 1,
  * and a stage-1 relay pushing "stage 1" to a stage-1 peer), a push whose
@@ -336,6 +379,7 @@ int main(void) {
       cmocka_unit_test(test_forged_holder_outvoted),
       cmocka_unit_test(test_no_replica_stops_the_run),
       cmocka_unit_test(test_hostile_replica_messages),
+      cmocka_unit_test(test_leader_moves_a_member_into_an_empty_stage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

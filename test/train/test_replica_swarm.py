@@ -3,10 +3,12 @@
 `gwtf swarm` with two spare relays loses every peer of stage 1 at once
 (--kill-stage 1 --at-iteration 5, SIGKILL, never restarted).
 
-    test_replica_swarm.py kill_stage       (--replicate-every 2)
+    test_replica_swarm.py kill_stage       (--replicate-every 2, two spares)
+    test_replica_swarm.py kill_stage_move  (--replicate-every 2, no spare)
     test_replica_swarm.py kill_stage_lost  (--replicate-every 0)
 
-With replication the leader places a spare into the empty stage, which
+With replication the leader places a spare into the empty stage (without
+one, it moves a relay of the stage with the most members there), which
 restores the newest replica (the weights hash stage 1 logged at that
 aggregation), at most one aggregation is lost, and the loss keeps falling.
 Without it the same kill stops the run with an error naming stage 1, and
@@ -24,14 +26,14 @@ from test_swarm import Failure, check, parse_log, keep_log, kept_log_path  # noq
 
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
 # below the ephemeral port range (32768+), clear of test_swarm.py's blocks
-PORTS = {"kill_stage": 29400, "kill_stage_lost": 29700}
+PORTS = {"kill_stage": 29400, "kill_stage_lost": 29700, "kill_stage_move": 29100}
 ITERS, KILL_AT, EVERY = 12, 5, 2
 
 
-def run(tmp, scenario, every):
+def run(tmp, scenario, every, spares=2):
     summary = os.path.join(tmp, "summary.json")
     cmd = [GWTF, "swarm", "--summary-json", summary, "--base-port", str(PORTS[scenario]),
-           "--workdir", os.path.join(tmp, "peers"), "--stages", "3", "--relays", "6", "--late-relays", "2",
+           "--workdir", os.path.join(tmp, "peers"), "--stages", "3", "--relays", "6", "--late-relays", str(spares),
            "--iterations", str(ITERS), "--replicate-every", str(every), "--replicas", "2",
            "--kill-stage", "1", "--at-iteration", str(KILL_AT)]
     print("$", " ".join(cmd), flush=True)
@@ -57,8 +59,8 @@ def ev(events, name, **want):
     return [e for e in events if e["event"] == name and all(get(e, k) == v for k, v in want.items())]
 
 
-def kill_stage(tmp):
-    rc, s, events, log = run(tmp, "kill_stage", EVERY)
+def kill_stage(tmp, scenario="kill_stage", spares=2):
+    rc, s, events, log = run(tmp, scenario, EVERY, spares)
     try:
         check(rc == 0 and s is not None, f"gwtf swarm exited {rc}")
         check(len(s["iterations"]) == ITERS, f"{len(s['iterations'])} iterations, wanted {ITERS}")
@@ -95,10 +97,26 @@ def kill_stage(tmp):
         # the loss keeps falling after the restore
         ls = [x["loss"] for x in s["iterations"]]
         check(min(ls[KILL_AT + 1:]) < ls[KILL_AT - 1] and ls[-1] < ls[0] - 0.5, f"losses {ls}")
+        moves = ev(events, "stage.move")
+        if spares:
+            # a spare normally gets there first; on a slow machine the leader may
+            # move a relay after 3 s instead, which is a refill too
+            pass
+        else:
+            # the leader moved a relay of a stage with two members (stages 2 and 3 have two each)
+            check(len(moves) == 1 and moves[0]["f"]["to_stage"] == "1" and moves[0]["f"]["from_stage"] in ("2", "3"),
+                  f"stage.move: {[m['f'] for m in moves]}")
+            mover, donor = moves[0]["f"]["peer"], moves[0]["f"]["from_stage"]
+            check(any(e["node"] == mover for e in ev(events, "stage.switched")), "the moved relay did not switch")
+            check(restored[0]["node"] == mover, f"stage 1 was restored by {restored[0]['node']}, not {mover}")
+            # its old stage goes on with the member it kept
+            later = [e for e in events if e["event"] == "aggregation.done" and e["stage"] == "s" + donor
+                     and int(e["f"]["iter"]) >= KILL_AT]
+            check(later and all(e["node"] != mover for e in later), f"stage {donor} after the move: {later[:2]}")
     except Failure:
-        keep_log("kill_stage", log)
+        keep_log(scenario, log)
         raise
-    print(f"kill_stage: stage 1 restored from iteration {it} (run in {run_it}) with hash {r['hash']}; "
+    print(f"{scenario}: stage 1 restored from iteration {it} (run in {run_it}) with hash {r['hash']}; "
           f"{k['secs_to_next_iteration']:.2f} s from the kill to the next completed iteration; losses "
           f"{['%.3f' % x for x in ls]}")
 
@@ -126,7 +144,8 @@ def kill_stage_lost(tmp):
 
 def main():
     scenario = sys.argv[1] if len(sys.argv) > 1 else ""
-    fn = {"kill_stage": kill_stage, "kill_stage_lost": kill_stage_lost}.get(scenario)
+    fn = {"kill_stage": kill_stage, "kill_stage_lost": kill_stage_lost,
+          "kill_stage_move": lambda tmp: kill_stage(tmp, "kill_stage_move", 0)}.get(scenario)
     if not fn:
         print(__doc__)
         return 2
