@@ -618,5 +618,10 @@ int flow_check_local(const flow *f, char *err, size_t err_len) {
   if (f->pend.kind == REQ_NONE)
     for (int u = 0; u < f->n_units; u++)
       if (f->units[u].locked_txn) return flow_error(err, err_len, GW_EINVAL, "unit %d locked with nothing pending", u);
+  /* A sink slot takes no outflow: a request for one could only be handed
+   * back, and asked for again (the Request Flow storm of flow_unit_needs_out). */
+  if (f->pend.kind == REQ_FLOW && f->pend.unit >= 0 && f->pend.unit < f->n_units &&
+      f->units[f->pend.unit].kind == UNIT_SINK)
+    return flow_error(err, err_len, GW_EINVAL, "pending flow request for sink slot %d", f->pend.unit);
   return 0;
 }

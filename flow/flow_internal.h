@@ -217,6 +217,11 @@ const char *flow_short(const gw_id *id, char *buf); /* buf: GW_ID_SHORT_LEN + 1 
 double flow_combine(const flow *f, double link, double rest);
 double flow_unit_cost(const flow *f, const funit *u);
 bool flow_unit_live(const flow *f, const funit *u);
+/* A unit that needs a next hop: a source slot without its first hop, or a
+ * relay unit with an inflow and no outflow. Never a data node's sink slot:
+ * its inflow has arrived and it takes no outflow, so a grant for it could
+ * only be handed back (and asking again would ping-pong with the offer). */
+bool flow_unit_needs_out(const funit *u);
 int flow_unit_alloc(flow *f); /* a free relay unit, or -1 */
 int flow_find_in(const flow *f, int peer, uint64_t seg);
 int flow_find_out(const flow *f, int peer, uint64_t seg);

@@ -135,20 +135,26 @@ static void on_request(flow *f, int p, const Gwtf__FlowRequest *r) {
 static int unit_for_grant(flow *f, const pending *pd, const gw_id *target) {
   if (pd->unit >= 0 && pd->unit < f->n_units) {
     const funit *un = &f->units[pd->unit];
-    if (un->used && !un->has_out && !un->locked_txn && gw_id_eq(&un->target, target) &&
-        (un->kind == UNIT_SOURCE || (un->kind == UNIT_RELAY && un->has_in)))
-      return pd->unit; /* never a sink: it has an inflow and must not get an outflow */
+    if (flow_unit_needs_out(un) && !un->locked_txn && gw_id_eq(&un->target, target)) return pd->unit;
   }
   for (int u = 0; u < f->n_units; u++) {
     const funit *un = &f->units[u];
-    if (un->used && !un->has_out && !un->locked_txn && gw_id_eq(&un->target, target) &&
-        (un->kind == UNIT_SOURCE || (un->kind == UNIT_RELAY && un->has_in)))
-      return u;
+    if (flow_unit_needs_out(un) && !un->locked_txn && gw_id_eq(&un->target, target)) return u;
   }
   if (pd->unit >= 0) return -1; /* it asked for a unit that no longer needs it */
   int u = flow_unit_alloc(f);
   if (u >= 0) f->units[u].target = *target;
   return u;
+}
+
+/* Hands back a grant that answered our pending request but that we cannot
+ * use. Its sender's offer for that target goes too, until the sender offers
+ * again (at its next tick: our cancel frees its unit): the reply refreshed
+ * that offer, and with chain_requests we would otherwise ask for the same
+ * unit at once, get it, hand it back, and so on at network speed. */
+static void hand_back(flow *f, int p, uint64_t seg, const gw_id *target) {
+  flow_send_cancel(f, p, seg);
+  update_offer(f, p, target, 0, 0, f->peers[p].spare);
 }
 
 /* The unit swaps its next hop for the granted one; the old next hop keeps
@@ -158,7 +164,7 @@ static void reroute_granted(flow *f, const pending *pd, int p, const Gwtf__FlowR
   bool ok = un && un->used && un->has_out && un->out_peer != p && flow_peer_usable_next(f, p) &&
             !flow_tomb_has(f, r->seg, p) && gw_id_eq(&un->target, &pd->target);
   if (!ok) {
-    flow_send_cancel(f, p, r->seg);
+    hand_back(f, p, r->seg, &pd->target);
     return;
   }
   flow_send_cancel(f, un->out_peer, un->out_seg);
@@ -186,7 +192,7 @@ static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
     /* A grant must be for the target we asked for: one for another (a data
      * node we never asked to reach) would bind an outflow nobody needs. */
     bad_message(f, p, "reply-target");
-    flow_send_cancel(f, p, r->seg);
+    hand_back(f, p, r->seg, &pd.target);
     return;
   }
   if (r->accept && pd.reroute) {
@@ -201,7 +207,7 @@ static void on_reply(flow *f, int p, const Gwtf__FlowReply *r) {
     if (u >= 0)
       flow_bind_out(f, u, p, r->seg, r->cost, r->version);
     else
-      flow_send_cancel(f, p, r->seg);
+      hand_back(f, p, r->seg, &pd.target);
   }
 }
 

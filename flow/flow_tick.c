@@ -137,8 +137,7 @@ bool flow_try_request(flow *f) {
   for (int u = 0; u < f->n_units; u++) {
     const funit *un = &f->units[u];
     /* A source slot without a first hop, or an inflow without a next hop. */
-    bool wants = un->used && !un->has_out && !un->locked_txn && (un->kind == UNIT_SOURCE || un->has_in);
-    if (wants && best_offer(f, &un->target, &peer, &entry, &via)) {
+    if (flow_unit_needs_out(un) && !un->locked_txn && best_offer(f, &un->target, &peer, &entry, &via)) {
       send_request(f, u, peer, entry, false);
       return true;
     }
@@ -427,7 +426,7 @@ static bool unmet(const flow *f) {
   if (f->cfg.role == FLOW_RELAY && flow_units_used(f) < f->cfg.capacity) return true;
   for (int u = 0; u < f->n_units; u++) {
     const funit *un = &f->units[u];
-    if (un->used && !un->has_out && (un->kind == UNIT_SOURCE || un->has_in)) return true;
+    if (flow_unit_needs_out(un)) return true;
   }
   return false;
 }

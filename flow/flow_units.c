@@ -26,6 +26,10 @@ bool flow_unit_live(const flow *f, const funit *u) {
   return u->used && u->live_until > f->now;
 }
 
+bool flow_unit_needs_out(const funit *u) {
+  return u->used && !u->has_out && (u->kind == UNIT_SOURCE || (u->kind == UNIT_RELAY && u->has_in));
+}
+
 int flow_units_used(const flow *f) {
   int n = 0;
   for (int u = 0; u < f->n_units; u++) n += f->units[u].used && f->units[u].kind == UNIT_RELAY;

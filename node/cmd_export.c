@@ -13,6 +13,7 @@
 #include "node/cmd.h"
 #include "node/export_swarm.h"
 #include "node/node.h"
+#include "node/run_access.h"
 #include "train/checkpoint.h"
 #include "train/hf_export.h"
 #include "util/err.h"
@@ -29,7 +30,7 @@ void cmd_export_help(void) {
   printf("usage: gwtf export --run NAME --out DIR --from-checkpoints DIR [DIR...]\n"
          "       gwtf export --run NAME --out DIR --bootstrap HOST:PORT [--bootstrap ...]\n"
          "                   [--listen IP:PORT] [--verify-members N] [--timeout-ms N]\n"
-         "                   [--data-dir DIR]\n\n"
+         "                   [--data-dir DIR] [--run-key FILE]\n\n"
          "Assembles the whole model of run NAME and writes a Hugging Face-style\n"
          "directory: model.safetensors (GPT-2 names for gpt, LLaMA names for llama,\n"
          "fp32), config.json (GPT2Config / LlamaConfig) and tokenizer.txt (which\n"
@@ -57,6 +58,11 @@ void cmd_export_help(void) {
          "  --timeout-ms N          give up after N ms (default 120000)\n"
          "  --data-dir DIR          keep this tool's identity there (default: a fresh one\n"
          "                          in a temporary directory, removed afterwards)\n"
+         "  --run-key FILE          a private run's key (on its creator's machine\n"
+         "                          DATA_DIR/runs/NAME/run.key): this tool certifies\n"
+         "                          itself with it, as a member would be; without it a\n"
+         "                          private run's members refuse to serve, and export\n"
+         "                          stops saying so\n"
          "  --log-level L           debug|info|warn|error (default info)\n\n"
          "Then: gwtf sample --model DIR --prompt TEXT.\n"
          "Exit status: 0 written, 1 failure (the log says which stage and why), 2 usage.\n");
@@ -265,7 +271,8 @@ int cmd_export(int argc, char **argv) {
       {"from-checkpoints", required_argument, 0, 'c'}, {"log-level", required_argument, 0, 'l'},
       {"bootstrap", required_argument, 0, 'b'}, {"listen", required_argument, 0, 'L'},
       {"verify-members", required_argument, 0, 'v'}, {"timeout-ms", required_argument, 0, 't'},
-      {"data-dir", required_argument, 0, 'D'},  {"help", no_argument, 0, 'h'},
+      {"data-dir", required_argument, 0, 'D'},  {"run-key", required_argument, 0, 'k'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   char *dirs[EXPORT_MAX_DIRS];
   int n_dirs = 0, c;
@@ -278,6 +285,8 @@ int cmd_export(int argc, char **argv) {
   const char *out = NULL;
   export_ctx x = {0};
   gw_log_level level = GW_LOG_INFO;
+  const char *key_path = NULL;
+  member_key run_key;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -305,6 +314,7 @@ int cmd_export(int argc, char **argv) {
       if (*end || so.timeout_ms == 0) return fprintf(stderr, "gwtf export: bad --timeout-ms\n"), 2;
       break;
     case 'D': ncfg.data_dir = optarg; break;
+    case 'k': key_path = optarg; break;
     case 'h': cmd_export_help(); return 0;
     default: cmd_export_help(); return 2;
     }
@@ -328,6 +338,15 @@ int cmd_export(int argc, char **argv) {
     rc = from_checkpoints(&x, dirs, n_dirs, &m, &iteration);
   } else {
     ncfg.log_level = level;
+    if (key_path) {
+      char err[512];
+      if (run_access_load_key(key_path, false, &run_key, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gwtf export: --run-key %s: %s\n", key_path, err);
+        hf_model_free(&m);
+        return 2;
+      }
+      so.run_key = &run_key;
+    }
     so.run = x.run;
     so.model = &m;
     rc = from_swarm(&ncfg, &so);
@@ -344,5 +363,6 @@ int cmd_export(int argc, char **argv) {
               iteration, model_arch_name(m.cfg.arch), hf_model_numel(&m.cfg), hf_tokenizer_for(&m.cfg));
   }
   hf_model_free(&m);
+  sodium_memzero(&run_key, sizeof(run_key));
   return rc ? 1 : 0;
 }

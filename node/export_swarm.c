@@ -5,6 +5,7 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dht/stage_dir.h"
 #include "node/dht_node.h"
@@ -27,6 +28,9 @@
 #define EXPORT_REFETCH_MS (1200)
 /* How often the run record and an empty stage directory are looked up. */
 #define EXPORT_LOOKUP_MS (1000)
+/* The certificate this tool gives itself for a private run: long enough
+ * for any download, short enough to be worthless afterwards. */
+#define EXPORT_CERT_TTL_S (3600)
 
 typedef struct member_ref {
   gw_id id;
@@ -88,6 +92,8 @@ struct export_rt {
   int round;
   bool have_run, run_busy, finished, stopping;
   train_run run;
+  uint8_t *cert; /* a private run: our membership certificate (packed) */
+  size_t cert_len;
   stage_fetch st[EXPORT_MAX_STAGES + 1];
   ex_query *queries[EXPORT_MAX_QUERIES];
 };
@@ -126,6 +132,38 @@ static void finish(export_rt *x, int rc) {
 
 /* ---- the run and its stages ---- */
 
+/* A private run admits only holders of a certificate signed by its key:
+ * with the run's key we sign one for our own identity (as `gwtf invite`
+ * and the leader would); without it, or with another run's, we stop with
+ * what to pass. */
+static int certify(export_rt *x, const train_run *info) {
+  const member_key *key = x->o->run_key;
+  if (!key || memcmp(key->pk, info->run_key, MEMBER_PK_BYTES) != 0) {
+    GW_ERROR(&x->log, "export.failed",
+             "run=%s reason=\"a private run: its members serve only certified peers\" msg=\"%s\"", info->name,
+             key ? "the --run-key given is not this run's key"
+                 : "pass --run-key FILE (the run's key: DATA_DIR/runs/NAME/run.key on its creator's machine)");
+    finish(x, GW_EPERM);
+    return GW_EPERM;
+  }
+  member_cert c = {.issued = (uint64_t)time(NULL)};
+  snprintf(c.run, sizeof(c.run), "%s", info->name);
+  memcpy(c.run_key, key->pk, MEMBER_PK_BYTES);
+  c.peer = node_identity(x->n)->id;
+  c.expires = c.issued + EXPORT_CERT_TTL_S;
+  free(x->cert);
+  x->cert = NULL;
+  int rc = member_cert_make(&c, key, &x->cert, &x->cert_len);
+  if (rc != 0) {
+    GW_ERROR(&x->log, "export.failed", "run=%s reason=\"cannot sign our certificate\" err=\"%s\"", info->name,
+             gw_strerror(rc));
+    finish(x, rc);
+    return rc;
+  }
+  GW_INFO(&x->log, "export.certified", "run=%s expires_s=%d", info->name, EXPORT_CERT_TTL_S);
+  return 0;
+}
+
 /* As a peer does: the record whose publisher is the leader it names. */
 static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
   export_rt *x = query_done(ud);
@@ -142,6 +180,7 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
       finish(x, GW_ERANGE);
       return;
     }
+    if (info.private_run && certify(x, &info) != 0) return;
     x->run = info;
     x->have_run = true;
     GW_INFO(&x->log, "export.run_found", "run=%s model=%s stages=%d layers=%d", info.name,
@@ -203,10 +242,28 @@ static void lookups(export_rt *x, uint64_t now) {
 
 /* ---- downloads ---- */
 
-/* The request a joining peer sends. The one place a private run's
- * membership certificate will be presented, once members ask for one
- * (branch h-private): it travels with (or just before) this message. */
+static int send_packed(export_rt *x, const gw_id *to, uint32_t type, const ProtobufCMessage *msg) {
+  uint8_t stack[256];
+  size_t len = protobuf_c_message_get_packed_size(msg);
+  uint8_t *buf = len <= sizeof(stack) ? stack : malloc(len);
+  if (!buf) return GW_ENOMEM;
+  protobuf_c_message_pack(msg, buf);
+  p2p_msg m = {.type = type, .body = buf, .body_len = len};
+  int rc = p2p_host_send(x->host, to, &m);
+  if (buf != stack) free(buf);
+  return rc;
+}
+
+/* The request a joining peer sends; in a private run our certificate goes
+ * first on the same session (a member checks it, admits us, then serves). */
 static int send_weights_req(export_rt *x, const gw_id *member, int stage) {
+  if (x->cert) {
+    Gwtf__TrainCert c = GWTF__TRAIN_CERT__INIT;
+    c.cert = (ProtobufCBinaryData){x->cert_len, x->cert};
+    c.refused = (char *)"";
+    int rc = send_packed(x, member, GWTF__TRAIN_MSG__TRAIN_CERT, &c.base);
+    if (rc != 0) return rc;
+  }
   Gwtf__TrainWeightsReq r = GWTF__TRAIN_WEIGHTS_REQ__INIT;
   r.stage = stage;
   uint8_t buf[64];
@@ -544,6 +601,7 @@ static void tick_closed(uv_handle_t *h) {
     for (int k = 0; k < EXPORT_MAX_FETCH; k++) free(x->st[s].f[k].buf);
     for (int k = 0; k < EXPORT_POOL; k++) free(x->st[s].pool[k].buf);
   }
+  free(x->cert);
   free(x);
   node_component_stopped(n);
 }

@@ -24,11 +24,17 @@
 
 #include "node/node.h"
 #include "train/hf_export.h"
+#include "train/member.h"
 
 typedef struct export_swarm_opts {
   const char *run;
   uint64_t timeout_ms;   /* give up after this long */
   int verify_members;    /* members per stage that must agree (>= 1) */
+  /* A private run's key (its creator's, or a copy given with --run-key):
+   * the tool certifies its own identity with it and presents that
+   * certificate to every member before asking for weights. NULL: open
+   * runs only (a private one fails with a clear error). */
+  const member_key *run_key;
   /* results */
   hf_model *model;       /* filled (hf_model_init'ed by the caller) */
   long long iteration;   /* the iteration the weights are for */

@@ -233,6 +233,13 @@ static int io_redeem(void *ud, const uint8_t id[16], uint32_t uses, const gw_id 
   return train_access_redeem(&rt->acc, id, uses, peer, &rt->log);
 }
 
+/* An aggregator signs its averages with the node's identity key (the
+ * train peer never holds the secret half). */
+static void io_sign(void *ud, const uint8_t *msg, size_t len, uint8_t sig[64]) {
+  train_rt *rt = ud;
+  p2p_sign(node_identity(rt->n), msg, len, sig);
+}
+
 /* ---- flow protocol io ---- */
 
 static int flow_send(void *ud, const gw_peer *to, const uint8_t *buf, size_t len) {
@@ -1111,9 +1118,13 @@ static int start_peer(train_rt *rt) {
   cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
   cfg.movable = !data; /* switch_stage */
+  memcpy(cfg.node_pk, node_identity(rt->n)->pk, sizeof(cfg.node_pk));
+  gw_id run_id; /* the run record's DHT key: every average's signature covers it */
+  if (stage_dir_run_key(rt->run.name, &run_id) != 0) return GW_EINVAL;
+  memcpy(cfg.run_id, run_id.b, sizeof(cfg.run_id));
   train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = on_peer_event,
-                 .peer_info = peer_info, .unix_s = io_unix_s, .redeem = io_redeem};
+                 .peer_info = peer_info, .unix_s = io_unix_s, .redeem = io_redeem, .sign = io_sign};
   int rc = train_peer_new(&rt->peer, &cfg, &io, &router, &rt->log);
   if (rc != 0) return rc;
   if (rt->run.private_run) {

@@ -213,6 +213,10 @@ typedef struct train_io {
    * same peer again counts once; the driver persists the count) or
    * GW_EFULL when the invite is used up. NULL: counted in memory. */
   int (*redeem)(void *ud, const uint8_t id[16], uint32_t uses, const gw_id *peer);
+  /* Signs msg with our node identity key (Ed25519, detached, 64 bytes into
+   * sig): an aggregator signs its averages (train/avg_sig.h). May be NULL:
+   * then our averages go unsigned, and members refuse them. */
+  void (*sign)(void *ud, const uint8_t *msg, size_t len, uint8_t sig[64]);
 } train_io;
 
 /* ---- configuration ---- */
@@ -295,6 +299,12 @@ typedef struct train_peer_config {
    * accepts it, else F32. */
   train_dtype wire_dtype;
   uint32_t wire_accept;
+  /* Averages are signed (train/avg_sig.h): our node key's public half
+   * (self is BLAKE2b-256 of it; io.sign signs with its secret half) and the
+   * run's ID, which every signature covers (the node uses the run record's
+   * DHT key, BLAKE2b-256 of "run/NAME"). */
+  uint8_t node_pk[32];
+  uint8_t run_id[32];
 } train_peer_config;
 
 /* Data nodes draw their microbatches through this callback (train/data.h). */
@@ -461,6 +471,10 @@ typedef struct train_counters {
   uint64_t wire_tensors, wire_bytes, wire_f32_bytes;
   uint64_t signatures_checked; /* certificates and tokens whose signature we checked */
   uint64_t rounds_left_out; /* we contributed, and the average we applied did not list us */
+  /* averages: signed as aggregator; refused by the checks of peer_avgsig.c (unsigned,
+   * a bad signature, a signer we do not follow, floats that do not match the signed
+   * hash) or because they misstate our contribution */
+  uint64_t averages_signed, averages_forged;
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

@@ -83,6 +83,7 @@ static void reset_round(peer_agg *a) {
   a->avg_total_count = 0;
   a->picked = a->asked_applied = a->contributed = a->pass_on = false;
   a->n_pass_on = 0;
+  a->pend.sig.have = false;
 }
 
 /* ---- who aggregates ---- */
@@ -133,6 +134,33 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
    * average (of our round, or of the one we just applied: a split) wins. */
   return peer_vouched(p, from) &&
          (gw_id_cmp(from, &a->aggregator) < 0 || (a->have_last_avg && gw_id_cmp(from, &a->applied_from) < 0));
+}
+
+/* An average reaches us signed by its aggregator, `signer`, and delivered
+ * by `from`, which the dispatcher let send it (agg_is_round_aggregator).
+ * Every peer follows an aggregator of lower ID than itself (or itself), so
+ * an average passed on comes from a lower ID than its relay. We apply
+ * `signer`'s average when it is the sender's own; when we would follow the
+ * signer ourselves (the one we would pick now, a vouched member of lower ID
+ * than the one we followed, an aggregator of ours that went silent this
+ * round, or the member that just served us its state); or when our chosen
+ * aggregator passes on the average of a lower ID: it deferred to it (it may
+ * be one our view lacks), and as our aggregator it decides our average
+ * anyway. A member answering a takeover's question, or the member that
+ * served us, cannot hand on an average of its own making as another's. */
+bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer) {
+  peer_agg *a = &p->agg;
+  if (gw_id_eq(signer, &p->cfg.self)) return false; /* ours we applied as we made it: a copy is a replay */
+  if (gw_id_eq(signer, from)) return true;
+  if (p->aggregating && a->picked && gw_id_eq(from, &a->aggregator) && gw_id_cmp(signer, from) < 0) return true;
+  if (p->aggregating && is_failed(a, signer)) return true;
+  if (gw_id_eq(signer, &p->dl.from) && p->dl.done_ms && p->iteration == p->dl.iteration &&
+      p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms)
+    return true;
+  gw_id now = pick_aggregator(p);
+  if (gw_id_eq(signer, &now)) return true;
+  return peer_vouched(p, signer) && (gw_id_cmp(signer, &a->aggregator) < 0 ||
+                                     (a->have_last_avg && gw_id_cmp(signer, &a->applied_from) < 0));
 }
 
 /* ---- beginning a round ---- */
@@ -229,7 +257,7 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
 
 static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const float *v, size_t n, uint32_t count,
                           const gw_id *contributors, uint8_t (*hashes)[32], uint32_t n_contrib,
-                          uint32_t total_count, uint64_t iteration) {
+                          uint32_t total_count, uint64_t iteration, const peer_avg_sig *sig) {
   size_t step = chunk_floats(p);
   ProtobufCBinaryData ids[PEER_MAX_CONTRIB], hs[PEER_MAX_CONTRIB];
   for (uint32_t i = 0; i < n_contrib; i++) {
@@ -252,6 +280,7 @@ static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const f
       g.contributor_hashes = hs;
     }
     g.total_count = total_count;
+    if (off == 0) avgsig_fill(sig, &g); /* an average's signature: first chunk only */
     if (v) tensor_1d(&t, v + off, len);
     peer_send(p, to, type, &g.base, v ? &t : NULL);
     if (!v) break;
@@ -260,9 +289,9 @@ static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const f
 
 static void send_vector(train_peer *p, const gw_id *to, uint32_t type, const float *v, uint32_t count,
                         const gw_id *contributors, uint8_t (*hashes)[32], uint32_t n_contrib, uint32_t total_count,
-                        uint64_t iteration) {
+                        uint64_t iteration, const peer_avg_sig *sig) {
   send_vector_n(p, to, type, v, p->cfg.shape.n_params, count, contributors, hashes, n_contrib, total_count,
-                iteration);
+                iteration, sig);
 }
 
 static void send_mine(train_peer *p) {
@@ -277,19 +306,22 @@ static void send_mine(train_peer *p) {
   memcpy(a->my_hash, h.b, 32);
   a->contributed = a->my_count > 0;
   send_vector_n(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, n, a->my_count, NULL, NULL, 0, 0,
-                a->iteration);
+                a->iteration, NULL);
   /* Twice the aggregator's own wait: it may spend all of its agg_timeout on
    * a member that never contributes, and a member giving up on a live
    * aggregator just as it averages would split the stage. */
   a->deadline = p->now + 2 * p->cfg.tun.agg_timeout_ms;
 }
 
+/* The average we applied last, ours or another aggregator's, with its
+ * aggregator's signature as it came: a copy we pass on verifies as that
+ * aggregator's (peer_avgsig.c). */
 static void send_last_avg(train_peer *p, const gw_id *to) {
   peer_agg *a = &p->agg;
   /* No microbatch anywhere in the stage: the "average" is a skipped step. */
   send_vector(p, to, GWTF__TRAIN_MSG__TRAIN_AVG, a->last_avg_total_count ? a->last_avg : NULL, 0,
               a->last_contributors, a->last_contrib_hashes, a->n_last_contributors, a->last_avg_total_count,
-              a->last_avg_iteration);
+              a->last_avg_iteration, &a->last_sig);
 }
 
 /* ---- the aggregator ---- */
@@ -385,6 +417,7 @@ static void finish_round(train_peer *p) {
     gw_id_hash(a->contrib[i].buf, n * sizeof(float), &h);
     memcpy(a->last_contrib_hashes[i], h.b, 32);
   }
+  avgsig_sign_last(p);
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++)
     if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id)) send_last_avg(p, &v->v[i].id);
@@ -492,13 +525,16 @@ static void apply_average(train_peer *p, const float *avg, uint32_t total_count)
 /* If we contributed, the average must list our contribution with the hash
  * of what we sent: one that lists a different hash was not made from our
  * gradient (refused, agg.forged). One that leaves us out is applied all the
- * same (logged): the aggregator may have timed out on us or rejected us, and
- * a member that refused it would split from its stage. */
-static bool avg_lists_us_right(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g) {
+ * same (logged once it is whole and checked): the aggregator may have timed
+ * out on us or rejected us, and a member that refused it would split from
+ * its stage. */
+static bool avg_lists_us_right(train_peer *p, const gw_id *from, const peer_avg_sig *sig, const Gwtf__TrainGrad *g,
+                               bool *left_out) {
   peer_agg *a = &p->agg;
-  char who[GW_ID_SHORT_LEN + 1];
-  if (!a->contributed || !gw_id_eq(from, &a->aggregator)) return true;
-  peer_short(from, who);
+  *left_out = false;
+  /* not in a round yet: nothing of ours went anywhere (`contributed` is
+   * the last round's until we enter one) */
+  if (!p->aggregating || !a->contributed || !gw_id_eq(from, &a->aggregator)) return true;
   for (size_t i = 0; i < g->n_contributors; i++) {
     gw_id id;
     id_from_bytes(&id, g->contributors[i]);
@@ -506,13 +542,10 @@ static bool avg_lists_us_right(train_peer *p, const gw_id *from, const Gwtf__Tra
     if (i < g->n_contributor_hashes && g->contributor_hashes[i].len == 32 &&
         memcmp(g->contributor_hashes[i].data, a->my_hash, 32) == 0)
       return true;
-    p->counters.messages_refused++;
-    GW_ERROR(&p->log, "agg.forged", "peer=%s iter=%llu reason=contribution_hash", who,
-             (unsigned long long)g->iteration);
+    avgsig_refuse(p, from, &sig->signer, g->iteration, "contribution_hash");
     return false;
   }
-  p->counters.rounds_left_out++;
-  GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)g->iteration);
+  *left_out = true; /* counted once its floats check out (commit_average) */
   return true;
 }
 
@@ -541,6 +574,10 @@ static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g)
       (p->aggregating && a->phase == AGG_APPLY) ||
       !peer_vouched(p, from) || gw_id_cmp(from, &a->applied_from) >= 0 || same_as_applied(a, g))
     return;
+  /* It makes us download our state again: only for an average its
+   * aggregator really made (a vouched one of lower ID than ours). */
+  peer_avg_sig sig;
+  if (!avgsig_check(p, from, g, &sig)) return;
   char who[GW_ID_SHORT_LEN + 1], mine[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   peer_short(&a->applied_from, mine);
@@ -565,23 +602,42 @@ static void pass_on(train_peer *p) {
   a->n_pass_on = 0;
 }
 
-void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
+/* The average whose floats just checked out becomes the one we applied:
+ * kept, with its list and signature, for members that ask us late (they
+ * must get exactly these bits, verifiable as its aggregator's). */
+static void commit_average(train_peer *p, uint64_t iteration, uint32_t total_count) {
   peer_agg *a = &p->agg;
-  size_t n = p->cfg.shape.n_params;
-  if (g->stage == p->stage && p->state == PEER_READY && g->iteration + 1 == p->iteration) {
-    on_split(p, from, g);
-    return;
+  free(a->last_avg);
+  a->last_avg = total_count ? a->avg : NULL;
+  if (total_count) a->avg = NULL;
+  a->have_last_avg = true;
+  a->last_avg_iteration = iteration;
+  a->last_avg_total_count = total_count;
+  a->last_sig = a->pend.sig;
+  a->n_last_contributors = a->pend.n_contributors;
+  memcpy(a->last_contributors, a->pend.contributors, a->pend.n_contributors * sizeof(gw_id));
+  memcpy(a->last_contrib_hashes, a->pend.hashes, a->pend.n_contributors * 32);
+  a->pend.sig.have = false;
+  if (a->pend.left_out) {
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(&a->pend.from, who);
+    p->counters.rounds_left_out++;
+    GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)iteration);
   }
-  if (g->stage != p->stage || p->state != PEER_READY || g->iteration != p->iteration) return;
-  if (p->aggregating && (a->phase == AGG_APPLY)) return;
+}
+
+/* An average's first chunk, its signature checked: we are in the round
+ * now, and this is the average we expect the rest of. */
+static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const peer_avg_sig *sig,
+                          bool left_out) {
+  peer_agg *a = &p->agg;
   if (!p->aggregating) {
     /* The average overtook BEGIN_AGG: we are not in it, but we step with it. */
     p->begin_agg_seen = p->iteration + 1;
     flood_begin(p, p->iteration);
     enter_round(p, p->iteration, false);
   }
-  if (g->offset == 0 && !avg_lists_us_right(p, from, g)) return;
-  if (g->offset == 0 && !gw_id_eq(from, &p->cfg.self)) {
+  if (!gw_id_eq(from, &p->cfg.self)) {
     /* Members that sent us their gradient picked us to aggregate (their view
      * lacks the one we follow, or we did, until now). The average we apply
      * is the stage's: they get it from us once it is whole (pass_on), see
@@ -600,51 +656,74 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
   }
   a->aggregator = *from;
   a->picked = true;
-  a->n_last_contributors = (uint32_t)(g->n_contributors < PEER_MAX_CONTRIB ? g->n_contributors : PEER_MAX_CONTRIB);
-  for (uint32_t i = 0; i < a->n_last_contributors; i++) {
-    id_from_bytes(&a->last_contributors[i], g->contributors[i]);
-    memset(a->last_contrib_hashes[i], 0, 32);
-    if (i < g->n_contributor_hashes && g->contributor_hashes[i].len == 32)
-      memcpy(a->last_contrib_hashes[i], g->contributor_hashes[i].data, 32);
+  /* avgsig_check took only lists of at most PEER_MAX_CONTRIB well-formed entries */
+  a->pend.from = *from;
+  a->pend.sig = *sig;
+  a->pend.left_out = left_out;
+  a->pend.n_contributors = (uint32_t)g->n_contributors;
+  for (uint32_t i = 0; i < a->pend.n_contributors; i++) {
+    id_from_bytes(&a->pend.contributors[i], g->contributors[i]);
+    memcpy(a->pend.hashes[i], g->contributor_hashes[i].data, 32);
   }
-  if (g->total_count == 0 || g->total == 0) {
-    free(a->last_avg);
-    a->last_avg = NULL;
-    a->have_last_avg = true;
-    a->last_avg_iteration = g->iteration;
-    a->last_avg_total_count = 0;
-    pass_on(p);
-    apply_average(p, NULL, 0);
+  a->avg_received = 0;
+}
+
+void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
+  peer_agg *a = &p->agg;
+  size_t n = p->cfg.shape.n_params;
+  if (g->stage == p->stage && p->state == PEER_READY && g->iteration + 1 == p->iteration) {
+    on_split(p, from, g);
     return;
+  }
+  if (g->stage != p->stage || p->state != PEER_READY || g->iteration != p->iteration) return;
+  if (p->aggregating && (a->phase == AGG_APPLY)) return;
+  if (g->offset == 0) {
+    /* Checked before anything changes: a refused average leaves us waiting
+     * for the real one, or for the deadline that moves us on. */
+    peer_avg_sig sig;
+    bool left_out;
+    if (!avgsig_check(p, from, g, &sig) || !avg_lists_us_right(p, from, &sig, g, &left_out)) return;
+    begin_average(p, from, g, &sig, left_out);
+    if (g->total_count == 0 || g->total == 0) {
+      if (!avgsig_check_floats(p, from, &a->pend.sig, g->iteration, NULL, 0)) {
+        a->pend.sig.have = false;
+        return;
+      }
+      commit_average(p, g->iteration, 0);
+      pass_on(p);
+      apply_average(p, NULL, 0);
+      return;
+    }
+  } else if (!p->aggregating || !a->pend.sig.have || !gw_id_eq(from, &a->pend.from)) {
+    return; /* the rest of an average we refused, or another sender's */
   }
   if (g->total != n || !t || t->dtype != TRAIN_F32) return;
   size_t len = t->nbytes / sizeof(float);
   if (g->offset > n || len > n - g->offset) return;
   if (!a->avg) a->avg = malloc(n * sizeof(float));
   if (!a->avg) return;
-  if (g->offset == 0) a->avg_received = 0; /* in order, as a contribution's chunks */
-  else if (g->offset != a->avg_received) return;
+  /* in order, as a contribution's chunks */
+  if (g->offset != a->avg_received) return;
   memcpy(a->avg + g->offset, t->data, len * sizeof(float));
   a->avg_received += len;
   if (a->avg_received != n) return;
+  if (!avgsig_check_floats(p, from, &a->pend.sig, g->iteration, a->avg, n)) {
+    a->pend.sig.have = false;
+    a->avg_received = 0;
+    return;
+  }
   if (!p->cfg.tun.no_validation) {
     for (size_t k = 0; k < n; k++) {
       if (isfinite(a->avg[k])) continue;
       /* even the round's aggregator does not get to step us into NaN: we
        * wait it out, and the next aggregator (agg_tick) takes over */
       trust_reject(p, from, g->iteration, "nonfinite");
+      a->pend.sig.have = false;
       a->avg_received = 0;
       return;
     }
   }
-  /* Keep it: a member that asks the round's aggregator after it crashed may
-   * ask us, and must get exactly these bits. */
-  free(a->last_avg);
-  a->last_avg = a->avg;
-  a->avg = NULL;
-  a->have_last_avg = true;
-  a->last_avg_iteration = g->iteration;
-  a->last_avg_total_count = g->total_count;
+  commit_average(p, g->iteration, g->total_count);
   pass_on(p);
   apply_average(p, a->last_avg, g->total_count);
 }
@@ -815,7 +894,7 @@ static void ask_for_applied_average(train_peer *p) {
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
     if (gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
-    send_vector(p, id, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, NULL, 0, 0, p->agg.iteration);
+    send_vector(p, id, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, NULL, 0, 0, p->agg.iteration, NULL);
   }
   p->agg.asked_applied = true;
 }

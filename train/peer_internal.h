@@ -119,6 +119,25 @@ typedef enum agg_phase {
   AGG_APPLY,     /* APPLY / SKIP_STEP job running */
 } agg_phase;
 
+/* The aggregator's signature over an average (train/avg_sig.h), kept with
+ * the average so every copy we send carries it unchanged. */
+typedef struct peer_avg_sig {
+  bool have;
+  gw_id signer; /* BLAKE2b-256 of key */
+  uint8_t key[32], hash[32], sig[64];
+} peer_avg_sig;
+
+/* An average whose first chunk passed its signature check, until its floats
+ * are whole (and match the signed hash): its list becomes last_* then. */
+typedef struct peer_avg_pending {
+  gw_id from;
+  peer_avg_sig sig;
+  gw_id contributors[PEER_MAX_CONTRIB];
+  uint8_t hashes[PEER_MAX_CONTRIB][32];
+  uint32_t n_contributors;
+  bool left_out; /* we contributed and it does not list us (agg.left_out once applied) */
+} peer_avg_pending;
+
 typedef struct peer_agg {
   agg_phase phase;
   uint64_t iteration;
@@ -147,6 +166,11 @@ typedef struct peer_agg {
   gw_id last_contributors[PEER_MAX_CONTRIB];
   uint8_t last_contrib_hashes[PEER_MAX_CONTRIB][32];
   uint32_t n_last_contributors;
+  peer_avg_sig last_sig; /* the signature of last_avg, sent with every copy of it */
+  peer_avg_pending pend;  /* the average arriving now */
+  /* agg.forged logged once per (peer, reason) */
+  struct { gw_id id; const char *reason; } forged_logged[32];
+  uint32_t n_forged_logged;
   gw_id applied_from; /* whose average we applied last (ourselves when we aggregated) */
   uint8_t last_hash[32]; /* our weights hash after the last round */
   /* we were collecting as aggregator and deferred to a lower one's
@@ -538,6 +562,27 @@ void agg_member_downloading(train_peer *p, const gw_id *peer);
 void agg_abandon_round(train_peer *p);
 void agg_peer_down(train_peer *p, const gw_id *peer);
 void agg_free(train_peer *p);
+
+/* Whether we may apply an average signed by `signer` that `from` delivered
+ * (`from` passed the dispatcher's row: agg_is_round_aggregator). */
+bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer);
+
+/* peer_avgsig.c: averages signed by their aggregator (train/avg_sig.h) */
+/* The aggregator signs the average it just made (last_avg and its list)
+ * into a->last_sig; without io.sign it stays unsigned. */
+void avgsig_sign_last(train_peer *p);
+/* The signature fields of an average's first chunk. */
+void avgsig_fill(const peer_avg_sig *s, Gwtf__TrainGrad *g);
+/* An average's first chunk from `from`: its signature is present and valid
+ * over its fields, and its signer is one we may follow for the round.
+ * Fills *out. Logs (agg.forged) and returns false otherwise. */
+bool avgsig_check(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, peer_avg_sig *out);
+/* The average's floats (NULL, 0 for a skipped step) hash to what was
+ * signed; logs (agg.forged reason=hash_mismatch) and returns false otherwise. */
+bool avgsig_check_floats(train_peer *p, const gw_id *from, const peer_avg_sig *s, uint64_t iteration,
+                         const float *v, size_t n);
+/* Logs agg.forged once per (peer, reason) and counts it. */
+void avgsig_refuse(train_peer *p, const gw_id *from, const gw_id *signer, uint64_t iteration, const char *reason);
 
 /* agg_robust.c: the byzantine test tool corrupts our contribution (in
  * place) and returns the length it then claims */

@@ -64,11 +64,13 @@ static void test_own_spike_clamps_no_honest_peer(void **state) {
   flow_guard_init(&g);
   gw_id a = id_of(7), b = id_of(8), c = id_of(9), liar = id_of(10);
   bool first;
-  flow_guard_cost_claim(&g, &a, 1, 0.020, 1.0, &first);
-  flow_guard_cost_claim(&g, &b, 1, 0.030, 1.0, &first);
-  assert_true(flow_guard_cost_claim(&g, &c, 1, 0.025, 1.0, &first) == 0.025); /* votes 0.02 0.03 1.0 */
+  /* our own mean is 400x theirs (a slow spell): as the floor it would clamp them */
+  double own = 0.025 * 4 * FLOW_GUARD_COST_RATIO;
+  flow_guard_cost_claim(&g, &a, 1, 0.020, own, &first);
+  flow_guard_cost_claim(&g, &b, 1, 0.030, own, &first);
+  assert_true(flow_guard_cost_claim(&g, &c, 1, 0.025, own, &first) == 0.025); /* votes 0.02 0.03 own */
   assert_false(first);
-  assert_true(flow_guard_cost_claim(&g, &liar, 1, 1e-6, 1.0, &first) == 0.025 / FLOW_GUARD_COST_RATIO);
+  assert_true(flow_guard_cost_claim(&g, &liar, 1, 1e-6, own, &first) == 0.025 / FLOW_GUARD_COST_RATIO);
   assert_true(first);
 }
 

@@ -21,6 +21,7 @@
  *                and field inputs for their round trips.
  * The committed corpus under test/fuzz/corpus was made by this program (and
  * may grow with the fuzzer's own finds). */
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@
 #include "proto/gwtf.pb-c.h"
 #include "proto/p2p.pb-c.h"
 #include "proto/train.pb-c.h"
+#include "train/avg_sig.h"
 #include "train/member.h"
 #include "train/run.h"
 #include "train/safetensors.h"
@@ -271,6 +273,27 @@ static void t_msg_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage 
   put32(s, 0x3c23d70a);
 }
 
+/* An F32 chunk as fuzz_train.h's tensor byte says it: dtype = byte % 7
+ * with bit 7 set for a chunk, so F32 (1) is 0x86 (0x80 | 1 is 129 % 7 = 3). */
+static void t_f32_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint16_t nbytes,
+                        uint16_t offset, uint16_t total) {
+  put8(s, FUZZ_TRAIN_OP_MSG);
+  put8(s, (uint8_t)from);
+  put8(s, (uint8_t)(type - 300));
+  buf bb = {0};
+  put_msg(&bb, body);
+  put16(s, (uint16_t)bb.n);
+  put(s, bb.p, bb.n);
+  free(bb.p);
+  put8(s, 0x86);
+  put8(s, 1);
+  put8(s, (uint8_t)(total / 4));
+  put16(s, nbytes);
+  put16(s, offset);
+  put16(s, total);
+  put32(s, 0x3c23d70a);
+}
+
 static void t_op(buf *s, uint8_t op, int arg) {
   put8(s, op);
   if (arg >= 0) put8(s, (uint8_t)arg);
@@ -389,6 +412,49 @@ static void gen_train(void) {
     it.iteration = 1;
     t_msg(&s, R1B, 327, &it.base, false);
     t_op(&s, FUZZ_TRAIN_OP_TICK, 60);
+    flush("train_msg", &s);
+  }
+  /* Signed averages (train/avg_sig.h): a relay in a round hears, from its
+   * aggregator, one with a real signature by a key outside the cast, one
+   * with its fields cut short, and one that claims a skipped step. */
+  {
+    put8(&s, R1B); /* r1a, the lower ID, aggregates: its averages pass the row */
+    Gwtf__TrainIteration it = GWTF__TRAIN_ITERATION__INIT;
+    t_msg(&s, D0, 321, &it.base, false);
+    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
+    uint8_t seed[32], pk[32], sk[64], sig[64], hash[32], run[32] = {0};
+    memset(seed, 0x33, sizeof(seed));
+    crypto_sign_seed_keypair(pk, sk, seed);
+    float v[2] = {0.5f, -0.25f};
+    avg_sig_hash_floats(v, 2, hash);
+    gw_id ids[2] = {*fuzz_train_cast(R1A), *fuzz_train_cast(R1B)};
+    uint8_t hs[2][32];
+    memset(hs, 9, sizeof(hs));
+    avg_sig_fields f = {.run_id = run, .stage = 1, .iteration = 0, .total_count = 2, .n_floats = 2,
+                        .contributors = ids, .hashes = (const uint8_t(*)[32])hs, .n_contributors = 2,
+                        .avg_hash = hash};
+    avg_sig_sign(&f, sk, sig);
+    Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
+    ProtobufCBinaryData contrib[2] = {idb(R1A), idb(R1B)}, chash[2] = {{32, hs[0]}, {32, hs[1]}};
+    g.stage = 1;
+    g.total = 2;
+    g.total_count = 2;
+    g.n_contributors = 2;
+    g.contributors = contrib;
+    g.n_contributor_hashes = 2;
+    g.contributor_hashes = chash;
+    g.avg_key = (ProtobufCBinaryData){32, pk};
+    g.avg_hash = (ProtobufCBinaryData){32, hash};
+    g.avg_sig = (ProtobufCBinaryData){64, sig};
+    t_f32_chunk(&s, R1A, 323, &g.base, 8, 0, 8);
+    g.avg_sig.len = 63;
+    t_f32_chunk(&s, R1A, 323, &g.base, 8, 0, 8);
+    g.avg_sig.len = 64;
+    g.total = 0;
+    g.total_count = 0;
+    t_msg(&s, R1A, 323, &g.base, false);
+    t_op(&s, FUZZ_TRAIN_OP_TICK, 60);
+    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
     flush("train_msg", &s);
   }
   /* The leader (d0, if its ID is the lower) hears ITER_DONE, JOIN. */

@@ -3,6 +3,7 @@
  * format is in fuzz_train.h. Built like test/train/peer_harness.c's peers:
  * a fake io whose compute jobs the input completes, a fixed router over the
  * cast, the harness's tiny shapes (B=2, T=4, C=3, two parameters a stage). */
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,28 @@ static int io_compute(void *ud, train_job *job) {
   if (w->n_jobs == MAX_JOBS) return GW_EFULL;
   w->jobs[w->n_jobs++] = job;
   return 0;
+}
+
+/* The peer signs its averages (as aggregator) with a fixed key; its cast
+ * ID is not that key's hash, so a copy echoed back never verifies as its
+ * own (the signer check sees a stranger): the decoding and checking of
+ * the signature fields is what runs. */
+static const uint8_t *fuzz_sk(uint8_t pk[32]) {
+  static uint8_t spk[32], ssk[64];
+  static bool ready;
+  if (!ready) {
+    uint8_t seed[32];
+    memset(seed, 0x17, sizeof(seed));
+    crypto_sign_seed_keypair(spk, ssk, seed);
+    ready = true;
+  }
+  if (pk) memcpy(pk, spk, 32);
+  return ssk;
+}
+
+static void io_sign(void *ud, const uint8_t *msg, size_t len, uint8_t sig[64]) {
+  (void)ud;
+  crypto_sign_detached(sig, NULL, msg, len, fuzz_sk(NULL));
 }
 
 static void io_event(void *ud, const train_event *ev) {
@@ -388,13 +411,15 @@ int fuzz_train_msg(const uint8_t *data, size_t size) {
   cfg.tun.settle_ms = 0;
   cfg.tun.chunk_bytes = 4; /* one float: gradients and weights travel in several chunks */
   if (cfg.stage >= 0) cfg.shape = (train_shape){FUZZ_TRAIN_B, FUZZ_TRAIN_T, FUZZ_TRAIN_C, FUZZ_TRAIN_NP};
+  fuzz_sk(cfg.node_pk);
   train_io io = {.ud = w,
                  .send = io_send,
                  .want_tick = io_want_tick,
                  .random = io_random,
                  .connected = io_connected,
                  .compute = io_compute,
-                 .event = io_event};
+                 .event = io_event,
+                 .sign = io_sign};
   train_router router = {.ctx = w, .next_hop = route, .slots = slots};
   gw_log lg;
   gw_log_init(&lg, &cast.sink, &cfg.self);

@@ -4,6 +4,8 @@
 C creates the private run (one relay stage, so two relays share it). Then:
   - `gwtf invite --uses 3` prints a token; R1 and R2 join with `--join`,
     are certified, placed and train (C's iterations list two relays);
+  - `gwtf export --bootstrap` of the live run stops with "pass --run-key"
+    without the run's key, and writes the model with it;
   - a node with `--run` but no token finds the run private and stops;
   - a hostile wire client without a certificate (p2p_probe train:KIND, a
     fresh identity each time) is refused at every entry point: JOIN,
@@ -74,6 +76,21 @@ def test():
             c.wait("run.admitted", peer=r.short)
         c.wait("iteration.done", peers="2", timeout=4 * TIMEOUT)
 
+        # export from the live private run: refused without the run key,
+        # written with it (the tool certifies itself with the key)
+        key = os.path.join(c.data_dir, "runs", RUN, "run.key")
+        out = os.path.join(s.dir, "export")
+        base = ["export", "--run", RUN, "--out", out, "--bootstrap", c.spec, "--verify-members", "1",
+                "--listen", "127.0.0.1:0", "--timeout-ms", "60000"]
+        r = subprocess.run([GWTF, *base], capture_output=True, text=True, timeout=TIMEOUT)
+        check(r.returncode == 1 and "pass --run-key" in r.stderr and not os.path.exists(out),
+              f"export of a private run without its key: exit {r.returncode}, {r.stderr.strip()[-300:]}")
+        r = subprocess.run([GWTF, *base, "--run-key", key], capture_output=True, text=True, timeout=2 * TIMEOUT)
+        check(r.returncode == 0 and "export.certified" in r.stderr and
+              os.path.exists(os.path.join(out, "model.safetensors")),
+              f"export with the run key: exit {r.returncode}, {r.stderr.strip()[-400:]}")
+        check(not c.find("run.refused", reason="no_certificate"), "a member refused the certified exporter")
+
         # without an invite: the run's record says private, the node stops
         n = s.node("n", COMMON + ["--run", RUN]).start(bootstrap=[c.spec])
         n.wait("run.private", timeout=2 * TIMEOUT)
@@ -141,7 +158,6 @@ def test():
 
         # failover: a second data node holds a copy of the run key; the
         # creator dies; it leads, invites and admits a new relay
-        key = os.path.join(c.data_dir, "runs", RUN, "run.key")
         d2 = s.node("d2", COMMON + ["--run", RUN, "--role", "data", "--dataset", data, "--run-key", key,
                                     "--iterations", "0"]).start(bootstrap=[c.spec])
         d2.wait("peer.ready", timeout=4 * TIMEOUT)

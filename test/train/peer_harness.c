@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sodium.h>
+
 #include "train.pb-c.h"
 #include "train/replica_store.h"
 #include "util/err.h"
@@ -108,9 +110,8 @@ static void arm(h_node *n) {
 }
 
 /* Wire format inside the simulator: type, body, then an optional tensor. */
-static int io_send(void *ud, const gw_id *to, uint32_t type, const uint8_t *body, size_t len,
-                   const train_tensor *t) {
-  h_node *n = ud;
+static int raw_send(h_node *n, const gw_id *to, uint32_t type, const uint8_t *body, size_t len,
+                    const train_tensor *t) {
   h_node *dst = node_by_id(n->h, to);
   if (!dst) return GW_ENOENT;
   size_t tn = t ? t->nbytes : 0;
@@ -135,6 +136,21 @@ static int io_send(void *ud, const gw_id *to, uint32_t type, const uint8_t *body
   int rc = io.send(io.ud, &dst->peer, buf, total);
   free(buf);
   return rc;
+}
+
+static int io_send(void *ud, const gw_id *to, uint32_t type, const uint8_t *body, size_t len,
+                   const train_tensor *t) {
+  h_node *n = ud;
+  h_node *dst = node_by_id(n->h, to);
+  if (dst && n->h->send_hook)
+    n->h->send_hook(n->h, (int)(n - n->h->nodes), (int)(dst - n->h->nodes), type, body, len, t);
+  return raw_send(n, to, type, body, len, t);
+}
+
+/* The node's identity key signs: its ID is BLAKE2b-256 of the public half. */
+static void io_sign(void *ud, const uint8_t *msg, size_t len, uint8_t sig[64]) {
+  h_node *n = ud;
+  crypto_sign_detached(sig, NULL, msg, len, n->sk);
 }
 
 static void io_want_tick(void *ud, uint64_t at) {
@@ -495,7 +511,10 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
   n->peer_tick_at = UINT64_MAX;
   char name[32];
   snprintf(name, sizeof(name), "peer-%llu-%d", (unsigned long long)h->seed, i);
-  gw_id_hash_str(name, &n->peer.id);
+  gw_id seed;
+  gw_id_hash_str(name, &seed); /* a key pair per name, and the ID it stands for */
+  crypto_sign_seed_keypair(n->pk, n->sk, seed.b);
+  gw_id_hash(n->pk, sizeof(n->pk), &n->peer.id);
   n->peer.addr.family = 4;
   n->peer.addr.ip[0] = 10;
   n->peer.addr.ip[3] = (uint8_t)(i + 1);
@@ -505,8 +524,10 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
                            .capacity = capacity, .shape = {H_B, H_T, H_C, H_NP}, .iterations = iterations,
                            .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
                            .wire_dtype = h->wire_dtype, .wire_accept = h->wire_accept};
+  memcpy(cfg.node_pk, n->pk, sizeof(cfg.node_pk));
+  memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,
-                 .connected = io_connected, .compute = io_compute, .event = io_event};
+                 .connected = io_connected, .compute = io_compute, .event = io_event, .sign = io_sign};
   train_router router = {.ctx = n, .next_hop = route, .slots = slots};
   gw_log lg;
   gw_log_init(&lg, &h->sink, &n->peer.id);
@@ -553,7 +574,15 @@ bool h_run_until_finished(h_harness *h, uint64_t deadline_ms) {
 void h_run_for(h_harness *h, uint64_t ms) { sim_run_until(h->s, sim_now(h->s) + ms); }
 
 int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t) {
-  return io_send(&h->nodes[from], &h->nodes[to].peer.id, type, body, len, t);
+  return raw_send(&h->nodes[from], &h->nodes[to].peer.id, type, body, len, t);
+}
+
+const gw_id *h_run_id(void) {
+  static gw_id id;
+  static bool ready;
+  if (!ready) gw_id_hash_str("run/harness", &id);
+  ready = true;
+  return &id;
 }
 
 int h_by_id(h_harness *h, int stage, int *out, int max) {

@@ -90,11 +90,18 @@ typedef struct h_node {
   bool stage_lost; /* TRAIN_EV_STAGE_LOST: as the restorer, or as the leader */
   /* FORWARD/BACKWARD tensors this node received, by dtype (index & 7), and their bytes */
   uint64_t act_recv[8], act_recv_bytes;
+  /* its identity: peer.id is BLAKE2b-256 of pk; it signs its averages with sk */
+  uint8_t pk[32], sk[64];
 } h_node;
 
 /* Called before a node's job runs; return true to crash `crash` right then
  * (before the job completes). */
 typedef bool (*h_job_hook)(h_harness *h, h_node *n, const train_job *job, int *crash);
+/* Called for every message a peer sends (not for h_inject's), before it
+ * enters the simulator: a test may h_inject others ahead of it. from and
+ * to are node indices. */
+typedef void (*h_send_hook)(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                            const train_tensor *t);
 
 struct h_harness {
   sim *s;
@@ -106,6 +113,7 @@ struct h_harness {
   train_tunables tun;
   h_job_hook hook;
   void *hook_ud;
+  h_send_hook send_hook; /* (uses hook_ud too) */
   bool hook_fired;
   uint32_t sending; /* the train message type being sent, for a delay function */
   /* stage replicas: the pusher of each stage pushes every replicate_every
@@ -135,6 +143,8 @@ void h_run_for(h_harness *h, uint64_t ms);
 /* Sends a train message from node `from` to node `to` through the simulator,
  * as if `from`'s peer had sent it: what a hostile member could send. */
 int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t);
+/* The run ID every harness peer signs its averages under. */
+const gw_id *h_run_id(void);
 /* The live nodes of `stage` in node-ID order (lowest first: the stage's
  * aggregator); returns how many, at most max. */
 int h_by_id(h_harness *h, int stage, int *out, int max);

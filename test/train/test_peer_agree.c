@@ -9,7 +9,9 @@
  *     next member; that one follows the aggregator, passes the stage's
  *     average on, and the member sees it was left out of the round's list,
  *     applies it and stays with its stage; before, it gave up on the member
- *     it picked and stepped alone: a split;
+ *     it picked and stepped alone: a split. The average mid passes on
+ *     carries agg's signature: tampered copies of it are refused and the
+ *     real one still applied;
  *   - a joiner with the lowest ID whose directory lists none of its stage
  *     yet (only the leader's ASSIGN names them) waits for them in its first
  *     round: its stage steps exactly as when the directory was up to date;
@@ -21,6 +23,7 @@
 
 #include "peer_harness.h"
 #include "train.pb-c.h"
+#include "train/avg_sig.h"
 
 #define M 4
 #define ITERS 10
@@ -145,14 +148,66 @@ static void cut_aggregator_from_last(h_harness *h, cut *c) {
   sim_set_delay_fn(h->s, cut_delay, c);
 }
 
-static void test_member_left_out_recovers(void **state) {
-  (void)state;
+/* The averages mid passes on to x (signed by agg, whom x does not know):
+ * tampered copies reach x first, on mid's session, as a relay that is not
+ * the aggregator could hand them on: agg's signed header with NaN floats,
+ * with wild floats, and wild floats with their own hash under agg's key
+ * and a made-up signature. */
+typedef struct relay_tamper {
+  int mid, x;
+  uint64_t injected;
+} relay_tamper;
+
+static void inject_avg(h_harness *h, int from, int to, const Gwtf__TrainGrad *g, const float *v) {
+  uint8_t body[8192];
+  assert_true(gwtf__train_grad__get_packed_size(g) <= sizeof(body));
+  size_t len = gwtf__train_grad__pack(g, body);
+  train_tensor t = {.dtype = TRAIN_F32, .ndim = 1, .shape = {H_NP}, .data = v, .nbytes = H_NP * sizeof(float)};
+  assert_int_equal(h_inject(h, from, to, GWTF__TRAIN_MSG__TRAIN_AVG, body, len, &t), 0);
+}
+
+static void tamper_relayed(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                           const train_tensor *t) {
+  relay_tamper *rt = h->hook_ud;
+  if (from != rt->mid || to != rt->x || type != GWTF__TRAIN_MSG__TRAIN_AVG || !t ||
+      t->nbytes != H_NP * sizeof(float))
+    return;
+  Gwtf__TrainGrad *g = gwtf__train_grad__unpack(NULL, len, body);
+  assert_non_null(g);
+  gw_id signer;
+  if (g->offset == 0 && g->avg_key.len == 32 && g->avg_sig.len == 64) {
+    avg_sig_signer_id(g->avg_key.data, &signer);
+    if (!gw_id_eq(&signer, &h->nodes[rt->mid].peer.id)) { /* passed on, not mid's own */
+      float v[H_NP], nan_v[H_NP], wild[H_NP];
+      memcpy(v, t->data, sizeof(v));
+      for (int k = 0; k < H_NP; k++) nan_v[k] = NAN, wild[k] = 1000.0f * v[k] + 1.0f;
+      inject_avg(h, from, to, g, nan_v);
+      inject_avg(h, from, to, g, wild);
+      Gwtf__TrainGrad f = *g;
+      uint8_t hash[32], made_up[64];
+      avg_sig_hash_floats(wild, H_NP, hash);
+      memset(made_up, 0x5a, sizeof(made_up));
+      f.avg_hash = (ProtobufCBinaryData){32, hash};
+      f.avg_sig = (ProtobufCBinaryData){64, made_up};
+      inject_avg(h, from, to, &f, wild);
+      rt->injected += 3;
+    }
+  }
+  gwtf__train_grad__free_unpacked(g, NULL);
+}
+
+static void run_left_out(bool tamper) {
   h_harness h;
   cut c = {0};
   int stranger, d = build(&h, &stranger, &c);
   int agg = c.from, x = c.to, s2[8];
   h_by_id(&h, 2, s2, 8);
   int mid = s2[1];
+  relay_tamper rt = {mid, x, 0};
+  if (tamper) {
+    h.hook_ud = &rt;
+    h.send_hook = tamper_relayed;
+  }
   if (verbose()) {
     char a[GW_ID_SHORT_LEN + 1], m[GW_ID_SHORT_LEN + 1], xx[GW_ID_SHORT_LEN + 1];
     gw_id_to_short(&h.nodes[agg].peer.id, a);
@@ -172,7 +227,28 @@ static void test_member_left_out_recovers(void **state) {
   assert_int_equal(cx->aggregations, ITERS);        /* it stepped every round */
   assert_agree(&h, ITERS);                          /* with its stage */
   for (int k = 0; k < H_NP; k++) assert_true(isfinite(h.nodes[x].w[k]));
+  if (tamper) {
+    if (verbose())
+      fprintf(stderr, "x: %llu tampered copies injected, %llu refused\n", (unsigned long long)rt.injected,
+              (unsigned long long)cx->averages_forged);
+    assert_true(rt.injected >= 3 * (ITERS - 1));
+    assert_true(cx->averages_forged >= rt.injected); /* each one refused, none applied */
+  } else {
+    assert_int_equal(cx->averages_forged, 0);
+  }
   h_free(&h);
+}
+
+static void test_member_left_out_recovers(void **state) {
+  (void)state;
+  run_left_out(false);
+}
+
+/* The same, with the averages mid passes on tampered with on the way: x
+ * refuses every tampered copy and still applies the real one each round. */
+static void test_tampered_relayed_average_is_refused(void **state) {
+  (void)state;
+  run_left_out(true);
 }
 
 /* A real split: stage 2's middle member x (by ID) has the lowest, agg, in
@@ -252,6 +328,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stranger_with_lowest_id_does_not_aggregate),
       cmocka_unit_test(test_member_left_out_recovers),
+      cmocka_unit_test(test_tampered_relayed_average_is_refused),
       cmocka_unit_test(test_split_is_detected_and_healed),
       cmocka_unit_test(test_blind_joiner_waits_for_its_stage),
   };

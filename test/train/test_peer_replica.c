@@ -98,6 +98,17 @@ static void test_holder_bound(void **state) {
   h_free(&h);
 }
 
+/* The holder of stage s's replica with the lowest node ID: the one a
+ * restorer asks first among holders that agree (-1: none). */
+static int lowest_holder(h_harness *h, int s) {
+  int best = -1;
+  for (int i = 0; i < h->n_nodes; i++)
+    if (h->nodes[i].alive && train_peer_replica(h->nodes[i].tp, s) &&
+        (best < 0 || gw_id_cmp(&h->nodes[i].peer.id, &h->nodes[best].peer.id) < 0))
+      best = i;
+  return best;
+}
+
 /* Kills every relay of stage 1 while the run is in iteration `kill_at`,
  * then starts one fresh relay for the leader to place. Returns its index. */
 static int kill_stage_and_join(h_harness *h, int d, uint64_t kill_at) {
@@ -185,9 +196,11 @@ static void test_mismatch_falls_back_to_another_holder(void **state) {
   for (int i = 0; i < h.n_nodes; i++)
     if (h.nodes[i].stage == 1) victim = i;
   for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < 5; k++) h_run_for(&h, 5);
-  /* the data node holds a replica of stage 1 (it is one of the two closest
-   * to the key with this seed); forge its weights, rehash its bytes */
-  replica_entry *e = (replica_entry *)train_peer_replica(h.nodes[d].tp, 1);
+  /* the holder asked first (the lowest ID of those announcing the same
+   * hash) serves forged weights under an intact transfer hash */
+  int liar = lowest_holder(&h, 1);
+  assert_true(liar >= 0);
+  replica_entry *e = (replica_entry *)train_peer_replica(h.nodes[liar].tp, 1);
   assert_non_null(e);
   ((float *)e->blob)[0] += 1.0f;
   gw_id bh;
@@ -225,7 +238,10 @@ static void test_forged_holder_outvoted(void **state) {
   int holders = 0;
   for (int i = 0; i < h.n_nodes; i++) holders += train_peer_replica(h.nodes[i].tp, 1) != NULL;
   assert_int_equal(holders, 3);
-  replica_entry *e = (replica_entry *)train_peer_replica(h.nodes[d].tp, 1);
+  /* the lowest ID, which a tie would favour, forges its hash too */
+  int liar = lowest_holder(&h, 1);
+  assert_true(liar >= 0);
+  replica_entry *e = (replica_entry *)train_peer_replica(h.nodes[liar].tp, 1);
   assert_non_null(e);
   ((float *)e->blob)[0] += 1.0f;
   gw_id fh;

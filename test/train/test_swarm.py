@@ -97,8 +97,11 @@ def check_common(summary, iterations):
 
 def fault_free(tmp):
     n = 10
-    s, _, _ = run_swarm(tmp, "fault_free", "--relays", "6", "--stages", "3", "--iterations", str(n))
+    s, ev, _ = run_swarm(tmp, "fault_free", "--relays", "6", "--stages", "3", "--iterations", str(n))
     check_common(s, n)
+    # every average is signed by its aggregator and checks out at its members
+    forged = [e for e in ev if e["event"] == "agg.forged"]
+    check(not forged, f"{len(forged)} averages refused in a fault-free run, first: {forged[:1]}")
     for it in s["iterations"]:
         check(it["microbatches_done"] == 4 and it["microbatches_deferred"] == 0,
               f"iteration {it['iteration']}: {it['microbatches_done']} done, {it['microbatches_deferred']} deferred")
