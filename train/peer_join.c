@@ -28,12 +28,8 @@
 /* The leader takes one JOIN per peer per this interval (a joiner retries
  * every JOIN_RETRY_MS): anyone connected could otherwise keep it placing. */
 #define JOIN_MIN_INTERVAL_MS 1000
-/* A stage with no reachable member that had trained: this long for a
- * member to show up before its newest replica is fetched instead (the
- * leader saw the stage empty: at once) ... */
-#define REPLICA_GRACE_MS 3000
-/* ... and this long for the DHT to name a replica holder before the
- * stage's state is declared lost. */
+/* A stage that had trained, which the leader saw empty: this long for the
+ * DHT to name a replica holder before the stage's state is declared lost. */
 #define REPLICA_WAIT_MS 20000
 
 static void fetch_or_init(train_peer *p);
@@ -331,13 +327,15 @@ static void fetch_or_init(train_peer *p) {
     return;
   }
   /* A stage that trained and has no reachable member: its newest replica
-   * (peer_replica.c), once no member showed up for a grace period (at once
-   * when the leader told us the stage was empty). Holders tried are in
-   * dl.tried, so a mismatch moves on to the next. */
+   * (peer_replica.c), at once when the leader told us the stage was empty,
+   * else once no member showed up for JOIN_SOURCE_WAIT_MS (a live member
+   * whose session is still being set up has newer weights than any
+   * replica). Holders tried are in dl.tried, so a mismatch moves on to the
+   * next. */
   bool trained = p->iteration > 0 || p->step > 0;
   if (!p->dl.waiting_since) p->dl.waiting_since = p->now;
   uint64_t waited = p->now - p->dl.waiting_since;
-  if (trained && p->cfg.role == TRAIN_RELAY && (p->dl.assigned_members == 0 || waited >= REPLICA_GRACE_MS) &&
+  if (trained && p->cfg.role == TRAIN_RELAY && (p->dl.assigned_members == 0 || waited >= JOIN_SOURCE_WAIT_MS) &&
       replica_next_holder(p, &src)) {
     request_replica(p, &src);
     return;
