@@ -37,6 +37,14 @@ int stage_dir_stage_key(const char *run, uint32_t stage, gw_id *out) {
   return 0;
 }
 
+int stage_dir_replica_key(const char *run, uint32_t stage, gw_id *out) {
+  char key[STAGE_DIR_KEY_MAX + 8];
+  if (!run || !name_ok(run, strlen(run))) return GW_EINVAL;
+  snprintf(key, sizeof(key), "run/%s/replica/%" PRIu32, run, stage);
+  gw_id_hash_str(key, out);
+  return 0;
+}
+
 int stage_dir_parse(const char *s, char *run, size_t run_len, int64_t *stage) {
   if (!s || strncmp(s, "run/", 4) != 0) return GW_EINVAL;
   const char *name = s + 4, *slash = strchr(name, '/');
@@ -146,12 +154,30 @@ static bool ip_unspecified(const gw_addr *a) {
   return memcmp(a->ip, zero, a->family == 4 ? 4 : 16) == 0;
 }
 
+static int announce_at(dht *d, const gw_id *key, const stage_member *me, uint64_t now_ms);
+
 int stage_dir_announce(dht *d, const char *run, uint32_t stage, const stage_member *me, uint64_t now_ms) {
   gw_id key;
+  int rc = stage_dir_stage_key(run, stage, &key);
+  return rc != 0 ? rc : announce_at(d, &key, me, now_ms);
+}
+
+int stage_dir_announce_replica(dht *d, const char *run, uint32_t stage, const stage_member *me, uint64_t now_ms) {
+  gw_id key;
+  int rc = stage_dir_replica_key(run, stage, &key);
+  return rc != 0 ? rc : announce_at(d, &key, me, now_ms);
+}
+
+int stage_dir_withdraw_replica(dht *d, const char *run, uint32_t stage, uint64_t now_ms) {
+  gw_id key;
+  int rc = stage_dir_replica_key(run, stage, &key);
+  return rc != 0 ? rc : dht_unpublish(d, &key, now_ms);
+}
+
+static int announce_at(dht *d, const gw_id *key, const stage_member *me, uint64_t now_ms) {
   uint8_t value[DHT_MAX_VALUE_BYTES];
   size_t len;
-  int rc = stage_dir_stage_key(run, stage, &key);
-  if (rc != 0) return rc;
+  int rc;
   stage_member m = *me;
   if (ip_unspecified(&m.addr)) {
     gw_addr seen;
@@ -160,7 +186,7 @@ int stage_dir_announce(dht *d, const char *run, uint32_t stage, const stage_memb
     m.addr = seen;
   }
   rc = stage_member_encode(&m, value, sizeof(value), &len);
-  return rc != 0 ? rc : dht_publish(d, &key, value, len, NULL, NULL, now_ms);
+  return rc != 0 ? rc : dht_publish(d, key, value, len, NULL, NULL, now_ms);
 }
 
 int stage_dir_withdraw(dht *d, const char *run, uint32_t stage, uint64_t now_ms) {
@@ -225,6 +251,14 @@ int stage_dir_discover(dht *d, const char *run, uint32_t stage, stage_members_cb
                        uint64_t now_ms) {
   gw_id key;
   int rc = stage_dir_stage_key(run, stage, &key);
+  discover_ctx proto = {.members_cb = cb, .ud = ud};
+  return rc != 0 ? rc : fetch_with(d, &key, on_member_records, &proto, now_ms);
+}
+
+int stage_dir_discover_replicas(dht *d, const char *run, uint32_t stage, stage_members_cb cb, void *ud,
+                                uint64_t now_ms) {
+  gw_id key;
+  int rc = stage_dir_replica_key(run, stage, &key);
   discover_ctx proto = {.members_cb = cb, .ud = ud};
   return rc != 0 ? rc : fetch_with(d, &key, on_member_records, &proto, now_ms);
 }

@@ -11,6 +11,10 @@
  *                         one number), capacity and load, plus opaque extra
  *                         bytes. The member's node ID is the record's
  *                         publisher, so nobody can announce someone else.
+ *   run/<name>/replica/<s> one record per peer holding a replica of stage
+ *                         s's state (train/peer_replica.c): the same
+ *                         member record, its extra bytes saying which
+ *                         (train_node.c: iteration, step, weights hash).
  *
  * Announcements are republished by the DHT before they expire until
  * withdrawn; a withdrawal overwrites the record with a tombstone so readers
@@ -70,6 +74,7 @@ typedef void (*stage_runs_cb)(void *ud, int status, const stage_run *runs, size_
 /* Keys. GW_EINVAL for a bad name. */
 int stage_dir_run_key(const char *run, gw_id *out);
 int stage_dir_stage_key(const char *run, uint32_t stage, gw_id *out);
+int stage_dir_replica_key(const char *run, uint32_t stage, gw_id *out);
 /* Parses "run/NAME" (*stage = -1) or "run/NAME/stage/S". run holds run_len bytes. */
 int stage_dir_parse(const char *s, char *run, size_t run_len, int64_t *stage);
 
@@ -82,6 +87,13 @@ int stage_dir_withdraw(dht *d, const char *run, uint32_t stage, uint64_t now_ms)
 /* The live members of a stage, ordered by node ID. Undecodable records are skipped. */
 int stage_dir_discover(dht *d, const char *run, uint32_t stage, stage_members_cb cb, void *ud,
                        uint64_t now_ms);
+
+/* The replica key's counterparts of announce / withdraw / discover: a holder
+ * of a replica of `stage` announces itself there, a restorer looks it up. */
+int stage_dir_announce_replica(dht *d, const char *run, uint32_t stage, const stage_member *me, uint64_t now_ms);
+int stage_dir_withdraw_replica(dht *d, const char *run, uint32_t stage, uint64_t now_ms);
+int stage_dir_discover_replicas(dht *d, const char *run, uint32_t stage, stage_members_cb cb, void *ud,
+                                uint64_t now_ms);
 
 int stage_dir_publish_run(dht *d, const char *run, const uint8_t *value, size_t len, uint64_t now_ms);
 int stage_dir_find_run(dht *d, const char *run, stage_runs_cb cb, void *ud, uint64_t now_ms);

@@ -80,6 +80,7 @@ struct peer_proc {
   bool late;  /* starts only once the leader finished late_after iterations */
   bool crashed_itself; /* logged debug.crash: its SIGKILL is the test's */
   int killed_generation; /* the latest generation that was killed (-1: none) */
+  bool no_restart;       /* killed by --kill-stage: that identity never comes back */
 };
 
 typedef struct iter_rec {
@@ -147,6 +148,14 @@ struct swarm {
   swarm_waste *waste;    /* the paper's wasted compute */
   swarm_val *val;        /* the validation curve (eval.done) */
   uint64_t start_ms, end_ms;
+  /* --kill-stage: when it struck, how many it killed, and the seconds to
+   * the next completed iteration (-1 while none) */
+  bool stage_killed;
+  int stage_kill_peers;
+  uint64_t stage_kill_ms;
+  double stage_kill_to_next_s;
+  int stage_restored;   /* stage.restored lines seen after the kill */
+  int stage_lost;       /* the stage a peer or the leader declared lost (0: none) */
   uv_timer_t stop_timer;
   uv_signal_t sigint;
   swarm_web *web; /* NULL without --http */
@@ -381,6 +390,7 @@ static void on_microbatch_done(swarm *sw, json_t *ev) {
   r->comm_n++;
 }
 static void stop_all(swarm *sw);
+static void kill_stage(swarm *sw);
 
 static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
   double it = num(ev, "iter");
@@ -397,8 +407,15 @@ static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
     sw->leader_iterations = (uint64_t)it + 1;
     if (isfinite(secs)) sw->last_iter_secs = secs;
     (void)p;
+    if (sw->stage_killed && sw->stage_kill_to_next_s < 0) {
+      sw->stage_kill_to_next_s = (double)(uv_now(sw->loop) - sw->stage_kill_ms) / 1000.0;
+      say(sw, "iteration %llu completed %.2f s after stage %d was killed", (unsigned long long)it,
+          sw->stage_kill_to_next_s, sw->o.kill_stage);
+    }
     schedule_churn(sw);
-    if (sw->o.late_relays > 0 && (int)sw->leader_iterations == sw->o.late_after) start_late(sw);
+    if (sw->o.late_relays > 0 && sw->o.kill_stage == 0 && (int)sw->leader_iterations == sw->o.late_after)
+      start_late(sw);
+    if (sw->o.kill_stage > 0 && !sw->stage_killed && (int)sw->leader_iterations == sw->o.kill_at) kill_stage(sw);
   }
 }
 
@@ -484,6 +501,18 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
     sw->recoveries++;
   } else if (!strcmp(e, "microbatch.lost")) {
     sw->lost++;
+  } else if (!strcmp(e, "stage.restored")) {
+    if (sw->stage_killed) sw->stage_restored++;
+  } else if (!strcmp(e, "stage.lost") || !strcmp(e, "run.stage_lost")) {
+    /* the lost stage: the line's stage= (the JSON log names it field_stage,
+     * `stage` being the node's own, 0 on the leader's line) */
+    double st = json_object_get(ev, "field_stage") ? num(ev, "field_stage") : num(ev, "stage");
+    if (isfinite(st) && !sw->stage_lost) sw->stage_lost = (int)st;
+    if (!strcmp(e, "run.stage_lost") && !sw->stopping) {
+      say(sw, "stage %d's state is lost (no live peer, no replica): stopping the swarm", sw->stage_lost);
+      sw->failed = true;
+      stop_all(sw);
+    }
   } else if (!strcmp(e, "run.finished") && p->data) {
     ++sw->finished_data_nodes;
     if (!sw->stopping) finish_or_wait(sw, p);
@@ -591,7 +620,9 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
     }
   }
   uv_close((uv_handle_t *)proc, proc_closed); /* its streams close at their EOF */
-  if (p->killed_by_us && !sw->stopping && !p->data) { /* a data node does not come back (it would create the run) */
+  if (p->killed_by_us && !sw->stopping && !p->data && !p->no_restart) {
+    /* a data node does not come back (it would create the run), nor a
+     * peer of a stage --kill-stage wiped out */
     /* Its work since its last aggregation never reaches one. */
     sw->unaggregated_s += p->unaggregated_compute_s;
     p->unaggregated_compute_s = 0;
@@ -761,6 +792,14 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
     ARG("%s", sw->o.aggregate);
   }
   if (sw->o.no_validation) ARG("--no-validate-contributions");
+  if (sw->o.replicate_every >= 0) {
+    ARG("--replicate-every");
+    ARG("%d", sw->o.replicate_every);
+  }
+  if (sw->o.replicas > 0) {
+    ARG("--replicas");
+    ARG("%d", sw->o.replicas);
+  }
   if (is_byzantine(sw, p)) {
     ARG("--byzantine");
     ARG("%s", sw->o.byzantine_mode);
@@ -794,10 +833,10 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
 
 static void start_peer(peer_proc *p) {
   swarm *sw = p->sw;
-  static char store[64][PATH_MAX];
-  char *argv[64];
+  static char store[80][PATH_MAX];
+  char *argv[80];
   if (is_byzantine(sw, p) && byzantine_identity(sw, p) != 0) say(sw, "%s: no hostile identity made", p->name);
-  peer_args(sw, p, argv, store, 64);
+  peer_args(sw, p, argv, store, 80);
   uv_stdio_container_t stdio[3];
   stdio[0].flags = UV_IGNORE;
   for (int i = 0; i < 2; i++) {
@@ -845,9 +884,35 @@ static void start_late(swarm *sw) {
   for (int i = 0; i < sw->n_peers; i++) {
     peer_proc *p = &sw->peers[i];
     if (!p->late || p->running) continue;
-    say(sw, "%s joins the run late (after iteration %d)", p->name, sw->o.late_after);
+    say(sw, "%s joins the run late (after iteration %d)", p->name,
+        sw->o.kill_stage > 0 ? sw->o.kill_at : sw->o.late_after);
     start_peer(p);
   }
+}
+
+/* ---- --kill-stage ---- */
+
+/* Every live peer of the stage at once, for good; then the spares
+ * (--late-relays) start, for the leader to place into the empty stage. */
+static void kill_stage(swarm *sw) {
+  sw->stage_killed = true;
+  sw->stage_kill_ms = uv_now(sw->loop);
+  sw->stage_kill_to_next_s = -1;
+  for (int i = sw->o.data_nodes; i < sw->n_peers; i++) {
+    peer_proc *p = &sw->peers[i];
+    if (!p->running || p->stage != sw->o.kill_stage) continue;
+    p->killed_by_us = true;
+    p->no_restart = true;
+    uv_timer_stop(&p->kill_timer);
+    sw->crashes++;
+    sw->stage_kill_peers++;
+    say(sw, "kill-stage: killing %s of stage %d (SIGKILL, not restarted)", p->name, p->stage);
+    swarm_web_note(sw->web, p->name, "warn", "swarm.kill", "\"signal\":\"SIGKILL\",\"reason\":\"kill-stage\"");
+    uv_process_kill(&p->proc, SIGKILL);
+  }
+  say(sw, "kill-stage: stage %d had %d live peer(s) in iteration %d", sw->o.kill_stage, sw->stage_kill_peers,
+      sw->o.kill_at);
+  start_late(sw);
 }
 
 /* ---- churn ---- */
@@ -971,6 +1036,17 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
                                                     sw->flows_probed, "sum", isfinite(sw->flows_sum) ? sw->flows_sum : 0));
   json_object_set_new(root, "flow_instance", flow_instance(sw));
   json_object_set_new(root, "validation", swarm_val_json(sw->val));
+  if (sw->o.kill_stage > 0)
+    json_object_set_new(root, "stage_kill",
+                        json_pack("{s:i,s:i,s:b,s:i,s:o,s:i,s:i}", "stage", sw->o.kill_stage, "at_iteration",
+                                  sw->o.kill_at, "killed", sw->stage_killed, "peers_killed", sw->stage_kill_peers,
+                                  "secs_to_next_iteration",
+                                  sw->stage_killed && sw->stage_kill_to_next_s >= 0
+                                      ? json_real(sw->stage_kill_to_next_s)
+                                      : json_null(),
+                                  "restored", sw->stage_restored, "lost_stage", sw->stage_lost));
+  else if (sw->stage_lost)
+    json_object_set_new(root, "stage_kill", json_pack("{s:i}", "lost_stage", sw->stage_lost));
   return root;
 }
 
@@ -995,6 +1071,11 @@ static int write_summary(swarm *sw) {
   printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
          swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
   swarm_val_print(sw->val, stdout);
+  if (sw->o.kill_stage > 0 && sw->stage_killed)
+    printf("  stage %d killed in iteration %d (%d peers): next iteration completed %s%.2f s later, %d restore(s)%s\n",
+           sw->o.kill_stage, sw->o.kill_at, sw->stage_kill_peers, sw->stage_kill_to_next_s < 0 ? "never, " : "",
+           sw->stage_kill_to_next_s < 0 ? 0.0 : sw->stage_kill_to_next_s, sw->stage_restored,
+           sw->stage_lost ? ", its state LOST" : "");
   if (sw->hashes_agree)
     printf("  stage weights agree: yes, unexpected exits: %d\n", sw->unexpected_exits);
   else

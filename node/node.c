@@ -538,6 +538,8 @@ static void log_started(node *n, const gw_addr *bound) {
           n->cfg.max_frame, n->cfg.links_path ? n->cfg.links_path : "-");
 }
 
+void node_set_exit_code(node *n, int code) { n->exit_code = code; }
+
 int node_run(node *n) {
   uv_signal_init(&n->loop, &n->sigint);
   uv_signal_init(&n->loop, &n->sigterm);

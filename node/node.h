@@ -90,6 +90,9 @@ int node_create(const node_config *cfg, node **out, char *err, size_t err_len);
 int node_run(node *n);
 /* Starts a clean shutdown; safe from any callback on the loop. */
 void node_stop(node *n);
+/* The code node_run returns once stopped (a component that stops the node
+ * for a reason the user must see, e.g. a run that cannot go on). */
+void node_set_exit_code(node *n, int code);
 void node_destroy(node *n);
 
 uv_loop_t *node_loop(node *n);

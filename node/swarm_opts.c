@@ -26,7 +26,9 @@ void cmd_swarm_help(void) {
       "                  [--http [IP:]PORT [--http-public]]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
       "                  [--eval-microbatches N] [--checkpoint-every N]\n"
-      "                  [--wire-dtype fp32|bf16|fp16|int8] [--wire-accept LIST]\n\n"
+      "                  [--wire-dtype fp32|bf16|fp16|int8] [--wire-accept LIST]\n"
+      "                  [--replicate-every K] [--replicas R]\n"
+      "                  [--kill-stage S --at-iteration N [--late-relays K]]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -58,7 +60,15 @@ void cmd_swarm_help(void) {
       "--checkpoint-every N makes every peer write its stage's checkpoint every N\n"
       "iterations into its data dir under --workdir (default 0: none), for gwtf export.\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
-      "and their gradients between stages compressed where the receiver accepts it.\n\n"
+      "and their gradients between stages compressed where the receiver accepts it.\n"
+      "--replicate-every K and --replicas R go to every peer (see gwtf help node): each\n"
+      "stage's state is pushed to R peers outside it every K aggregations.\n"
+      "TEST TOOL: --kill-stage S --at-iteration N kills every peer of stage S at once\n"
+      "(SIGKILL) while the run is in iteration N, and never restarts those identities;\n"
+      "--late-relays K then start right after the kill (spares the leader places into\n"
+      "the empty stage, which restores its newest replica; without spares the leader\n"
+      "moves a relay of the stage with the most members there). The summary reports the\n"
+      "seconds from the kill to the next completed iteration (stage_kill).\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -80,6 +90,10 @@ enum {
   SW_EVAL_EVERY,
   SW_EVAL_MB,
   SW_CHECKPOINT_EVERY,
+  SW_REPLICATE_EVERY,
+  SW_REPLICAS,
+  SW_KILL_STAGE,
+  SW_AT_ITERATION,
 };
 
 int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
@@ -112,12 +126,16 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"eval-every", required_argument, 0, SW_EVAL_EVERY},
       {"eval-microbatches", required_argument, 0, SW_EVAL_MB},
       {"checkpoint-every", required_argument, 0, SW_CHECKPOINT_EVERY},
+      {"replicate-every", required_argument, 0, SW_REPLICATE_EVERY},
+      {"replicas", required_argument, 0, SW_REPLICAS},
+      {"kill-stage", required_argument, 0, SW_KILL_STAGE},
+      {"at-iteration", required_argument, 0, SW_AT_ITERATION},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
                     .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
-                    .eval_every = -1};
+                    .eval_every = -1, .replicate_every = -1};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -183,6 +201,10 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_EVAL_EVERY: o->eval_every = atoi(optarg); break;
     case SW_EVAL_MB: o->eval_microbatches = atoi(optarg); break;
     case SW_CHECKPOINT_EVERY: o->checkpoint_every = atoi(optarg); break;
+    case SW_REPLICATE_EVERY: o->replicate_every = atoi(optarg); break;
+    case SW_REPLICAS: o->replicas = atoi(optarg); break;
+    case SW_KILL_STAGE: o->kill_stage = atoi(optarg); break;
+    case SW_AT_ITERATION: o->kill_at = atoi(optarg); break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -196,7 +218,13 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->stages < 1 || o->stages > 64) bad = "--stages must be in 1..64";
   else if (o->data_nodes < 1 || o->relays < o->stages) bad = "need at least one data node and one relay per stage";
   else if (o->data_nodes + o->relays + o->late_relays > SWARM_MAX_PEERS) bad = "too many peers";
-  else if (o->late_relays < 0 || (o->late_relays > 0 && o->late_after < 1)) bad = "--late-relays needs --late-after >= 1";
+  else if (o->late_relays < 0 || (o->late_relays > 0 && o->late_after < 1 && o->kill_stage == 0))
+    bad = "--late-relays needs --late-after >= 1 (or --kill-stage)";
+  else if (o->kill_stage < 0 || o->kill_stage > o->stages) bad = "--kill-stage must be a relay stage (1..--stages)";
+  else if (o->kill_stage > 0 && (o->kill_at < 1 || o->kill_at >= o->iterations))
+    bad = "--kill-stage needs --at-iteration N with 1 <= N < --iterations";
+  else if (o->replicate_every < -1) bad = "--replicate-every must be >= 0";
+  else if (o->replicas != 0 && (o->replicas < 2 || o->replicas > 16)) bad = "--replicas must be in 2..16";
   else if (o->iterations < 1 || o->iterations >= SWARM_MAX_ITERS) bad = "--iterations out of range";
   else if (o->churn < 0 || o->churn >= 1) bad = "--churn must be in [0, 1)";
   else if (o->capacity < 1 || o->microbatches < 1 || o->batch < 1 || o->seq < 2) bad = "sizes must be positive";

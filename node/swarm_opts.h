@@ -35,6 +35,10 @@ typedef struct swarm_opts {
   const char *wire_dtype, *wire_accept; /* passed to every peer (NULL: node defaults) */
   int eval_microbatches; /* 0: the node's default */
   int checkpoint_every;  /* peers' --checkpoint-every (0: none, the default) */
+  int replicate_every;   /* peers' --replicate-every (-1: the node's default) */
+  int replicas;          /* peers' --replicas (0: the node's default) */
+  int kill_stage;        /* --kill-stage S: SIGKILL every peer of stage S at once (0: none) ... */
+  int kill_at;           /* ... once the leader finished this many iterations (--at-iteration) */
 } swarm_opts;
 
 /* Parses argv into *o with the defaults `gwtf help swarm` states. Returns 0,

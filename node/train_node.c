@@ -23,6 +23,8 @@
 #include "node/train_plan.h"
 #include "node/worker.h"
 #include "train/checkpoint.h"
+#include "train/replica_store.h"
+#include "node/train_replica.h"
 #include "train/compute.h"
 #include "train/data.h"
 #include "train/model.h"
@@ -61,6 +63,9 @@ void train_node_opts_default(train_node_opts *o) {
   o->seed = 1;
   o->threads = 0; /* all the cores this process may use: a home node uses the machine */
   o->checkpoint_every = 10;
+  o->replicate_every = 5;
+  o->replicas = 2;
+  o->replica_max = REPLICA_DEFAULT_MAX_ENTRIES;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
   o->exit_when_done = true;
@@ -94,7 +99,7 @@ typedef struct dir_query {
   int stage; /* -1: the run record */
 } dir_query;
 
-#define MAX_QUERIES (MAX_STAGES + 2)
+#define MAX_QUERIES (MAX_STAGES + 3) /* every stage, the run record, our stage's replica holders */
 
 typedef struct train_rt {
   node *n;
@@ -132,6 +137,14 @@ typedef struct train_rt {
   double compute_s_ewma; /* our forward+backward per microbatch */
   flow_guard guard;      /* flow floods and cost lies of neighbours (flow/flow_guard.h) */
   int ckpt_marker;       /* address marks the runtime's own snapshot jobs */
+  int replica_marker;    /* ... and the ones whose state goes to replica holders */
+  int switch_marker;     /* ... and the one that swaps the compute to another stage (a move) */
+  uint64_t stage_gen;    /* bumped by each stage switch: snapshots of the stage before are dropped */
+  bool switching;        /* a switch job is queued */
+  stage_spec switch_spec; /* what it builds (written before it is queued, read by the worker) */
+  gpu_device switch_dev;
+  adamw_config switch_opt;
+  bool replica_query_busy;
   char ckpt_path[PATH_MAX];
   bool announced;
   bool want_announce; /* ready: announce, and again until it succeeds */
@@ -273,6 +286,14 @@ static void peer_tick_cb(uv_timer_t *t) {
  * peers); the job's measured time then includes it, so Eq. 1 sees it too. */
 static void run_job(void *ctx, train_job *job) {
   train_rt *rt = ctx;
+  if (job->owner == &rt->switch_marker) {
+    /* a move to another stage (train/peer_move.c): every job of the old
+     * stage was queued before this one and has run */
+    train_compute_free(&rt->compute);
+    train_compute_init(&rt->compute, &rt->switch_spec, &rt->switch_dev, rt->o->threads, rt->run.seed,
+                       &rt->switch_opt);
+    return;
+  }
   uint64_t t0 = uv_hrtime();
   train_compute_run(&rt->compute, job);
   double extra_ns = (double)(uv_hrtime() - t0) * (rt->o->slowdown - 1.0);
@@ -295,10 +316,31 @@ static void write_checkpoint(train_rt *rt, train_job *job) {
     GW_ERROR(&rt->log, "checkpoint.failed", "path=%s err=\"%s\"", rt->ckpt_path, gw_strerror(rc));
 }
 
+/* Our stage's state, snapshot right after the aggregation that made
+ * iteration job->key (whose logged hash is job->hash), goes to the holders
+ * closest to the stage's replica key (train/peer_replica.c). */
+static void push_replica(train_rt *rt, train_job *job) {
+  if (job->rc != 0 || !job->blob || rt->stage < 1) return;
+  gw_id key;
+  if (stage_dir_replica_key(rt->run.name, (uint32_t)rt->stage, &key) != 0) return;
+  train_peer_push_replica(rt->peer, &key, (uint32_t)rt->o->replicas, job->blob, job->blob_len, job->key,
+                          train_peer_step(rt->peer), job->hash);
+}
+
 static void on_job_done(void *ud, train_job *job) {
   train_rt *rt = ud;
-  if (job->owner == &rt->ckpt_marker) {
-    write_checkpoint(rt, job);
+  if (job->owner == &rt->switch_marker) {
+    rt->switching = false;
+    GW_INFO(&rt->log, "stage.switched", "stage=%d", rt->stage);
+    train_job_free(job);
+    return;
+  }
+  if (job->owner == &rt->ckpt_marker || job->owner == &rt->replica_marker) {
+    /* a snapshot of the stage we served before a move is not this stage's */
+    if (job->mb_id == rt->stage_gen) {
+      if (job->owner == &rt->ckpt_marker) write_checkpoint(rt, job);
+      else push_replica(rt, job);
+    }
     train_job_free(job);
     return;
   }
@@ -379,12 +421,14 @@ static void update_costs(train_rt *rt) {
 
 static void cost_cb(uv_timer_t *t) { update_costs(t->data); }
 
+static void known_set_stage(train_rt *rt, known_peer *k, int stage);
+
 static void peer_info(void *ud, const gw_id *peer, int stage, uint32_t capacity, double compute_ms) {
   train_rt *rt = ud;
   (void)capacity;
   known_peer *k = known_find(rt, peer);
   if (k) {
-    k->stage = stage;
+    if (stage >= 0) known_set_stage(rt, k, stage);
     if (compute_ms > 0) {
       bool first;
       k->compute_s = flow_guard_cost_claim(&rt->guard, peer, stage, compute_ms / 1000.0,
@@ -473,6 +517,23 @@ static void follow_relays(train_rt *rt, known_peer *k) {
   known_dial(rt, k);
 }
 
+/* A known peer serves `stage` (its directory record, its HELLO). When that
+ * is another stage than we knew, the leader moved it (train/peer_move.c):
+ * our flow state must see it there, or no flow ever goes through it. */
+static void known_set_stage(train_rt *rt, known_peer *k, int stage) {
+  if (k->stage != stage && rt->flow) {
+    char who[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&k->id, who);
+    GW_INFO(&rt->log, "train.peer_moved", "peer=%s from_stage=%d to_stage=%d", who, k->stage, stage);
+    flow_remove_peer(rt->flow, &k->id, now_ms(rt));
+    flow_add_peer(rt->flow, &k->id, stage);
+    double c = link_cost(rt, &k->id);
+    if (stage == next_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
+    if (stage == prev_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_PREV, c);
+  }
+  k->stage = stage;
+}
+
 static known_peer *known_add(train_rt *rt, const stage_member *m, int stage) {
   const gw_id *id = &m->id;
   known_peer *k = known_find(rt, id);
@@ -495,7 +556,7 @@ static known_peer *known_add(train_rt *rt, const stage_member *m, int stage) {
     known_route(rt, k, m, false);
     follow_relays(rt, k);
   }
-  k->stage = stage;
+  known_set_stage(rt, k, stage);
   return k;
 }
 
@@ -563,22 +624,29 @@ static void members_cb(void *ud, int status, const stage_member *members, size_t
   if (rt->rs && rt->stage >= 0 && stage == next_stage(rt)) route_swarm_set_next(rt->rs, ids, k);
 }
 
-static void announce(train_rt *rt) {
-  if (rt->stage < 0 || !rt->started) return;
-  rt->want_announce = true;
-  stage_member me = {0};
-  me.addr = p2p_host_listen_addr(rt->host);
-  me.capacity = rt->capacity;
+/* Where others reach us, as our directory records say it. */
+static void my_record(train_rt *rt, stage_member *me) {
+  memset(me, 0, sizeof(*me));
+  me->addr = p2p_host_listen_addr(rt->host);
+  me->capacity = rt->capacity;
   /* A private node names the relays it holds reservations on: others reach
    * it through them (node/relays.h). */
   node_relays *nr = node_get_relays(rt->n);
   if (nr) {
     p2p_relay_addr ra[STAGE_DIR_MAX_RELAYS];
-    size_t n = node_relays_get(nr, ra, STAGE_DIR_MAX_RELAYS, &me.no_direct);
-    for (size_t i = 0; i < n; i++) me.relays[i] = (stage_relay){ra[i].relay, ra[i].relay_addr};
-    me.n_relays = n;
-    rt->relays_gen = node_relays_generation(nr);
+    size_t n = node_relays_get(nr, ra, STAGE_DIR_MAX_RELAYS, &me->no_direct);
+    for (size_t i = 0; i < n; i++) me->relays[i] = (stage_relay){ra[i].relay, ra[i].relay_addr};
+    me->n_relays = n;
   }
+}
+
+static void announce(train_rt *rt) {
+  if (rt->stage < 0 || !rt->started) return;
+  rt->want_announce = true;
+  stage_member me;
+  my_record(rt, &me);
+  node_relays *nr = node_get_relays(rt->n);
+  if (nr) rt->relays_gen = node_relays_generation(nr);
   if (rt->flow) {
     flow_counts c;
     flow_get_counts(rt->flow, &c);
@@ -631,6 +699,41 @@ static void publish_run(train_rt *rt) {
   free(text);
 }
 
+/* The holders of our stage's replicas, for a peer that finds no live
+ * member to download from (train/peer_replica.c). */
+static void replicas_cb(void *ud, int status, const stage_member *members, size_t n) {
+  train_rt *rt = query_done(ud);
+  if (!rt) return;
+  rt->replica_query_busy = false;
+  if (status != 0 || rt->stopping || !rt->peer) return;
+  train_replica_holder h[16];
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < sizeof(h) / sizeof(h[0]); i++) {
+    if (train_replica_extra_decode(&members[i], &h[k]) != 0) continue;
+    /* a holder need not be in a stage we follow: dial it */
+    if (!p2p_host_is_connected(rt->host, &members[i].id) && !known_find(rt, &members[i].id) &&
+        !members[i].no_direct)
+      p2p_host_connect(rt->host, &members[i].addr, &members[i].id);
+    k++;
+  }
+  if (k > 0) {
+    char who[GW_ID_SHORT_LEN + 1];
+    gw_id_to_short(&h[0].id, who);
+    GW_DEBUG(&rt->log, "replica.holders", "stage=%d holders=%zu first=%s iter=%llu", rt->stage, k, who,
+             (unsigned long long)h[0].iteration);
+  }
+  train_peer_set_replica_holders(rt->peer, h, k, now_ms(rt));
+}
+
+static void find_replica_holders(train_rt *rt) {
+  dir_query *q = query_new(rt, rt->stage);
+  if (!q) return;
+  if (stage_dir_discover_replicas(rt->d, rt->run.name, (uint32_t)rt->stage, replicas_cb, q, now_ms(rt)) == 0)
+    rt->replica_query_busy = true;
+  else
+    query_done(q);
+}
+
 static void disco_cb(uv_timer_t *t) {
   train_rt *rt = t->data;
   uint64_t now = now_ms(rt);
@@ -650,6 +753,7 @@ static void disco_cb(uv_timer_t *t) {
     else
       query_done(q);
   }
+  if (train_peer_wants_replicas(rt->peer) && !rt->replica_query_busy) find_replica_holders(rt);
   known_sweep(rt);
   if (rt->acc.have_key && rt->run.private_run) train_access_sync_revocations(&rt->acc, rt->peer, now, &rt->log);
   if (train_peer_is_leader(rt->peer) && rt->run.stages > 0) publish_run(rt);
@@ -754,26 +858,39 @@ static int probe_compute(train_rt *rt, bool data) {
   return 0;
 }
 
-static int start_compute(train_rt *rt, int s) {
-  stage_spec spec;
-  spec_for_stage(rt, s, &spec);
+/* What stage s's compute is built from. */
+static int compute_args(train_rt *rt, int s, stage_spec *spec, gpu_device *dev, adamw_config *opt) {
+  spec_for_stage(rt, s, spec);
   char err[256];
-  if (stage_spec_validate(&spec, err, sizeof(err)) != 0) {
+  if (stage_spec_validate(spec, err, sizeof(err)) != 0) {
     GW_ERROR(&rt->log, "train.bad_stage", "for_stage=%d err=\"%s\"", s, err);
     return GW_EINVAL;
   }
-  gpu_device dev;
-  if (gpu_device_parse(rt->o->device, &dev) != 0) return GW_EINVAL;
-  adamw_config opt;
-  adamw_defaults(&opt);
-  opt.lr = (float)rt->run.lr;
-  train_plan_log_node_stage(&rt->log, rt->o, s, &spec, rt->budget_bytes);
-  train_compute_init(&rt->compute, &spec, &dev, rt->o->threads, rt->run.seed, &opt);
-  rt->compute_ready = true;
-  train_shape shape = {rt->run.batch, rt->run.seq, rt->run.model.d_model, train_compute_n_params(&spec)};
+  if (gpu_device_parse(rt->o->device, dev) != 0) return GW_EINVAL;
+  adamw_defaults(opt);
+  opt->lr = (float)rt->run.lr;
+  train_plan_log_node_stage(&rt->log, rt->o, s, spec, rt->budget_bytes);
+  return 0;
+}
+
+/* The peer's shape and the checkpoint path follow the stage. */
+static int stage_shape(train_rt *rt, int s, const stage_spec *spec) {
+  train_shape shape = {rt->run.batch, rt->run.seq, rt->run.model.d_model, train_compute_n_params(spec)};
   train_peer_set_shape(rt->peer, &shape);
   return ckpt_run_path(rt->ckpt_path, sizeof(rt->ckpt_path), node_get_config(rt->n)->data_dir, rt->run.name, s);
 }
+
+static int start_compute(train_rt *rt, int s) {
+  stage_spec spec;
+  gpu_device dev;
+  adamw_config opt;
+  if (compute_args(rt, s, &spec, &dev, &opt) != 0) return GW_EINVAL;
+  train_compute_init(&rt->compute, &spec, &dev, rt->o->threads, rt->run.seed, &opt);
+  rt->compute_ready = true;
+  return stage_shape(rt, s, &spec);
+}
+
+static void start_routing(train_rt *rt, int s);
 
 /* The stage is known: compute, flows and the router follow. */
 static void enter_stage(train_rt *rt, int s) {
@@ -783,6 +900,50 @@ static void enter_stage(train_rt *rt, int s) {
     node_stop(rt->n);
     return;
   }
+  start_routing(rt, s);
+}
+
+/* The leader moved us into another stage (train/peer_move.c): we leave the
+ * directory of the old one, the worker swaps the compute once every job of
+ * the old stage has run (a switch job queued behind them), and new flows
+ * replace the old. The peer then restores the new stage's newest replica;
+ * its RESTORE job runs after the switch. */
+static void switch_stage(train_rt *rt, int s) {
+  int old = rt->stage;
+  if (rt->switching || compute_args(rt, s, &rt->switch_spec, &rt->switch_dev, &rt->switch_opt) != 0) {
+    GW_ERROR(&rt->log, "stage.switch_failed", "from_stage=%d to_stage=%d", old, s);
+    node_stop(rt->n);
+    return;
+  }
+  train_job *job = calloc(1, sizeof(*job));
+  if (!job) {
+    node_stop(rt->n);
+    return;
+  }
+  job->kind = TRAIN_JOB_RELEASE; /* never run as one: run_job knows the marker */
+  job->owner = &rt->switch_marker;
+  if (node_worker_submit(rt->worker, job) != 0) {
+    free(job);
+    node_stop(rt->n);
+    return;
+  }
+  rt->switching = true;
+  rt->stage_gen++;
+  GW_INFO(&rt->log, "stage.switch", "from_stage=%d to_stage=%d", old, s);
+  if (rt->announced) stage_dir_withdraw(rt->d, rt->run.name, (uint32_t)old, now_ms(rt));
+  rt->announced = false;
+  rt->want_announce = false;
+  rt->stage = s;
+  gw_log_set_stage(&rt->log, s);
+  stage_shape(rt, s, &rt->switch_spec);
+  if (rt->flow) {
+    flow_free(rt->flow);
+    rt->flow = NULL;
+  }
+  start_routing(rt, s);
+}
+
+static void start_routing(train_rt *rt, int s) {
   if (rt->swarm_routing) {
     route_swarm_set_stage(rt->rs, s);
   } else {
@@ -812,7 +973,10 @@ static void on_peer_event(void *ud, const train_event *ev) {
   train_rt *rt = ud;
   switch (ev->kind) {
   case TRAIN_EV_STAGE_ASSIGNED:
-    if (rt->stage < 0) enter_stage(rt, ev->stage);
+    if (rt->stage < 0)
+      enter_stage(rt, ev->stage);
+    else if (ev->stage != rt->stage)
+      switch_stage(rt, ev->stage);
     break;
   case TRAIN_EV_READY: announce(rt); break;
   case TRAIN_EV_CERTIFIED: train_access_save_cert(&rt->acc, rt->peer, &rt->log); break;
@@ -837,13 +1001,47 @@ static void on_peer_event(void *ud, const train_event *ev) {
               flows, probed, sum);
     }
     break;
+  case TRAIN_EV_REPLICA_STORED: {
+    stage_member me;
+    my_record(rt, &me);
+    train_replica_keep(rt->d, rt->run.name, rt->data_dir, rt->peer, ev->stage, &me, &rt->log, now_ms(rt));
+    break;
+  }
+  case TRAIN_EV_REPLICA_DROPPED: {
+    stage_member me;
+    my_record(rt, &me);
+    train_replica_drop(rt->d, rt->run.name, rt->data_dir, rt->peer, ev->stage, ev->iteration, &me, &rt->log,
+                       now_ms(rt));
+    break;
+  }
+  case TRAIN_EV_STAGE_LOST:
+    /* our stage trained, its peers and every replica of it are gone: the
+     * peer logged which (stage.lost); training on with fresh weights would
+     * silently throw the run's work away */
+    if (!rt->stopping) {
+      node_set_exit_code(rt->n, 3);
+      node_stop(rt->n);
+    }
+    break;
   case TRAIN_EV_AGGREGATED:
     log_wire(rt, ev->iteration);
+    if (train_replica_due(rt->peer, rt->o->replicate_every, ev->iteration)) {
+      train_job *job = calloc(1, sizeof(*job));
+      if (job) {
+        job->kind = TRAIN_JOB_SNAPSHOT;
+        job->owner = &rt->replica_marker;
+        job->mb_id = rt->stage_gen;
+        job->key = ev->iteration;
+        memcpy(job->hash, ev->hash, sizeof(job->hash));
+        if (node_worker_submit(rt->worker, job) != 0) free(job);
+      }
+    }
     if (rt->o->checkpoint_every > 0 && ev->iteration % (uint64_t)rt->o->checkpoint_every == 0) {
       train_job *job = calloc(1, sizeof(*job));
       if (job) {
         job->kind = TRAIN_JOB_SNAPSHOT;
         job->owner = &rt->ckpt_marker;
+        job->mb_id = rt->stage_gen;
         job->key = ev->iteration;
         memcpy(job->hash, ev->hash, sizeof(job->hash));
         char dir[PATH_MAX];
@@ -919,6 +1117,7 @@ static int start_peer(train_rt *rt) {
   cfg.wire_dtype = o->wire_dtype;
   cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
+  cfg.movable = !data; /* switch_stage */
   memcpy(cfg.node_pk, node_identity(rt->n)->pk, sizeof(cfg.node_pk));
   gw_id run_id; /* the run record's DHT key: every average's signature covers it */
   if (stage_dir_run_key(rt->run.name, &run_id) != 0) return GW_EINVAL;
@@ -946,6 +1145,7 @@ static int start_peer(train_rt *rt) {
     train_peer_set_leader(rt->peer, &rt->run.leader, now_ms(rt));
   }
   rt->started = true;
+  train_peer_set_replica_store(rt->peer, (size_t)o->replica_max, 0);
   train_peer_start(rt->peer, now_ms(rt));
   if (rt->run.private_run) {
     /* Sessions that came up before the peer existed: what they presented

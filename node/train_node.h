@@ -55,6 +55,10 @@ typedef struct train_node_opts {
   int threads;            /* compute threads (0: all cores) */
   int checkpoint_every;   /* iterations between stage checkpoints (0: never) */
   bool resume;            /* start from a checkpoint in the data dir when recent enough */
+  int replicate_every;    /* relays: push the stage's state to holders outside it every N aggregations
+                             (0: never; default 5; train/peer_replica.c) */
+  int replicas;           /* holders each push goes to (default 2) */
+  int replica_max;        /* replicas of other stages this peer holds at most (default 4) */
   uint64_t flow_tick_ms;  /* flow protocol tick (default 2000, the prototype's) */
   uint64_t hop_timeout_ms;
   bool exit_when_done;    /* a data node exits once it ran its iterations (default true) */

@@ -53,6 +53,9 @@ enum {
   T_WIRE_ACCEPT,
   T_EVAL_MB,
   T_STAGE_MEM,
+  T_REPL_EVERY,
+  T_REPLICAS,
+  T_REPLICA_MAX,
 };
 
 const struct option train_node_options[] = {
@@ -94,6 +97,9 @@ const struct option train_node_options[] = {
     {"wire-accept", required_argument, 0, T_WIRE_ACCEPT},
     {"eval-microbatches", required_argument, 0, T_EVAL_MB},
     {"stage-memory-mb", required_argument, 0, T_STAGE_MEM},
+    {"replicate-every", required_argument, 0, T_REPL_EVERY},
+    {"replicas", required_argument, 0, T_REPLICAS},
+    {"replica-max", required_argument, 0, T_REPLICA_MAX},
     {0},
 };
 _Static_assert(sizeof(train_node_options) / sizeof(train_node_options[0]) - 1 <= TRAIN_NODE_MAX_OPTIONS,
@@ -129,6 +135,11 @@ void train_node_print_help(void) {
          "  --routing gwtf|swarm       GWTF flows (default) or SWARM's stochastic wiring\n"
          "  --checkpoint-every N       write the stage's checkpoint every N iterations (default 10)\n"
          "  --resume                   start from this data dir's checkpoint when recent enough\n"
+         "  --replicate-every K        relays: every K aggregations the stage's aggregator pushes the\n"
+         "                             stage's weights and optimizer state to --replicas peers outside\n"
+         "                             the stage, so it outlives them (default 5; 0: never)\n"
+         "  --replicas R               holders of each replica (default 2, at least 2)\n"
+         "  --replica-max N            replicas of other stages this peer holds, oldest dropped (default 4)\n"
          "  --flow-tick MS             flow protocol tick (default 2000, the GWTF prototype's)\n"
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
          "  --stay                     a data node keeps running after its iterations\n"
@@ -298,6 +309,8 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
       {T_EVAL_EVERY, "--eval-every", 0, 100000000}, {T_EVAL_MB, "--eval-microbatches", 0, 65536},
       {T_STAGE_MEM, "--stage-memory-mb", 1, 1 << 24},
+      {T_REPL_EVERY, "--replicate-every", 0, 100000000}, {T_REPLICAS, "--replicas", 2, 16},
+      {T_REPLICA_MAX, "--replica-max", 1, 1024},
   };
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
     if (ints[i].code != code) continue;
@@ -309,6 +322,9 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     switch (code) {
     case T_STAGES: o->stages = (int)v, o->stages_given = true; break;
     case T_STAGE_MEM: o->stage_memory_mb = (int)v; break;
+    case T_REPL_EVERY: o->replicate_every = (int)v; break;
+    case T_REPLICAS: o->replicas = (int)v; break;
+    case T_REPLICA_MAX: o->replica_max = (int)v; break;
     case T_CAPACITY: o->capacity = (int)v; break;
     case T_MICRO: o->microbatches = (int)v; break;
     case T_BATCH: o->batch = (int)v; break;

@@ -183,6 +183,7 @@ int train_peer_new(train_peer **out, const train_peer_config *cfg, const train_i
     p->log = *log;
   p->stage = cfg->stage;
   p->state = PEER_UNASSIGNED;
+  replica_store_init(&p->rep.store, 0, 0);
   *out = p;
   return 0;
 }
@@ -198,6 +199,7 @@ void train_peer_free(train_peer *p) {
   eval_free(p);
   agg_free(p);
   join_free(p);
+  replica_free(p);
   admit_free(p);
   wire_free(p);
   free(p);
@@ -423,7 +425,29 @@ static void hello_to(train_peer *p, const gw_id *to) {
   peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_HELLO, &me.base, NULL);
 }
 
+/* A member of our stage says it serves another now (the leader moved it,
+ * train/peer_move.c): it is no member of ours, whatever our directory (it
+ * withdrew; the refresh lags) and the heard and vouched lists say. Before,
+ * members kept vouching for it in their BEGIN_AGG lists and each round's
+ * aggregator waited out its timeout for its gradient. */
+static void forget_moved(train_peer *p, const gw_id *id) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (gw_id_eq(&v->v[i].id, id)) {
+      v->v[i] = v->v[--v->n];
+      break;
+    }
+  for (uint32_t k = 0; k < p->n_heard; k++)
+    if (gw_id_eq(&p->heard[k].id, id)) {
+      p->heard[k] = p->heard[--p->n_heard];
+      break;
+    }
+  agg_peer_down(p, id);
+}
+
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
+  if (p->stage >= 0 && h->stage >= 0 && h->stage != p->stage && peer_is_member(p, p->stage, from, false))
+    forget_moved(p, from);
   if (wire_on_hello(p, from, h) && p->stage >= 0) hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
   if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
@@ -487,6 +511,11 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_REVOKED, Gwtf__TrainRevoked, gwtf__train_revoked, admit_on_revoked(p, from, m))
     CASE(TRAIN_HASH_REQ, Gwtf__TrainIteration, gwtf__train_iteration, verify_on_hash_req(p, from, m->iteration))
     CASE(TRAIN_HASH, Gwtf__TrainAggDone, gwtf__train_agg_done, verify_on_hash(p, from, m))
+    CASE(TRAIN_REPLICA_PUSH, Gwtf__TrainWeightsChunk, gwtf__train_weights_chunk, replica_on_push(p, from, m, t))
+    CASE(TRAIN_REPLICA_REQ, Gwtf__TrainReplicaReq, gwtf__train_replica_req, replica_on_req(p, from, m))
+    CASE(TRAIN_REPLICA_CHUNK, Gwtf__TrainWeightsChunk, gwtf__train_weights_chunk, join_on_chunk(p, from, m, t))
+    CASE(TRAIN_STAGE_LOST, Gwtf__TrainStageLost, gwtf__train_stage_lost, leader_on_stage_lost(p, from, m))
+    CASE(TRAIN_MOVE, Gwtf__TrainAssign, gwtf__train_assign, move_on_move(p, from, m))
 #undef CASE
   default:
     peer_short(from, who);
@@ -531,6 +560,8 @@ void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
   agg_tick(p);
   join_tick(p);
   verify_tick(p);
+  replica_tick(p);
+  move_tick(p);
   if (p->cfg.role == TRAIN_DATA) {
     leader_check(p);
     data_tick(p);

@@ -172,6 +172,11 @@ typedef enum train_event_kind {
                                   that many steps), loss (mean over `done` microbatches, NaN when
                                   none), done, deferred (= not evaluated), seconds */
   TRAIN_EV_CERTIFIED,          /* private run: we got a (new) certificate: keep it (train_peer_certificate) */
+  TRAIN_EV_REPLICA_STORED,     /* we hold a new replica of `stage` at `iteration` (hash: its weights hash):
+                                  persist it (train_peer_replica) and announce it */
+  TRAIN_EV_REPLICA_DROPPED,    /* the replica of `stage` at `iteration` was dropped (bound): remove it */
+  TRAIN_EV_STAGE_LOST,         /* our stage had trained, no member is left and no replica of it exists:
+                                  the run cannot go on without training on fresh weights: stop */
 } train_event_kind;
 
 typedef struct train_event {
@@ -285,6 +290,8 @@ typedef struct train_peer_config {
   train_recovery recovery;
   train_tunables tun;
   bool initial_weights; /* this peer may start from its seeded init (the run's first members) */
+  bool movable;         /* the driver can switch this relay's stage at run time: the leader may move it
+                           into a stage left empty (TRAIN_MOVE, train/peer_move.c) */
   /* Wire compression of activations and their gradients (--wire-dtype):
    * what we would like to send (0 = F32), and the set of dtypes we accept
    * (WIRE_BIT mask, train/wire_codec.h; 0 = every one this build decodes).
@@ -389,6 +396,43 @@ bool train_peer_certificate(const train_peer *p, const uint8_t **cert, size_t *l
 /* Whether we hold a valid certificate (always true in an open run). */
 bool train_peer_certified(const train_peer *p);
 
+/* ---- stage replicas (train/peer_replica.c, train/replica_store.h) ----
+ *
+ * Every K aggregations the member of a relay stage that aggregated the
+ * round pushes the stage's serialised state to R peers outside the stage,
+ * the ones closest (XOR) to the stage's replica key among those it knows,
+ * so a state outlives every peer of its stage. Holders keep a bounded
+ * store and announce what they hold under the replica key; a peer placed
+ * into a stage that has no live member fetches the newest replica from
+ * them (hash-checked against the weights hash the stage logged). */
+struct replica_entry;
+
+typedef struct train_replica_holder {
+  gw_id id;
+  uint64_t iteration, step;  /* the newest replica of the stage it announced */
+  uint8_t weights_hash[32];  /* the hash the stage logged at that aggregation */
+} train_replica_holder;
+
+/* Bounds of the replicas this peer holds for other stages (0: defaults). */
+void train_peer_set_replica_store(train_peer *p, size_t max_entries, uint64_t max_bytes);
+/* Whether we push our stage's replica after the round that just ended: we
+ * aggregated it (one member per stage, the same one everyone agreed on). */
+bool train_peer_replica_pusher(const train_peer *p);
+/* Pushes a snapshot of our stage taken right after the aggregation that
+ * made `iteration` (weights_hash: what that aggregation logged) to the
+ * `replicas` live peers outside our stage closest to `key`. Returns how
+ * many it went to. */
+int train_peer_push_replica(train_peer *p, const gw_id *key, uint32_t replicas, const void *blob, size_t len,
+                            uint64_t iteration, uint64_t step, const uint8_t weights_hash[32]);
+/* The newest replica of `stage` we hold (NULL: none); valid until the next
+ * call into the peer. */
+const struct replica_entry *train_peer_replica(const train_peer *p, int stage);
+/* The holders of our stage's replicas the driver found in the DHT. */
+void train_peer_set_replica_holders(train_peer *p, const train_replica_holder *h, size_t n, uint64_t now_ms);
+/* Whether we are looking for a source of our stage's state (the driver
+ * then looks up the replica holders). */
+bool train_peer_wants_replicas(const train_peer *p);
+
 /* ---- queries ---- */
 
 /* The dtype of the activations we send to `peer` (F32 until its HELLO said
@@ -399,6 +443,7 @@ train_dtype train_peer_wire_to(const train_peer *p, const gw_id *peer);
 train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer);
 
 int train_peer_stage(const train_peer *p);
+uint64_t train_peer_step(const train_peer *p); /* optimizer steps our weights have taken */
 uint64_t train_peer_iteration(const train_peer *p);
 bool train_peer_is_leader(const train_peer *p);
 /* The leader we know of; false when none yet. */

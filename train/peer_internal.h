@@ -4,6 +4,7 @@
 #define GWTF_TRAIN_PEER_INTERNAL_H
 
 #include "train/member.h"
+#include "train/replica_store.h"
 #include "train/peer.h"
 #include "train.pb-c.h"
 
@@ -314,6 +315,41 @@ typedef struct peer_wire_link {
   uint64_t at_ms;
 } peer_wire_link;
 
+/* ---- stage replicas (peer_replica.c) ---- */
+
+#define REPLICA_MAX_INBOUND 4  /* pushes assembled at once; a fifth replaces the stalest */
+#define REPLICA_MAX_HOLDERS 16 /* holders of our stage's replicas a restorer knows of */
+
+typedef struct replica_inbound {
+  bool used;
+  gw_id from;
+  int stage;
+  uint64_t iteration, step, total, received, last_ms;
+  uint8_t hash[32], weights_hash[32];
+  uint8_t *buf;
+} replica_inbound;
+
+typedef struct peer_replicas {
+  replica_store store;
+  replica_inbound in[REPLICA_MAX_INBOUND];
+  struct { gw_id id; uint64_t at_ms; } served[8]; /* REPLICA_REQ answered lately, one per requester per second */
+  /* restorer: holders of our stage's replicas (the DHT's replica key) */
+  train_replica_holder holders[REPLICA_MAX_HOLDERS];
+  uint32_t n_holders;
+  bool from_replica;          /* the download in progress comes from a holder, not a member */
+  uint8_t want_hash[32];      /* the weights hash the stage logged for it (the holders' majority) */
+  uint32_t want_votes;        /* holders announcing it in the DHT (0: the holder's chunk says it) */
+  uint64_t want_iteration;    /* the run's iteration when we were placed */
+  bool lost_logged;
+  /* leader: stages seen without a live member (stage.empty logged once) */
+  bool empty_logged[PEER_MAX_STAGES + 1];
+  uint64_t empty_since[PEER_MAX_STAGES + 1]; /* 0: not empty */
+  /* a relay the leader moves (peer_move.c): the move waits for the round to end */
+  bool move_pending;
+  int move_stage;
+  uint64_t move_iteration, move_step;
+} peer_replicas;
+
 /* ---- the peer ---- */
 
 typedef enum peer_state {
@@ -402,6 +438,7 @@ struct train_peer {
   peer_download dl;
   peer_admit admit;
   peer_verify verify;
+  peer_replicas rep;
   /* leader: JOINs seen lately, one per peer per JOIN_MIN_INTERVAL_MS */
   struct { gw_id id; uint64_t at_ms; } join_seen[PEER_MAX_CONTRIB];
   peer_pending_snapshot snap_queue[8];
@@ -555,6 +592,9 @@ size_t byz_corrupt(train_peer *p, float *v, size_t n);
 void data_on_iter_done(train_peer *p, const gw_id *from, const Gwtf__TrainIterDone *d);
 void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader *l);
 void leader_check(train_peer *p);
+/* A peer we placed into an empty stage found no replica of it: if our view
+ * agrees the stage is empty, the run stops (stage.lost). */
+void leader_on_stage_lost(train_peer *p, const gw_id *from, const Gwtf__TrainStageLost *m);
 void data_report_iteration(train_peer *p);
 
 /* peer_trust.c: who may say what (the dispatcher's table), bans, evidence */
@@ -617,9 +657,29 @@ bool wire_act_ok(const train_peer *p, const train_tensor *t);
 float *wire_act_decode(const train_peer *p, const train_tensor *t);
 void wire_free(train_peer *p);
 
+/* peer_replica.c */
+void replica_on_push(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t);
+void replica_on_req(train_peer *p, const gw_id *from, const Gwtf__TrainReplicaReq *r);
+void replica_tick(train_peer *p);
+void replica_free(train_peer *p);
+/* Restorer: a holder of our stage's newest replica we have not tried; false when none. */
+bool replica_next_holder(train_peer *p, gw_id *out);
+
+/* peer_move.c: the leader moves a relay of an over-provisioned stage into an empty one */
+void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
+void move_tick(train_peer *p);
+
 /* peer_join.c */
+/* Sends a serialised stage state in chunks of `type` (WEIGHTS_CHUNK,
+ * REPLICA_PUSH, REPLICA_CHUNK) with its BLAKE2b-256; weights_hash (may be
+ * NULL) is the hash the stage logged for those weights. */
+int join_send_state(train_peer *p, const gw_id *to, uint32_t type, int stage, const uint8_t *blob, size_t len,
+                    uint64_t iteration, uint64_t step, const uint8_t *weights_hash);
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j);
 void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
+/* Leader: `id` was placed into `stage` (ASSIGN or MOVE): it counts there
+ * until the directory shows it (PENDING_PLACEMENT_MS). */
+void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capacity);
 void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r);
 void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t);
 void join_job_done(train_peer *p, train_job *job);

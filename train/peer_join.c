@@ -28,8 +28,12 @@
 /* The leader takes one JOIN per peer per this interval (a joiner retries
  * every JOIN_RETRY_MS): anyone connected could otherwise keep it placing. */
 #define JOIN_MIN_INTERVAL_MS 1000
+/* A stage that had trained, which the leader saw empty: this long for the
+ * DHT to name a replica holder before the stage's state is declared lost. */
+#define REPLICA_WAIT_MS 20000
 
 static void fetch_or_init(train_peer *p);
+static void restored_from_replica(train_peer *p, train_job *job);
 
 void join_free(train_peer *p) {
   free(p->dl.buf);
@@ -177,12 +181,16 @@ static void assign(train_peer *p, const peer_candidate *c, int stage, double uti
   GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
           utilization);
   /* Count it in now: the directory shows it only once it has announced. */
+  join_note_placed(p, &c->id, stage, c->capacity);
+}
+
+void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capacity) {
   uint32_t slot = p->n_placed < PEER_MAX_CONTRIB ? p->n_placed++ : 0;
   for (uint32_t k = 0; k < p->n_placed; k++)
     if (p->now - p->placed[k].at_ms > PENDING_PLACEMENT_MS) slot = k; /* reuse a stale entry */
-  p->placed[slot].id = c->id;
+  p->placed[slot].id = *id;
   p->placed[slot].stage = stage;
-  p->placed[slot].capacity = c->capacity;
+  p->placed[slot].capacity = capacity;
   p->placed[slot].at_ms = p->now;
 }
 
@@ -250,6 +258,50 @@ static bool next_source(train_peer *p, gw_id *out) {
   return false;
 }
 
+static void request_replica(train_peer *p, const gw_id *holder) {
+  Gwtf__TrainReplicaReq r = GWTF__TRAIN_REPLICA_REQ__INIT;
+  r.stage = p->stage;
+  free(p->dl.buf);
+  p->dl.buf = NULL;
+  p->dl.active = true;
+  p->dl.from = *holder;
+  p->dl.total = p->dl.received = 0;
+  p->dl.started_ms = p->now;
+  p->dl.deadline = p->now + p->cfg.tun.agg_timeout_ms;
+  if (p->dl.n_tried < PEER_MAX_AVOID) p->dl.tried[p->dl.n_tried++] = *holder;
+  p->state = PEER_DOWNLOADING;
+  p->missed_agg = 0;
+  p->rep.from_replica = true;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(holder, who);
+  GW_INFO(&p->log, "replica.requested", "stage=%d from=%s", p->stage, who);
+  peer_send(p, holder, GWTF__TRAIN_MSG__TRAIN_REPLICA_REQ, &r.base, NULL);
+}
+
+/* Every peer of our stage is gone, it had trained and no holder of a
+ * replica answered: its state is lost. Say which, tell the leader (which
+ * stops the run, peer_leader.c) and never train on fresh weights. */
+static void stage_lost(train_peer *p) {
+  if (!p->rep.lost_logged) {
+    p->rep.lost_logged = true;
+    GW_ERROR(&p->log, "stage.lost",
+             "stage=%d iter=%llu waited_ms=%llu msg=\"every peer of stage %d is gone and no replica of its state "
+             "was found: the run stops rather than train stage %d from freshly initialised weights\"",
+             p->stage, (unsigned long long)p->iteration, (unsigned long long)(p->now - p->dl.waiting_since), p->stage,
+             p->stage);
+    if (p->have_leader) {
+      Gwtf__TrainStageLost m = GWTF__TRAIN_STAGE_LOST__INIT;
+      m.stage = p->stage;
+      m.iteration = p->iteration;
+      peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_STAGE_LOST, &m.base, NULL);
+    }
+    peer_emit(p, TRAIN_EV_STAGE_LOST);
+  }
+  p->state = PEER_DOWNLOADING;
+  p->dl.active = false;
+  p->dl.deadline = p->now + 10 * p->cfg.tun.tick_ms; /* a replica may still show up: keep looking */
+}
+
 /* Members of our stage we know of, connected or not (a new member may not
  * have a session to them yet). */
 static size_t known_sources(train_peer *p) {
@@ -259,10 +311,33 @@ static size_t known_sources(train_peer *p) {
   return n;
 }
 
+/* ... and those of them we are connected to. */
+static size_t known_sources_alive(train_peer *p) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  size_t n = 0;
+  for (size_t i = 0; v && i < v->n; i++) n += !gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id);
+  return n;
+}
+
 static void fetch_or_init(train_peer *p) {
   gw_id src;
+  p->rep.from_replica = false;
   if (next_source(p, &src)) {
     request_weights(p, &src);
+    return;
+  }
+  /* A stage that trained and has no reachable member: its newest replica
+   * (peer_replica.c), at once when the leader told us the stage was empty,
+   * else once no member showed up for JOIN_SOURCE_WAIT_MS (a live member
+   * whose session is still being set up has newer weights than any
+   * replica). Holders tried are in dl.tried, so a mismatch moves on to the
+   * next. */
+  bool trained = p->iteration > 0 || p->step > 0;
+  if (!p->dl.waiting_since) p->dl.waiting_since = p->now;
+  uint64_t waited = p->now - p->dl.waiting_since;
+  if (trained && p->cfg.role == TRAIN_RELAY && (p->dl.assigned_members == 0 || waited >= JOIN_SOURCE_WAIT_MS) &&
+      replica_next_holder(p, &src)) {
+    request_replica(p, &src);
     return;
   }
   p->dl.n_tried = 0;
@@ -270,9 +345,18 @@ static void fetch_or_init(train_peer *p) {
     request_weights(p, &src); /* everyone failed once: try them again */
     return;
   }
+  if (trained && p->cfg.role == TRAIN_RELAY && p->dl.assigned_members == 0 && known_sources_alive(p) == 0) {
+    if (waited < REPLICA_WAIT_MS) {
+      p->state = PEER_DOWNLOADING;
+      p->dl.active = false;
+      p->dl.deadline = p->now + 2 * p->cfg.tun.tick_ms; /* the driver looks the holders up meanwhile */
+      return;
+    }
+    stage_lost(p);
+    return;
+  }
   /* The stage has members but we cannot reach one yet (sessions are being
    * set up, or the directory has not shown them to us): wait, bounded. */
-  if (!p->dl.waiting_since) p->dl.waiting_since = p->now;
   bool expect_members = known_sources(p) > 0 || p->dl.assigned_members > 0;
   if (expect_members && p->now - p->dl.waiting_since < JOIN_SOURCE_WAIT_MS) {
     p->state = PEER_DOWNLOADING;
@@ -280,8 +364,14 @@ static void fetch_or_init(train_peer *p) {
     p->dl.deadline = p->now + 2 * p->cfg.tun.tick_ms; /* look again soon (join_tick) */
     return;
   }
-  /* Nobody serves this stage: its weights are lost (the paper assumes one
-   * live peer per stage). Start from the seeded init and say so. */
+  if (trained && p->cfg.role == TRAIN_RELAY) {
+    /* members were listed but none could be reached for JOIN_SOURCE_WAIT_MS,
+     * and no replica holder is known */
+    stage_lost(p);
+    return;
+  }
+  /* Nobody serves this stage and it never trained (the run's first
+   * iteration): start from the seeded init and say so. */
   GW_WARN(&p->log, "stage.reinitialized", "reason=no_live_member waited_ms=%llu",
           (unsigned long long)(p->now - p->dl.waiting_since));
   p->dl.waiting_since = 0;
@@ -328,6 +418,7 @@ void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a
   }
   p->dl.assigned_members = (uint32_t)a->n_stage_peers;
   p->dl.waiting_since = 0;
+  p->rep.want_iteration = a->iteration;
   fetch_or_init(p);
 }
 
@@ -379,26 +470,39 @@ void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeig
   trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, "queue_full");
 }
 
-static void send_snapshot(train_peer *p, const gw_id *to, const uint8_t *blob, size_t len) {
+int join_send_state(train_peer *p, const gw_id *to, uint32_t type, int stage, const uint8_t *blob, size_t len,
+                    uint64_t iteration, uint64_t step, const uint8_t *weights_hash) {
   gw_id hash;
   gw_id_hash(blob, len, &hash);
-  size_t step = p->cfg.tun.chunk_bytes ? p->cfg.tun.chunk_bytes : (1u << 20);
-  for (size_t off = 0; off < len; off += step) {
+  size_t chunk = p->cfg.tun.chunk_bytes ? p->cfg.tun.chunk_bytes : (1u << 20);
+  for (size_t off = 0; off < len; off += chunk) {
     Gwtf__TrainWeightsChunk c = GWTF__TRAIN_WEIGHTS_CHUNK__INIT;
     train_tensor t = {.dtype = TRAIN_U8, .ndim = 1};
-    size_t n = len - off < step ? len - off : step;
-    c.stage = p->stage;
-    c.step = p->step;
-    c.iteration = p->iteration;
+    size_t n = len - off < chunk ? len - off : chunk;
+    c.stage = stage;
+    c.step = step;
+    c.iteration = iteration;
     c.hash.len = 32;
     c.hash.data = hash.b;
+    if (weights_hash) {
+      c.weights_hash.len = 32;
+      c.weights_hash.data = (uint8_t *)weights_hash;
+    }
     c.offset = off;
     c.total = len;
     t.shape[0] = n;
     t.data = blob + off;
     t.nbytes = n;
-    if (peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_CHUNK, &c.base, &t) != 0) return;
+    int rc = peer_send(p, to, type, &c.base, &t);
+    if (rc != 0) return rc;
   }
+  return 0;
+}
+
+static void send_snapshot(train_peer *p, const gw_id *to, const uint8_t *blob, size_t len) {
+  if (join_send_state(p, to, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_CHUNK, p->stage, blob, len, p->iteration, p->step,
+                      NULL) != 0)
+    return;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(to, who);
   GW_INFO(&p->log, "weights.served", "to=%s bytes=%zu iter=%llu", who, len, (unsigned long long)p->iteration);
@@ -421,6 +525,20 @@ void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChu
     return;
   }
   if (c->offset == 0) {
+    if (p->rep.from_replica) {
+      /* the hash the stage logged for these weights: the restore must give
+       * it. Chosen from the holders' announcements (replica_next_holder); a
+       * holder whose chunk says otherwise contradicts its own record. */
+      if (c->weights_hash.len != 32) return;
+      if (p->rep.want_votes == 0) memcpy(p->rep.want_hash, c->weights_hash.data, 32);
+      else if (memcmp(p->rep.want_hash, c->weights_hash.data, 32) != 0) {
+        GW_WARN(&p->log, "replica.mismatch", "stage=%d iter=%llu reason=chunk_hash_differs", p->stage,
+                (unsigned long long)c->iteration);
+        p->counters.downloads_refuted++;
+        join_refetch(p);
+        return;
+      }
+    }
     free(d->buf);
     d->buf = malloc(c->total);
     if (!d->buf) return;
@@ -482,8 +600,39 @@ void join_job_done(train_peer *p, train_job *job) {
           (unsigned long long)d->iteration, (unsigned long long)d->step, hash);
   /* our weights now: what we answer when a later joiner asks (peer_verify.c) */
   memcpy(p->agg.last_hash, job->hash, 32);
+  if (p->rep.from_replica) {
+    restored_from_replica(p, job);
+    return;
+  }
   /* the stage's word on them first (peer_verify.c) */
   if (verify_begin(p, &d->from, d->iteration, job->hash)) return;
+  join_accept_download(p);
+}
+
+/* A replica restored: its weights must be the ones the stage logged at
+ * that aggregation, else the next holder is asked. The stage resumes in the
+ * run's iteration with the replica's step: the aggregations since the
+ * replica are lost (at most --replicate-every of them). */
+static void restored_from_replica(train_peer *p, train_job *job) {
+  peer_download *d = &p->dl;
+  char who[GW_ID_SHORT_LEN + 1], got[17], want[17];
+  peer_short(&d->from, who);
+  peer_hex8(job->hash, got);
+  peer_hex8(p->rep.want_hash, want);
+  if (memcmp(job->hash, p->rep.want_hash, 32) != 0) {
+    GW_ERROR(&p->log, "replica.mismatch", "stage=%d from=%s iter=%llu hash=%s logged=%s", p->stage, who,
+             (unsigned long long)d->iteration, got, want);
+    p->counters.downloads_refuted++;
+    join_refetch(p); /* the holder is in dl.tried: the next one */
+    return;
+  }
+  uint64_t run_iter = p->rep.want_iteration > d->iteration ? p->rep.want_iteration : d->iteration;
+  GW_INFO(&p->log, "stage.restored", "stage=%d from=%s iter=%llu step=%llu hash=%s run_iter=%llu lost=%llu",
+          p->stage, who, (unsigned long long)d->iteration, (unsigned long long)d->step, got,
+          (unsigned long long)run_iter, (unsigned long long)(run_iter - d->iteration));
+  p->rep.from_replica = false;
+  p->rep.lost_logged = false;
+  d->iteration = run_iter;
   join_accept_download(p);
 }
 
@@ -521,7 +670,37 @@ void join_accept_download(train_peer *p) {
 
 /* ---- time and failures ---- */
 
+/* Leader: a stage that trained and has no live member (placed ones
+ * included) is said once: the next joiner is placed there (rank_stages puts
+ * an empty stage first) and restores its newest replica (peer_replica.c);
+ * until one joins, the run waits. */
+static void note_empty_stages(train_peer *p) {
+  if (!p->was_leader || p->iteration == 0) return;
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    peer_stage_view *v = &p->members[s];
+    bool live = false;
+    for (size_t i = 0; i < v->n && !live; i++) live = !v->v[i].heard && peer_alive(p, &v->v[i].id);
+    for (uint32_t k = 0; k < p->n_placed && !live; k++)
+      live = p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
+             peer_alive(p, &p->placed[k].id);
+    if (live) {
+      p->rep.empty_logged[s] = false;
+      p->rep.empty_since[s] = 0;
+    } else if (!p->rep.empty_since[s]) {
+      p->rep.empty_since[s] = p->now ? p->now : 1;
+    }
+    if (!live && !p->rep.empty_logged[s]) {
+      p->rep.empty_logged[s] = true;
+      GW_WARN(&p->log, "stage.empty",
+              "stage=%d iter=%llu msg=\"no live peer serves stage %d: the next relay that joins is placed there "
+              "(or one is moved from the stage with the most members) and restores the stage's newest replica\"",
+              s, (unsigned long long)p->iteration, s);
+    }
+  }
+}
+
 void join_tick(train_peer *p) {
+  note_empty_stages(p);
   place_candidates(p);
   join_serve_pending(p); /* requests held back by WEIGHTS_REQ_MIN_INTERVAL_MS */
   if (!admit_ready(p)) return; /* a private run: redeem the invite first (peer_admit.c) */

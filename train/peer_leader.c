@@ -132,3 +132,32 @@ void leader_on_leader(train_peer *p, const gw_id *from, const Gwtf__TrainLeader 
   }
   train_peer_set_leader(p, &leader, p->now);
 }
+
+/* A peer we placed into stage S (an empty one: placement ranks those first)
+ * found neither a live member nor a replica of S (peer_join.c). Believed
+ * only from a peer we placed there, and only while our own view agrees that
+ * nobody else serves S: a stranger's word must not stop a run. */
+void leader_on_stage_lost(train_peer *p, const gw_id *from, const Gwtf__TrainStageLost *m) {
+  if (!p->was_leader || m->stage < 1 || m->stage > p->cfg.n_stages) return;
+  bool placed = false;
+  for (uint32_t k = 0; k < p->n_placed && !placed; k++)
+    placed = p->placed[k].stage == m->stage && gw_id_eq(&p->placed[k].id, from);
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  if (!placed) {
+    trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_STAGE_LOST, "not_placed_there");
+    return;
+  }
+  peer_stage_view *v = peer_stage(p, m->stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (!gw_id_eq(&v->v[i].id, from) && peer_alive(p, &v->v[i].id)) return; /* someone still serves it */
+  GW_ERROR(&p->log, "run.stage_lost",
+           "stage=%d iter=%llu reporter=%s msg=\"stage %d's state is lost: every peer of it is gone and no replica "
+           "of it exists (replication off, or every holder gone); stopping the run\"",
+           m->stage, (unsigned long long)p->iteration, who, m->stage);
+  p->finished = true;
+  if (p->io.event) {
+    train_event ev = {.kind = TRAIN_EV_STAGE_LOST, .stage = m->stage, .iteration = p->iteration, .leader = p->leader};
+    p->io.event(p->io.ud, &ev);
+  }
+}

@@ -14,7 +14,7 @@
  *   path        FORWARD, BACKWARD, their acknowledgements, DENY and the
  *               repair messages: the handlers check them against the
  *               microbatch they name (its path, the hop we sent it to);
- *   leader      ASSIGN: the leader we follow;
+ *   leader      ASSIGN, MOVE: the leader we follow;
  *   data        ITER_DONE: a member of stage 0;
  *   data/leader LEADER: a member of stage 0, or the leader we follow
  *               (which may name its successor);
@@ -32,6 +32,15 @@
  *               they carry a signature by the run key (peer_admit.c);
  *   verify      HASH_REQ: anyone (a joiner); HASH: a member of s the
  *               directory lists (peer_verify.c).
+ *   replicas    REPLICA_PUSH: anyone here, because the stage it pushes is
+ *               named in its body: replica_on_push takes it only from a
+ *               directory member of that stage (not ours); REPLICA_REQ:
+ *               anyone (a restorer; rate-limited per requester);
+ *               REPLICA_CHUNK: anyone, taken only from the holder we asked
+ *               (join_on_chunk, as WEIGHTS_CHUNK) (peer_replica.c);
+ *               STAGE_LOST: anyone, believed by the leader only from a
+ *               peer it placed into that stage while its own view shows
+ *               no other live member there (peer_leader.c).
  * A banned peer (repeated rejected contributions) is refused everything. In
  * a private run, a peer without a valid membership certificate is refused
  * everything but the admission messages, before its circle is looked at
@@ -112,6 +121,14 @@ static const trust_row table[] = {
     /* verified downloads: a joiner asks, its stage's directory members answer */
     ROW(TRAIN_HASH_REQ, CIRCLE_ANYONE),
     ROW(TRAIN_HASH, CIRCLE_STAGE_DIR),
+    /* stage replicas (peer_replica.c): the handlers check what the body names */
+    ROW(TRAIN_REPLICA_PUSH, CIRCLE_ANYONE),
+    ROW(TRAIN_REPLICA_REQ, CIRCLE_ANYONE),
+    ROW(TRAIN_REPLICA_CHUNK, CIRCLE_ANYONE),
+    /* the leader believes it only from a peer it placed into that stage, and
+     * only while its own view shows the stage empty (peer_leader.c) */
+    ROW(TRAIN_STAGE_LOST, CIRCLE_ANYONE),
+    ROW(TRAIN_MOVE, CIRCLE_LEADER),
 };
 #undef ROW
 

@@ -9,6 +9,7 @@
 #include <sodium.h>
 
 #include "train.pb-c.h"
+#include "train/replica_store.h"
 #include "util/err.h"
 
 #define ACT_FLOATS (H_B * H_T * H_C)
@@ -21,7 +22,30 @@ static h_node *node_by_id(h_harness *h, const gw_id *id) {
 
 /* ---- membership: what the DHT stage directory would say ---- */
 
+/* What the DHT's replica keys would say: every live holder's newest
+ * replica of each stage, told to every peer. */
+static void set_holders(h_harness *h) {
+  for (int i = 0; i < h->n_nodes; i++) {
+    h_node *me = &h->nodes[i];
+    if (!me->alive || !me->tp || me->role != TRAIN_RELAY) continue;
+    int s = train_peer_stage(me->tp);
+    if (s < 1) continue;
+    train_replica_holder list[16];
+    size_t k = 0;
+    for (int j = 0; j < h->n_nodes && k < 16; j++) {
+      h_node *n = &h->nodes[j];
+      const replica_entry *e = n->alive && n->tp ? train_peer_replica(n->tp, s) : NULL;
+      if (!e) continue;
+      list[k] = (train_replica_holder){.id = n->peer.id, .iteration = e->iteration, .step = e->step};
+      memcpy(list[k].weights_hash, e->weights_hash, 32);
+      k++;
+    }
+    train_peer_set_replica_holders(me->tp, list, k, sim_now(h->s));
+  }
+}
+
 static void refresh_members(h_harness *h) {
+  set_holders(h);
   train_member list[H_MAX_NODES];
   const gw_id *leader = NULL;
   for (int i = 0; i < h->n_nodes; i++) {
@@ -170,8 +194,10 @@ static void io_event(void *ud, const train_event *ev) {
   switch (ev->kind) {
   case TRAIN_EV_STAGE_ASSIGNED: {
     n->stage = ev->stage;
+    n->ready = false; /* a moved relay takes work again once its new stage's state is in place */
     train_shape shape = {H_B, H_T, H_C, H_NP};
     train_peer_set_shape(n->tp, &shape);
+    set_holders(n->h); /* a driver looks its stage's replica holders up once it has one */
     break;
   }
   case TRAIN_EV_READY:
@@ -184,7 +210,23 @@ static void io_event(void *ud, const train_event *ev) {
       memcpy(n->hash_of[ev->iteration - 1], ev->hash, 32);
       n->have_hash[ev->iteration - 1] = true;
     }
+    if (n->h->replicate_every > 0 && ev->iteration % (uint64_t)n->h->replicate_every == 0 &&
+        train_peer_replica_pusher(n->tp)) {
+      /* the fake model's snapshot, taken right after the step */
+      char name[64];
+      gw_id key;
+      snprintf(name, sizeof(name), "run/h/replica/%d", ev->stage);
+      gw_id_hash_str(name, &key);
+      n->replicas_pushed += (uint32_t)train_peer_push_replica(n->tp, &key, n->h->replicas, n->w, sizeof(n->w),
+                                                              ev->iteration, train_peer_step(n->tp), ev->hash);
+    }
     break;
+  case TRAIN_EV_REPLICA_STORED:
+    n->replicas_stored++;
+    set_holders(n->h);
+    break;
+  case TRAIN_EV_REPLICA_DROPPED: n->replicas_dropped++; break;
+  case TRAIN_EV_STAGE_LOST: n->stage_lost = true; break;
   case TRAIN_EV_ITERATION_DONE:
     n->iterations_done++;
     n->last_loss = ev->loss;
@@ -480,7 +522,7 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
   n->index = sim_add_node(h->s, &n->peer, &ops, n);
   train_peer_config cfg = {.self = n->peer.id, .role = role, .n_stages = h->n_stages, .stage = stage,
                            .capacity = capacity, .shape = {H_B, H_T, H_C, H_NP}, .iterations = iterations,
-                           .recovery = h->recovery, .tun = h->tun, .initial_weights = initial,
+                           .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
                            .wire_dtype = h->wire_dtype, .wire_accept = h->wire_accept};
   memcpy(cfg.node_pk, n->pk, sizeof(cfg.node_pk));
   memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
@@ -490,6 +532,7 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
   gw_log lg;
   gw_log_init(&lg, &h->sink, &n->peer.id);
   train_peer_new(&n->tp, &cfg, &io, &router, &lg);
+  if (h->replica_max) train_peer_set_replica_store(n->tp, h->replica_max, 0);
   if (role == TRAIN_DATA) train_peer_set_sampler(n->tp, h_sample, NULL);
   return i;
 }

@@ -85,6 +85,9 @@ typedef struct h_node {
   double eval_loss_of[65];
   uint32_t eval_ok_of[65];
   int eval_states_held; /* compute states held by every node when an evaluation ended (max) */
+  /* stage replicas (train/peer_replica.c) */
+  uint32_t replicas_stored, replicas_dropped, replicas_pushed;
+  bool stage_lost; /* TRAIN_EV_STAGE_LOST: as the restorer, or as the leader */
   /* FORWARD/BACKWARD tensors this node received, by dtype (index & 7), and their bytes */
   uint64_t act_recv[8], act_recv_bytes;
   /* its identity: peer.id is BLAKE2b-256 of pk; it signs its averages with sk */
@@ -113,6 +116,13 @@ struct h_harness {
   h_send_hook send_hook; /* (uses hook_ud too) */
   bool hook_fired;
   uint32_t sending; /* the train message type being sent, for a delay function */
+  /* stage replicas: the pusher of each stage pushes every replicate_every
+   * aggregations to `replicas` holders (0: off); holders are told to every
+   * peer as the DHT would (their stores) */
+  int replicate_every;
+  uint32_t replicas;
+  size_t replica_max; /* the holders' bound (0: the default) */
+  bool movable;       /* relays take the leader's TRAIN_MOVE (train_peer_config.movable) */
   /* wire compression for the nodes h_add creates next (train_peer_config) */
   train_dtype wire_dtype;
   uint32_t wire_accept;

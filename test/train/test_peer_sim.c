@@ -230,7 +230,8 @@ static void test_eval_survives_a_relay_crash(void **state) {
  * its eval microbatch, and the ones after it, have nowhere to go. They are
  * not deferred to a later evaluation: eval.done comes with what came back
  * (fewer than the set), and training goes on once a new relay is placed in
- * the empty stage. */
+ * the empty stage and restores its replica (train/peer_replica.c; without
+ * one the run would stop: stage.lost). */
 static bool crash_at_eval_of_2(h_harness *h, h_node *n, const train_job *job, int *crash) {
   (void)h;
   if (job->kind != TRAIN_JOB_EVAL_FORWARD || n->stage != 2 || train_peer_iteration(n->tp) < 2) return false;
@@ -243,6 +244,8 @@ static void test_eval_partial_when_a_stage_is_lost(void **state) {
   h_harness h;
   h_init(&h, STAGES, 5, verbose());
   h.hook = crash_at_eval_of_2;
+  h.replicate_every = 1;
+  h.replicas = 2;
   int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
   train_peer_set_validation(h.nodes[d].tp, h_val_sample, NULL, EVAL_N, EVAL_EVERY);
   h_start(&h, d);
