@@ -86,7 +86,7 @@ typedef struct h_node {
   uint32_t eval_ok_of[65];
   int eval_states_held; /* compute states held by every node when an evaluation ended (max) */
   /* FORWARD/BACKWARD tensors this node received, by dtype (index & 7), and their bytes */
-  uint64_t act_recv[8], act_recv_bytes;
+  uint64_t act_recv[16], bwd_recv[16], act_recv_bytes; /* by dtype: FORWARD + BACKWARD, BACKWARD */
 } h_node;
 
 /* Called before a node's job runs; return true to crash `crash` right then
@@ -106,7 +106,7 @@ struct h_harness {
   bool hook_fired;
   uint32_t sending; /* the train message type being sent, for a delay function */
   /* wire compression for the nodes h_add creates next (train_peer_config) */
-  train_dtype wire_dtype;
+  train_dtype wire_dtype, wire_grad_dtype;
   uint32_t wire_accept;
   gw_log_sink sink;
   gw_log log;
