@@ -308,6 +308,13 @@ static void on_job_done(void *ud, train_job *job) {
 
 static int next_stage(const train_rt *rt) { return rt->stage == rt->run.stages ? 0 : rt->stage + 1; }
 
+/* What one tensor in dtype d puts on the wire: its encoded size, or fp32's
+ * where that is smaller (train/peer_wire.c sends fp32 then). */
+static double sent_bytes(train_dtype d, size_t rows, size_t cols) {
+  size_t b = wire_bytes(d, rows, cols), f = wire_bytes(TRAIN_F32, rows, cols);
+  return (double)(b == 0 || b > f ? f : b);
+}
+
 static double link_cost(train_rt *rt, const gw_id *peer) {
   p2p_peer_stats st;
   if (p2p_host_peer_stats(rt->host, peer, &st) != 0 || !st.connected) return -1;
@@ -324,7 +331,7 @@ static double link_cost(train_rt *rt, const gw_id *peer) {
   bool next = k && k->stage == next_stage(rt); /* else previous: gradients go, activations come */
   train_dtype to = rt->peer ? train_peer_wire_to(rt->peer, peer, !next) : TRAIN_F32;
   train_dtype from = rt->peer ? train_peer_wire_from(rt->peer, peer, next) : TRAIN_F32;
-  double size = 0.5 * ((double)wire_bytes(to, rows, cols) + (double)wire_bytes(from, rows, cols));
+  double size = 0.5 * (sent_bytes(to, rows, cols) + sent_bytes(from, rows, cols));
   /* In milliseconds: the annealing temperature (T0 = 1.7, GWTF §VI) is
    * calibrated for costs of a few units to a few tens, and link costs in
    * seconds (~0.01) would make it accept almost every worse change. */
