@@ -25,7 +25,7 @@ void cmd_train_ref_help(void) {
   printf("usage: gwtf train-ref --dataset PATH [--model PRESET|FILE] [--stages S] [--iterations N]\n"
          "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--seed S]\n"
          "                      [--data-seed D] [--threads N] [--json]\n"
-         "                      [--wire-dtype fp32|bf16|fp16|int8]\n"
+         "                      [--wire-dtype DTYPE[/GRAD_DTYPE]]\n"
          "                      [--checkpoint-dir DIR [--run NAME]]\n"
          "                      [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
          "                      [--eval-microbatches N]\n\n"
@@ -42,7 +42,9 @@ void cmd_train_ref_help(void) {
          "iterations 0, N, 2N, ... and after the last (--eval-every N, default 10), on\n"
          "--eval-microbatches validation microbatches (default: --microbatches).\n"
          "--wire-dtype passes every activation and gradient between two stages through\n"
-         "that wire format, as a swarm whose peers all use it does.\n");
+         "that wire format (fp32 bf16 fp16 int8 rot4 rot3 rot2 lr8 lr16 lr32; ACT/GRAD:\n"
+         "activations in ACT, their gradients in GRAD, e.g. rot4/lr8), as a swarm whose\n"
+         "peers all use it does.\n");
 }
 
 typedef struct ref {
@@ -55,17 +57,17 @@ typedef struct ref {
   train_dataset val; /* validation tokens (n_tokens 0: none) */
   uint32_t val_n;    /* validation microbatches */
   int eval_every;
-  train_dtype wire;  /* stage boundaries go through this wire format (F32: untouched) */
+  train_dtype wire, wire_grad; /* stage boundaries go through these wire formats (F32: untouched) */
   uint8_t *wire_buf;
 } ref;
 
-/* What crossing one link does to an activation or gradient. */
-static int wire_cross(ref *r, float *x) {
-  if (r->wire == TRAIN_F32) return 0;
+/* What crossing one link in dtype d does to an activation or gradient. */
+static int wire_cross(ref *r, train_dtype d, float *x) {
+  if (d == TRAIN_F32) return 0;
   size_t rows = (size_t)r->run.batch * r->run.seq, cols = (size_t)r->run.model.d_model;
-  size_t n = wire_bytes(r->wire, rows, cols);
-  int rc = wire_encode(r->wire, x, rows, cols, r->wire_buf, n);
-  return rc ? rc : wire_decode(r->wire, r->wire_buf, n, rows, cols, x);
+  size_t n = wire_bytes(d, rows, cols);
+  int rc = wire_encode(d, x, rows, cols, r->wire_buf, n);
+  return rc ? rc : wire_decode(d, r->wire_buf, n, rows, cols, x);
 }
 
 static int build(ref *r, char *err, size_t err_len) {
@@ -85,13 +87,13 @@ static int one_microbatch(ref *r, uint64_t it, uint32_t j, float *bufs[2], int32
   uint64_t key = it << 20 | j;
   if ((rc = train_dataset_sample(&r->ds, r->data_seed, it, j, run->batch, run->seq, tok, tgt)) != 0) return rc;
   float *x = bufs[0], *y = bufs[1], *t;
-  if ((rc = stage_embed_forward(r->st[0], key, tok, x)) != 0 || (rc = wire_cross(r, x)) != 0) return rc;
+  if ((rc = stage_embed_forward(r->st[0], key, tok, x)) != 0 || (rc = wire_cross(r, r->wire, x)) != 0) return rc;
   for (int s = 1; s <= S; s++, t = x, x = y, y = t)
-    if ((rc = stage_forward(r->st[s], key, x, y)) != 0 || (rc = wire_cross(r, y)) != 0) return rc;
+    if ((rc = stage_forward(r->st[s], key, x, y)) != 0 || (rc = wire_cross(r, r->wire, y)) != 0) return rc;
   if ((rc = stage_loss(r->st[0], x, tgt, loss, y)) != 0) return rc; /* y = d loss / d x */
-  if ((rc = wire_cross(r, y)) != 0) return rc;
+  if ((rc = wire_cross(r, r->wire_grad, y)) != 0) return rc;
   for (int s = S; s >= 1; s--, t = x, x = y, y = t) {
-    if ((rc = stage_backward(r->st[s], key, y, x)) != 0 || (rc = wire_cross(r, x)) != 0) return rc;
+    if ((rc = stage_backward(r->st[s], key, y, x)) != 0 || (rc = wire_cross(r, r->wire_grad, x)) != 0) return rc;
     stage_release(r->st[s], key);
   }
   rc = stage_embed_backward(r->st[0], key, y);
@@ -237,7 +239,7 @@ int cmd_train_ref(int argc, char **argv) {
   r.run.seq = 64;
   r.run.lr = 1e-3;
   r.run.seed = 1;
-  r.wire = TRAIN_F32;
+  r.wire = r.wire_grad = TRAIN_F32;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -259,8 +261,9 @@ int cmd_train_ref(int argc, char **argv) {
     case 'W': val_dataset = optarg; break;
     case 'E': r.eval_every = atoi(optarg); break;
     case 'w':
-      if (wire_dtype_parse(optarg, &r.wire) != 0) {
-        fprintf(stderr, "gwtf train-ref: --wire-dtype is fp32, bf16, fp16 or int8\n");
+      if (wire_pair_parse(optarg, &r.wire, &r.wire_grad) != 0) {
+        fprintf(stderr, "gwtf train-ref: --wire-dtype is DTYPE or ACT/GRAD; a DTYPE is fp32, bf16, fp16, int8, "
+                        "rot4, rot3, rot2, lr8, lr16 or lr32\n");
         return 2;
       }
       break;
@@ -304,7 +307,10 @@ int cmd_train_ref(int argc, char **argv) {
   int rc = gpu_backend_open(&dev, &gopt, &r.be, err, sizeof(err));
   if (rc == 0) rc = build(&r, err, sizeof(err));
   if (rc == 0) {
-    r.wire_buf = malloc(wire_bytes(TRAIN_F32, (size_t)r.run.batch * r.run.seq, (size_t)r.run.model.d_model));
+    size_t rows = (size_t)r.run.batch * r.run.seq, cols = (size_t)r.run.model.d_model, n = 0;
+    const train_dtype ds[3] = {TRAIN_F32, r.wire, r.wire_grad}; /* LR* can exceed F32 on tiny shapes */
+    for (int k = 0; k < 3; k++) n = wire_bytes(ds[k], rows, cols) > n ? wire_bytes(ds[k], rows, cols) : n;
+    r.wire_buf = n ? malloc(n) : NULL;
     if (!r.wire_buf) rc = GW_ENOMEM;
   }
   if (rc == 0) rc = train(&r, iterations, json);

@@ -26,7 +26,7 @@ void cmd_swarm_help(void) {
       "                  [--http [IP:]PORT [--http-public]]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
       "                  [--eval-microbatches N] [--checkpoint-every N]\n"
-      "                  [--wire-dtype fp32|bf16|fp16|int8] [--wire-accept LIST]\n"
+      "                  [--wire-dtype DTYPE[/GRAD]] [--wire-accept LIST]\n"
       "                  [--replicate-every K] [--replicas R]\n"
       "                  [--kill-stage S --at-iteration N [--late-relays K]]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
@@ -60,7 +60,9 @@ void cmd_swarm_help(void) {
       "--checkpoint-every N makes every peer write its stage's checkpoint every N\n"
       "iterations into its data dir under --workdir (default 0: none), for gwtf export.\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
-      "and their gradients between stages compressed where the receiver accepts it.\n"
+      "and their gradients between stages compressed where the receiver accepts it\n"
+      "(fp32 bf16 fp16 int8 rot4 rot3 rot2 lr8 lr16 lr32; ACT/GRAD: activations in ACT,\n"
+      "gradients in GRAD, e.g. rot4/lr32).\n"
       "--replicate-every K and --replicas R go to every peer (see gwtf help node): each\n"
       "stage's state is pushed to R peers outside it every K aggregations.\n"
       "TEST TOOL: --kill-stage S --at-iteration N kills every peer of stage S at once\n"
@@ -210,7 +212,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     }
   }
   const char *bad = NULL;
-  train_dtype wd;
+  train_dtype wd, wg;
   uint32_t wa;
   char why[300];
   bool is_public = false;
@@ -242,8 +244,10 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (!(o->val_fraction >= 0 && o->val_fraction <= 0.5)) bad = "--val-fraction must be in [0, 0.5]";
   else if (o->val_fraction > 0 && o->val_dataset) bad = "--val-fraction and --val-dataset exclude each other";
   else if (o->eval_every < -1) bad = "--eval-every must be >= 0";
-  else if (o->wire_dtype && wire_dtype_parse(o->wire_dtype, &wd) != 0) bad = "--wire-dtype is fp32, bf16, fp16 or int8";
-  else if (o->wire_accept && wire_mask_parse(o->wire_accept, &wa) != 0) bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8";
+  else if (o->wire_dtype && wire_pair_parse(o->wire_dtype, &wd, &wg) != 0)
+    bad = "--wire-dtype is DTYPE or ACT/GRAD of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
+  else if (o->wire_accept && wire_mask_parse(o->wire_accept, &wa) != 0)
+    bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
   else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   else if (o->checkpoint_every < 0) bad = "--checkpoint-every must be >= 0";
   if (bad) {

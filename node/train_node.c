@@ -355,6 +355,15 @@ static void on_job_done(void *ud, train_job *job) {
 
 /* ---- costs (Eq. 1) ---- */
 
+static int next_stage(const train_rt *rt) { return rt->stage == rt->run.stages ? 0 : rt->stage + 1; }
+
+/* What one tensor in dtype d puts on the wire: its encoded size, or fp32's
+ * where that is smaller (train/peer_wire.c sends fp32 then). */
+static double sent_bytes(train_dtype d, size_t rows, size_t cols) {
+  size_t b = wire_bytes(d, rows, cols), f = wire_bytes(TRAIN_F32, rows, cols);
+  return (double)(b == 0 || b > f ? f : b);
+}
+
 static double link_cost(train_rt *rt, const gw_id *peer) {
   p2p_peer_stats st;
   if (p2p_host_peer_stats(rt->host, peer, &st) != 0 || !st.connected) return -1;
@@ -368,16 +377,16 @@ static double link_cost(train_rt *rt, const gw_id *peer) {
    * peer and its gradient back, or the reverse for a previous-stage peer.
    * Compression makes a slow link cheaper, and the flows follow. */
   size_t rows = (size_t)rt->run.batch * (size_t)rt->run.seq, cols = (size_t)rt->run.model.d_model;
-  train_dtype to = rt->peer ? train_peer_wire_to(rt->peer, peer) : TRAIN_F32;
-  train_dtype from = rt->peer ? train_peer_wire_from(rt->peer, peer) : TRAIN_F32;
-  double size = 0.5 * ((double)wire_bytes(to, rows, cols) + (double)wire_bytes(from, rows, cols));
+  bool next = k && k->stage == next_stage(rt); /* else previous: gradients go, activations come */
+  train_dtype to = rt->peer ? train_peer_wire_to(rt->peer, peer, !next) : TRAIN_F32;
+  train_dtype from = rt->peer ? train_peer_wire_from(rt->peer, peer, next) : TRAIN_F32;
+  double size = 0.5 * (sent_bytes(to, rows, cols) + sent_bytes(from, rows, cols));
   /* In milliseconds: the annealing temperature (T0 = 1.7, GWTF §VI) is
    * calibrated for costs of a few units to a few tens, and link costs in
    * seconds (~0.01) would make it accept almost every worse change. */
   return 1000.0 * flow_cost_eq1(ci, cj, lat, lat, tx, rx, size);
 }
 
-static int next_stage(const train_rt *rt) { return rt->stage == rt->run.stages ? 0 : rt->stage + 1; }
 static int prev_stage(const train_rt *rt) { return rt->stage == 0 ? rt->run.stages : rt->stage - 1; }
 
 /* One line with every next-hop cost we measured: experiments rebuild the
@@ -1115,6 +1124,7 @@ static int start_peer(train_rt *rt) {
     GW_WARN(&rt->log, "debug.byzantine", "mode=%s scale=%g msg=\"test tool: this peer misbehaves on purpose\"",
             train_byzantine_name(o->byzantine), o->byzantine_scale);
   cfg.wire_dtype = o->wire_dtype;
+  cfg.wire_grad_dtype = o->wire_grad_dtype;
   cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
   cfg.movable = !data; /* switch_stage */

@@ -69,6 +69,7 @@ typedef struct train_node_opts {
   double slowdown;        /* >= 1: every compute job takes this many times as long
                              (emulates a slower device; issue 7's heterogeneity) */
   train_dtype wire_dtype; /* --wire-dtype: activations and their gradients on the wire (0 = fp32) */
+  train_dtype wire_grad_dtype; /* --wire-dtype ACT/GRAD: the gradients' (0 = wire_dtype) */
   uint32_t wire_accept;   /* --wire-accept: WIRE_BIT mask (0 = every dtype this build decodes) */
   int crash_job;          /* a train_job_kind; 0 = none */
   uint64_t crash_iteration;

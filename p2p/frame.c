@@ -43,7 +43,13 @@ size_t p2p_dtype_size(uint32_t dtype) {
   case GWTF__DTYPE__DTYPE_BF16:
   case GWTF__DTYPE__DTYPE_U16: return 2;
   case GWTF__DTYPE__DTYPE_U8:
-  case GWTF__DTYPE__DTYPE_Q8ROW: return 1;
+  case GWTF__DTYPE__DTYPE_Q8ROW:
+  case GWTF__DTYPE__DTYPE_R4ROW:
+  case GWTF__DTYPE__DTYPE_R3ROW:
+  case GWTF__DTYPE__DTYPE_R2ROW:
+  case GWTF__DTYPE__DTYPE_LR8:
+  case GWTF__DTYPE__DTYPE_LR16:
+  case GWTF__DTYPE__DTYPE_LR32: return 1;
   default: return 0;
   }
 }

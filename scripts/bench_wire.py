@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """scripts/bench_wire.py — wire compression of activations (--wire-dtype), measured.
 
-    scripts/bench_wire.py [--build DIR] [--iterations N] [--dtypes fp32,bf16,fp16,int8]
+    scripts/bench_wire.py [--build DIR] [--iterations N] [--dtypes fp32,bf16,...,rot4/lr32]
                           [--links FILE] [--relays N] [--base-port P] [--json FILE]
+                          [--data-seeds 1000,1001,...]
 
-For each wire dtype, one `gwtf swarm` (1 data node, --relays relays over 3
+For each wire dtype (or ACT/GRAD pair: activations in ACT, gradients in GRAD), one `gwtf swarm` (1 data node, --relays relays over 3
 stages, the tiny model, 4 microbatches of 4 x 64 tokens per iteration) over
 emulated links (default data/links/wan50.json: every link 50 Mbit/s, 10 ms
 one way), and one `gwtf train-ref --wire-dtype` of the same run (the same
@@ -16,7 +17,11 @@ arithmetic in one process, no network). Reports per dtype:
   - seconds per microbatch (the swarm summary's median time_per_microbatch_s,
     first two iterations left out: flows and HELLOs settle there);
   - the final loss (last iteration, and the mean of the last 10) of the
-    swarm and of train-ref, and how far each is from fp32's.
+    swarm and of train-ref, and how far each is from fp32's;
+  - with --data-seeds, train-ref's last-10 mean for each of those data
+    seeds too (the swarm's data node samples with --data-seed 1000), and
+    their mean: at 200 iterations one run's loss moves by several percent
+    with any perturbation, so one seed cannot tell 2 % apart.
 Numbers go to docs/TRAINING.md, "Wire compression". Not a pass/fail test."""
 
 import argparse
@@ -38,9 +43,10 @@ def fields(rest):
 
 
 def swarm(gwtf, tmp, dtype, a):
-    summary = os.path.join(tmp, f"summary-{dtype}.json")
+    tag = dtype.replace("/", "_")
+    summary = os.path.join(tmp, f"summary-{tag}.json")
     cmd = [gwtf, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
-           "--base-port", str(a.base_port), "--workdir", os.path.join(tmp, f"peers-{dtype}"),
+           "--base-port", str(a.base_port), "--workdir", os.path.join(tmp, f"peers-{tag}"),
            "--relays", str(a.relays), "--stages", "3", "--iterations", str(a.iterations),
            "--links", a.links, "--wire-dtype", dtype]
     print("$", " ".join(cmd), flush=True)
@@ -60,9 +66,9 @@ def swarm(gwtf, tmp, dtype, a):
     return s, last, costs[len(costs) // 2:]  # the second half: links measured under load
 
 
-def train_ref(gwtf, tmp, dtype, iterations):
+def train_ref(gwtf, tmp, dtype, iterations, seed=1000):
     r = subprocess.run([gwtf, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations",
-                        str(iterations), "--data-seed", "1000", "--json", "--wire-dtype", dtype],
+                        str(iterations), "--data-seed", str(seed), "--json", "--wire-dtype", dtype],
                        stdout=subprocess.PIPE, text=True, check=True)
     return [it["loss"] for it in json.loads(r.stdout)["iterations"]]
 
@@ -71,7 +77,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--iterations", type=int, default=200)
-    ap.add_argument("--dtypes", default="fp32,bf16,fp16,int8")
+    ap.add_argument("--dtypes", default="fp32,bf16,fp16,int8,rot4,rot3,rot4/lr32,rot4/lr16")
+    ap.add_argument("--data-seeds", default="", help="more train-ref data seeds, e.g. 1001,1002")
     ap.add_argument("--links", default=os.path.join(ROOT, "data/links/wan50.json"))
     ap.add_argument("--relays", type=int, default=3)
     ap.add_argument("--base-port", type=int, default=29000)
@@ -93,7 +100,12 @@ def main():
             f32 = sum(int(f["fp32_bytes"]) for f in sent.values())
             per_mb = [it["time_per_microbatch_s"] for it in its[2:] if it["time_per_microbatch_s"] is not None]
             ref = train_ref(gwtf, tmp, d, a.iterations)
-            rows.append({"dtype": d, "iterations": len(its), "microbatches": done, "tensors": tensors,
+            seeds = [int(x) for x in a.data_seeds.split(",") if x]
+            last10 = {1000: sum(ref[-10:]) / len(ref[-10:])}
+            for sd in seeds:
+                rs = train_ref(gwtf, tmp, d, a.iterations, sd)
+                last10[sd] = sum(rs[-10:]) / len(rs[-10:])
+            rows.append({"ref_last10_by_seed": last10, "ref_last10_seed_mean": statistics.mean(last10.values()),"dtype": d, "iterations": len(its), "microbatches": done, "tensors": tensors,
                          "bytes_per_tensor": nbytes / tensors if tensors else None,
                          "bytes_per_microbatch": nbytes / done if done else None,
                          "fp32_over_bytes": f32 / nbytes if nbytes else None,
@@ -107,16 +119,19 @@ def main():
     print(f"\n{a.iterations} iterations, links {os.path.basename(a.links)}, {a.relays} relays / 3 stages, "
           "tiny model, 4 microbatches of 4 x 64 tokens")
     print("| dtype | bytes/tensor | bytes/microbatch | vs fp32 | s/microbatch | iteration s | link cost ms "
-          "| swarm loss (last, last-10 mean) | Δ fp32 | train-ref loss (last, last-10) | Δ fp32 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| swarm loss (last, last-10 mean) | Δ fp32 | train-ref loss (last, last-10) | Δ fp32 "
+          "| train-ref last-10, mean over seeds | Δ fp32 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         dl = (r["loss_last10"] / base["loss_last10"] - 1) * 100 if base else float("nan")
         dr = (r["ref_loss_last10"] / base["ref_loss_last10"] - 1) * 100 if base else float("nan")
+        ds = (r["ref_last10_seed_mean"] / base["ref_last10_seed_mean"] - 1) * 100 if base else float("nan")
         print(f"| {r['dtype']} | {r['bytes_per_tensor']:.0f} | {r['bytes_per_microbatch']:.0f} | "
               f"{r['fp32_over_bytes']:.2f}x fewer | {r['s_per_microbatch_median']:.3f} | {r['iteration_s_median']:.2f} | "
               f"{r['link_cost_ms_median']:.1f} | "
               f"{r['loss_last']:.4f}, {r['loss_last10']:.4f} | {dl:+.2f} % | "
-              f"{r['ref_loss_last']:.4f}, {r['ref_loss_last10']:.4f} | {dr:+.2f} % |")
+              f"{r['ref_loss_last']:.4f}, {r['ref_loss_last10']:.4f} | {dr:+.2f} % | "
+              f"{r['ref_last10_seed_mean']:.4f} ({len(r['ref_last10_by_seed'])}) | {ds:+.2f} % |")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -67,9 +67,9 @@ typedef enum train_recovery {
 
 /* ---- tensors on the wire ---- */
 
-/* Values are gwtf.DType's. F16, BF16 and Q8ROW carry compressed activations
- * and activation gradients between stages (train/wire_codec.h); weights and
- * aggregation always travel as F32. */
+/* Values are gwtf.DType's. F16, BF16, Q8ROW, R*ROW and LR* carry compressed
+ * activations and activation gradients between stages (train/wire_codec.h);
+ * weights and aggregation always travel as F32. */
 typedef enum train_dtype {
   TRAIN_F32 = 1,
   TRAIN_F16 = 2,
@@ -77,6 +77,12 @@ typedef enum train_dtype {
   TRAIN_I32 = 4,
   TRAIN_U8 = 6,
   TRAIN_Q8ROW = 7, /* int8 with one float scale per row: shape [.., cols + 4] bytes */
+  TRAIN_R4ROW = 8,  /* rotated 4-bit rows (train/wire_rot.h): shape [.., 2 + cols/2] bytes */
+  TRAIN_R3ROW = 9,  /* rotated 3-bit rows: [.., 2 + ceil(3 cols / 8)] bytes */
+  TRAIN_R2ROW = 10, /* rotated 2-bit rows: [.., 2 + ceil(cols / 4)] bytes */
+  TRAIN_LR8 = 11,   /* column mean + rank-8 int8 factors (train/wire_lowrank.h): shape [bytes] */
+  TRAIN_LR16 = 12,  /* the same, rank 16 */
+  TRAIN_LR32 = 13,  /* the same, rank 32 */
 } train_dtype;
 
 typedef struct train_tensor {
@@ -296,8 +302,10 @@ typedef struct train_peer_config {
    * what we would like to send (0 = F32), and the set of dtypes we accept
    * (WIRE_BIT mask, train/wire_codec.h; 0 = every one this build decodes).
    * HELLO carries both; we send a neighbour wire_dtype only once it said it
-   * accepts it, else F32. */
+   * accepts it, else F32. wire_grad_dtype: the same for the gradients we
+   * send backward (0 = wire_dtype). */
   train_dtype wire_dtype;
+  train_dtype wire_grad_dtype;
   uint32_t wire_accept;
   /* Averages are signed (train/avg_sig.h): our node key's public half
    * (self is BLAKE2b-256 of it; io.sign signs with its secret half) and the
@@ -435,12 +443,14 @@ bool train_peer_wants_replicas(const train_peer *p);
 
 /* ---- queries ---- */
 
-/* The dtype of the activations we send to `peer` (F32 until its HELLO said
- * it accepts our wire_dtype), and of the gradients it sends us (F32 until its
- * HELLO said what it would like to send and we accept it). The driver's link
- * costs use their sizes. */
-train_dtype train_peer_wire_to(const train_peer *p, const gw_id *peer);
-train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer);
+/* The dtype of the activations (grad false) or gradients (grad true) we
+ * send to `peer` (F32 until its HELLO said it accepts our wire_dtype or
+ * wire_grad_dtype), and of those it sends us (F32 until its HELLO said what
+ * it would like to send and we accept it). The driver's link costs use
+ * their sizes: towards a next-stage peer our activations go and its
+ * gradients come back; towards a previous-stage peer the reverse. */
+train_dtype train_peer_wire_to(const train_peer *p, const gw_id *peer, bool grad);
+train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer, bool grad);
 
 int train_peer_stage(const train_peer *p);
 uint64_t train_peer_step(const train_peer *p); /* optimizer steps our weights have taken */

@@ -310,8 +310,9 @@ typedef struct peer_verify {
 typedef struct peer_wire_link {
   gw_id id;
   uint32_t accept;  /* WIRE_BIT mask its HELLO said it accepts (always F32) */
-  train_dtype want; /* what it would like to send us */
-  train_dtype to, from; /* negotiated: what we send it, what it sends us */
+  train_dtype want, want_grad; /* what it would like to send us: activations, gradients */
+  /* negotiated: what we send it, what it sends us (activations, gradients) */
+  train_dtype to, to_grad, from, from_grad;
   uint64_t at_ms;
 } peer_wire_link;
 
@@ -650,9 +651,11 @@ bool wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h);
  * (B x T x C floats) in the dtype negotiated with `to`. */
 int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data);
 /* An activation tensor we can take: a dtype we accept, the [B,T,C] shape
- * (Q8ROW: [B,T,C+4]), exactly the bytes that needs, valid row scales. */
-bool wire_act_ok(const train_peer *p, const train_tensor *t);
-/* Decodes a tensor that passed wire_act_ok into new B x T x C floats (NULL:
+ * (Q8ROW, R*ROW: [B,T,row bytes]), exactly the bytes that needs, valid
+ * row scales and padding. NULL when it is; otherwise why not, for the
+ * train.malformed line ("missing", "dtype", "shape", "size", "rows"). */
+const char *wire_act_refusal(const train_peer *p, const train_tensor *t);
+/* Decodes a tensor that wire_act_refusal passed into new B x T x C floats (NULL:
  * out of memory). */
 float *wire_act_decode(const train_peer *p, const train_tensor *t);
 void wire_free(train_peer *p);

@@ -150,7 +150,17 @@ static void fill_mb_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, con
 }
 
 /* Activations and gradients may arrive compressed (train/peer_wire.c). */
-static bool valid_act(const train_peer *p, const train_tensor *t) { return wire_act_ok(p, t); }
+static bool valid_act(const train_peer *p, const train_tensor *t) { return wire_act_refusal(p, t) == NULL; }
+
+/* One line per refused activation or gradient: who sent it, which way, in
+ * what dtype and why (train/peer_wire.c says what it checks). */
+static void log_malformed(const train_peer *p, const gw_id *from, const char *what, const train_tensor *t) {
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  const char *why = wire_act_refusal(p, t);
+  GW_WARN(&p->log, "train.malformed", "peer=%s what=%s dtype=%u why=%s", who, what, t ? (unsigned)t->dtype : 0u,
+          why ? why : "header");
+}
 
 /* A data node gives a microbatch this long to travel the whole ring once
  * (forward, or backward): long enough for every hop's own timeout and
@@ -370,9 +380,7 @@ static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMi
 
 void mb_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
   if (m->origin.len != GW_ID_BYTES || m->n_path == 0 || m->n_path > PEER_MAX_PATH || !valid_act(p, t)) {
-    char who[GW_ID_SHORT_LEN + 1];
-    peer_short(from, who);
-    GW_WARN(&p->log, "train.malformed", "peer=%s what=forward", who);
+    log_malformed(p, from, "forward", t);
     return;
   }
   if (p->cfg.role == TRAIN_DATA) {
@@ -494,7 +502,10 @@ void mb_send_backward(train_peer *p, peer_mb *mb) {
 
 void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
   gw_id origin;
-  if (m->origin.len != GW_ID_BYTES || !valid_act(p, t)) return;
+  if (m->origin.len != GW_ID_BYTES || !valid_act(p, t)) {
+    log_malformed(p, from, "backward", t);
+    return;
+  }
   id_from_bytes(&origin, m->origin);
   peer_mb *mb = mb_find(p, &origin, m->id);
   if (!mb || mb->attempt != m->attempt) return;

@@ -2,7 +2,8 @@
  * each link (--wire-dtype), negotiated through HELLO.
  *
  * Every peer says in its HELLO which wire dtypes it accepts and which one it
- * would like to send. A sender uses its wish on a link only once the
+ * would like to send (its activations forward, and, where it differs, its
+ * gradients backward: wire_grad_dtype). A sender uses its wish on a link only once the
  * receiver's HELLO accepted it; until then, and towards a peer that does not
  * accept it (or predates compression: its HELLO has no mask), it sends F32.
  * A receiver takes any dtype it accepts, so a change on one side needs no
@@ -17,7 +18,9 @@
  * as is, like a parameter gradient). Per (microbatch, hop) there is nothing
  * to carry it into either: each gradient crosses each hop once. Round to
  * nearest keeps the error small instead: <= 2^-8 relative (bf16) or half a
- * step of the row's scale (int8). */
+ * step of the row's scale (int8). The rotated formats (rot4/3/2,
+ * train/wire_rot.h) rely on the same argument: their error is spread over
+ * the row by the rotation and is about 1-12 % of the row's energy. */
 #include "train/peer_internal.h"
 
 #include <stdlib.h>
@@ -34,6 +37,11 @@ static train_dtype my_want(const train_peer *p) {
   return wire_dtype_ok(p->cfg.wire_dtype) ? p->cfg.wire_dtype : TRAIN_F32;
 }
 
+static train_dtype my_want_grad(const train_peer *p) {
+  return p->cfg.wire_grad_dtype == 0 ? my_want(p)
+         : wire_dtype_ok(p->cfg.wire_grad_dtype) ? p->cfg.wire_grad_dtype : TRAIN_F32;
+}
+
 static const peer_wire_link *link_find(const train_peer *p, const gw_id *id) {
   for (uint32_t i = 0; i < p->n_wire; i++)
     if (gw_id_eq(&p->wire[i].id, id)) return &p->wire[i];
@@ -43,7 +51,16 @@ static const peer_wire_link *link_find(const train_peer *p, const gw_id *id) {
 void wire_fill_hello(const train_peer *p, Gwtf__TrainHello *h) {
   h->wire_accept = my_accept(p);
   h->wire_dtype = (uint32_t)my_want(p);
+  h->wire_grad_dtype = my_want_grad(p) == my_want(p) ? 0u : (uint32_t)my_want_grad(p);
 }
+
+/* A dtype from the network: one we know, else F32. */
+static train_dtype known_or_f32(uint32_t d) {
+  return d < 32 && wire_dtype_ok((train_dtype)d) ? (train_dtype)d : TRAIN_F32;
+}
+
+/* What goes on a link one way: the sender's wish if the receiver takes it. */
+static train_dtype agree(train_dtype want, uint32_t accept) { return (accept & WIRE_BIT(want)) ? want : TRAIN_F32; }
 
 bool wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
   peer_wire_link *l = (peer_wire_link *)link_find(p, from);
@@ -58,33 +75,38 @@ bool wire_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) 
     }
     memset(l, 0, sizeof(*l));
     l->id = *from;
-    l->to = l->from = TRAIN_F32;
+    l->to = l->to_grad = l->from = l->from_grad = TRAIN_F32;
   }
   l->at_ms = p->now;
   /* A mask from the network: only the dtypes we know count. */
   l->accept = (h->wire_accept & WIRE_ACCEPT_ALL) | WIRE_BIT(TRAIN_F32);
-  l->want = h->wire_dtype < 32 && wire_dtype_ok((train_dtype)h->wire_dtype) ? (train_dtype)h->wire_dtype : TRAIN_F32;
-  train_dtype to = (l->accept & WIRE_BIT(my_want(p))) ? my_want(p) : TRAIN_F32;
-  train_dtype fr = (my_accept(p) & WIRE_BIT(l->want)) ? l->want : TRAIN_F32;
-  if (to != l->to || fr != l->from) {
+  l->want = known_or_f32(h->wire_dtype);
+  /* no gradient wish (a peer from before it, or the same): wire_dtype */
+  l->want_grad = h->wire_grad_dtype == 0 ? l->want : known_or_f32(h->wire_grad_dtype);
+  train_dtype to = agree(my_want(p), l->accept), to_g = agree(my_want_grad(p), l->accept);
+  train_dtype fr = agree(l->want, my_accept(p)), fr_g = agree(l->want_grad, my_accept(p));
+  if (to != l->to || fr != l->from || to_g != l->to_grad || fr_g != l->from_grad) {
     char who[GW_ID_SHORT_LEN + 1];
     peer_short(from, who);
-    GW_INFO(&p->log, "wire.negotiated", "peer=%s to=%s from=%s wanted=%s", who, wire_dtype_name(to),
-            wire_dtype_name(fr), wire_dtype_name(my_want(p)));
+    GW_INFO(&p->log, "wire.negotiated", "peer=%s to=%s from=%s to_grad=%s from_grad=%s wanted=%s wanted_grad=%s", who,
+            wire_dtype_name(to), wire_dtype_name(fr), wire_dtype_name(to_g), wire_dtype_name(fr_g),
+            wire_dtype_name(my_want(p)), wire_dtype_name(my_want_grad(p)));
   }
   l->to = to;
   l->from = fr;
-  return fresh && l->want != TRAIN_F32;
+  l->to_grad = to_g;
+  l->from_grad = fr_g;
+  return fresh && (l->want != TRAIN_F32 || l->want_grad != TRAIN_F32);
 }
 
-train_dtype train_peer_wire_to(const train_peer *p, const gw_id *peer) {
+train_dtype train_peer_wire_to(const train_peer *p, const gw_id *peer, bool grad) {
   const peer_wire_link *l = link_find(p, peer);
-  return l ? l->to : TRAIN_F32;
+  return l ? (grad ? l->to_grad : l->to) : TRAIN_F32;
 }
 
-train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer) {
+train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer, bool grad) {
   const peer_wire_link *l = link_find(p, peer);
-  return l ? l->from : TRAIN_F32;
+  return l ? (grad ? l->from_grad : l->from) : TRAIN_F32;
 }
 
 static size_t act_rows(const train_peer *p) { return (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T; }
@@ -103,9 +125,11 @@ static int send_counted(train_peer *p, const gw_id *to, uint32_t type, const Pro
 int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data) {
   train_tensor t;
   peer_tensor_f32(&t, data, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
-  train_dtype d = train_peer_wire_to(p, to);
+  train_dtype d = train_peer_wire_to(p, to, type == GWTF__TRAIN_MSG__TRAIN_BACKWARD);
   if (d == TRAIN_F32) return send_counted(p, to, type, msg, &t);
   size_t rows = act_rows(p), cols = (size_t)p->cfg.shape.C, need = wire_bytes(d, rows, cols);
+  /* a format bigger than fp32 (a high rank on a tiny shape) saves nothing */
+  if (need == 0 || need >= t.nbytes) return send_counted(p, to, type, msg, &t);
   if (need > p->wire_buf_len) {
     uint8_t *b = realloc(p->wire_buf, need);
     if (!b) return send_counted(p, to, type, msg, &t); /* F32 is always accepted */
@@ -114,24 +138,32 @@ int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufC
   }
   if (wire_encode(d, data, rows, cols, p->wire_buf, need) != 0) return send_counted(p, to, type, msg, &t);
   t.dtype = d;
-  if (d == TRAIN_Q8ROW) t.shape[2] += 4; /* each row: its 4-byte scale, then C bytes */
+  if (wire_shape_last(d, cols)) {
+    t.shape[2] = wire_shape_last(d, cols); /* the byte formats: one row's bytes */
+  } else { /* a format that is not row by row (LR*): just its bytes */
+    t.ndim = 1;
+    t.shape[0] = need;
+  }
   t.data = p->wire_buf;
   t.nbytes = need;
   return send_counted(p, to, type, msg, &t);
 }
 
-bool wire_act_ok(const train_peer *p, const train_tensor *t) {
-  if (!t || t->dtype >= 32 || !wire_dtype_ok(t->dtype) || !(my_accept(p) & WIRE_BIT(t->dtype))) return false;
+const char *wire_act_refusal(const train_peer *p, const train_tensor *t) {
+  if (!t) return "missing";
+  if (t->dtype >= 32 || !wire_dtype_ok(t->dtype) || !(my_accept(p) & WIRE_BIT(t->dtype))) return "dtype";
   size_t rows = act_rows(p), cols = (size_t)p->cfg.shape.C;
-  uint64_t last = (uint64_t)cols + (t->dtype == TRAIN_Q8ROW ? 4 : 0);
-  /* A header without a shape (raw bytes) is fine as long as the size is. */
-  if (t->ndim == 3 && (t->shape[0] != (uint64_t)p->cfg.shape.B || t->shape[1] != (uint64_t)p->cfg.shape.T ||
-                       t->shape[2] != last))
-    return false;
-  if (t->ndim != 3 && t->ndim != 0) return false;
+  uint64_t last = wire_shape_last(t->dtype, cols);
   size_t need = wire_bytes(t->dtype, rows, cols);
-  if (need == 0 || t->nbytes != need) return false;
-  return wire_check(t->dtype, t->data, t->nbytes, rows, cols) == 0;
+  /* A header without a shape (raw bytes) is fine as long as the size is. */
+  if (last && t->ndim == 3 &&
+      (t->shape[0] != (uint64_t)p->cfg.shape.B || t->shape[1] != (uint64_t)p->cfg.shape.T || t->shape[2] != last))
+    return "shape";
+  if (!last && t->ndim == 1 && t->shape[0] != (uint64_t)need) return "shape";
+  if (t->ndim != (last ? 3u : 1u) && t->ndim != 0) return "shape";
+  if (need == 0 || t->nbytes != need) return "size";
+  /* row scales (Q8ROW, R*ROW), padding bits and marker rows (R*ROW) */
+  return wire_check(t->dtype, t->data, t->nbytes, rows, cols) == 0 ? NULL : "rows";
 }
 
 float *wire_act_decode(const train_peer *p, const train_tensor *t) {

@@ -3,8 +3,11 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "train/wire_lowrank.h"
+#include "train/wire_rot.h"
 #include "util/err.h"
 
 #define Q8_SCALE_BYTES 4
@@ -77,12 +80,34 @@ float wire_f16_to_f32(uint16_t h) { return from_f16(h); }
 /* ---- sizes and names ---- */
 
 bool wire_dtype_ok(train_dtype d) {
-  return d == TRAIN_F32 || d == TRAIN_BF16 || d == TRAIN_F16 || d == TRAIN_Q8ROW;
+  return d == TRAIN_F32 || d == TRAIN_BF16 || d == TRAIN_F16 || d == TRAIN_Q8ROW || d == TRAIN_R4ROW ||
+         d == TRAIN_R3ROW || d == TRAIN_R2ROW || d == TRAIN_LR8 || d == TRAIN_LR16 || d == TRAIN_LR32;
+}
+
+/* Bits per element of a rotated format; 0 for any other dtype. */
+static unsigned rot_bits(train_dtype d) {
+  return d == TRAIN_R4ROW ? 4 : d == TRAIN_R3ROW ? 3 : d == TRAIN_R2ROW ? 2 : 0;
+}
+
+/* Rank of a low-rank format; 0 for any other dtype. */
+static size_t lr_rank(train_dtype d) { return d == TRAIN_LR8 ? 8 : d == TRAIN_LR16 ? 16 : d == TRAIN_LR32 ? 32 : 0; }
+
+size_t wire_shape_last(train_dtype d, size_t cols) {
+  if (d == TRAIN_Q8ROW) return cols > SIZE_MAX - Q8_SCALE_BYTES ? 0 : cols + Q8_SCALE_BYTES;
+  if (rot_bits(d)) return wire_rot_row_bytes(rot_bits(d), cols);
+  return lr_rank(d) ? 0 : cols;
 }
 
 size_t wire_bytes(train_dtype d, size_t rows, size_t cols) {
+  if (lr_rank(d)) return wire_lr_bytes(lr_rank(d), rows, cols);
   size_t per_row;
   switch (d) {
+  case TRAIN_R4ROW:
+  case TRAIN_R3ROW:
+  case TRAIN_R2ROW:
+    per_row = wire_rot_row_bytes(rot_bits(d), cols);
+    if (per_row == 0) return 0;
+    break;
   case TRAIN_F32:
     if (cols > SIZE_MAX / 4) return 0;
     per_row = cols * 4;
@@ -105,7 +130,9 @@ size_t wire_bytes(train_dtype d, size_t rows, size_t cols) {
 static const struct {
   const char *name;
   train_dtype d;
-} names[] = {{"fp32", TRAIN_F32}, {"bf16", TRAIN_BF16}, {"fp16", TRAIN_F16}, {"int8", TRAIN_Q8ROW}};
+} names[] = {{"fp32", TRAIN_F32}, {"bf16", TRAIN_BF16}, {"fp16", TRAIN_F16}, {"int8", TRAIN_Q8ROW},
+               {"rot4", TRAIN_R4ROW}, {"rot3", TRAIN_R3ROW}, {"rot2", TRAIN_R2ROW},
+               {"lr8", TRAIN_LR8},    {"lr16", TRAIN_LR16},  {"lr32", TRAIN_LR32}};
 
 int wire_dtype_parse(const char *s, train_dtype *out) {
   for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
@@ -114,6 +141,26 @@ int wire_dtype_parse(const char *s, train_dtype *out) {
       return 0;
     }
   return GW_EINVAL;
+}
+
+int wire_pair_parse(const char *s, train_dtype *act, train_dtype *grad) {
+  if (!s) return GW_EINVAL;
+  const char *slash = strchr(s, '/');
+  if (!slash) {
+    if (wire_dtype_parse(s, act) != 0) return GW_EINVAL;
+    *grad = *act;
+    return 0;
+  }
+  char word[8];
+  size_t n = (size_t)(slash - s);
+  if (n == 0 || n >= sizeof(word)) return GW_EINVAL;
+  memcpy(word, s, n);
+  word[n] = 0;
+  train_dtype a, g;
+  if (wire_dtype_parse(word, &a) != 0 || wire_dtype_parse(slash + 1, &g) != 0) return GW_EINVAL;
+  *act = a;
+  *grad = g;
+  return 0;
 }
 
 const char *wire_dtype_name(train_dtype d) {
@@ -199,6 +246,28 @@ int wire_encode(train_dtype d, const float *src, size_t rows, size_t cols, void 
     for (size_t r = 0; r < rows; r++) q8_encode_row(src + r * cols, cols, o + r * (cols + Q8_SCALE_BYTES));
     break;
   }
+  case TRAIN_R4ROW:
+  case TRAIN_R3ROW:
+  case TRAIN_R2ROW: {
+    unsigned b = rot_bits(d);
+    size_t rb = wire_rot_row_bytes(b, cols);
+    float *work = malloc((cols ? cols : 1) * sizeof(float));
+    if (!work) return GW_ENOMEM;
+    uint8_t *o = dst;
+    for (size_t r = 0; r < rows; r++) wire_rot_encode_row(b, src + r * cols, cols, o + r * rb, work);
+    free(work);
+    break;
+  }
+  case TRAIN_LR8:
+  case TRAIN_LR16:
+  case TRAIN_LR32: {
+    size_t sb = wire_lr_scratch(lr_rank(d), rows, cols);
+    float *work = sb ? malloc(sb) : NULL;
+    if (!work) return GW_ENOMEM;
+    int rc = wire_lr_encode(lr_rank(d), src, rows, cols, dst, work);
+    free(work);
+    return rc;
+  }
   default: return GW_EINVAL;
   }
   return 0;
@@ -208,6 +277,13 @@ int wire_check(train_dtype d, const void *src, size_t src_len, size_t rows, size
   if (!wire_dtype_ok(d)) return GW_EINVAL;
   size_t need = wire_bytes(d, rows, cols);
   if ((need == 0 && rows && cols) || src_len != need) return GW_EPROTO;
+  if (lr_rank(d)) return wire_lr_check(lr_rank(d), src, src_len, rows, cols);
+  if (rot_bits(d)) {
+    size_t rb = wire_rot_row_bytes(rot_bits(d), cols);
+    for (size_t r = 0; r < rows; r++)
+      if (wire_rot_check_row(rot_bits(d), (const uint8_t *)src + r * rb, cols) != 0) return GW_EPROTO;
+    return 0;
+  }
   if (d != TRAIN_Q8ROW) return 0;
   const uint8_t *s = src;
   for (size_t r = 0; r < rows; r++) {
@@ -251,6 +327,18 @@ int wire_decode(train_dtype d, const void *src, size_t src_len, size_t rows, siz
       if (q8_decode_row(s + r * (cols + Q8_SCALE_BYTES), cols, dst + r * cols) != 0) return GW_EPROTO;
     break;
   }
+  case TRAIN_R4ROW:
+  case TRAIN_R3ROW:
+  case TRAIN_R2ROW: {
+    const uint8_t *s = src;
+    size_t rb = wire_rot_row_bytes(rot_bits(d), cols);
+    for (size_t r = 0; r < rows; r++)
+      if (wire_rot_decode_row(rot_bits(d), s + r * rb, cols, dst + r * cols) != 0) return GW_EPROTO;
+    break;
+  }
+  case TRAIN_LR8:
+  case TRAIN_LR16:
+  case TRAIN_LR32: return wire_lr_decode(lr_rank(d), src, src_len, rows, cols, dst);
   default: return GW_EINVAL;
   }
   return 0;

@@ -253,6 +253,25 @@ static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body,
   put32(s, 0x3c23d70a); /* 0.01f */
 }
 
+/* An activation or gradient in a compressed wire format (fuzz_train_lib.c:
+ * spec bit 0x40 picks Q8ROW R4ROW R3ROW R2ROW LR8 LR16 LR32 by index),
+ * its bytes the 4-byte pattern `fill` repeated. */
+static void t_msg_wire(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t index, uint8_t ndim,
+                       const uint8_t *shape, uint32_t fill) {
+  put8(s, FUZZ_TRAIN_OP_MSG);
+  put8(s, (uint8_t)from);
+  put8(s, (uint8_t)(type - 300));
+  buf bb = {0};
+  put_msg(&bb, body);
+  put16(s, (uint16_t)bb.n);
+  put(s, bb.p, bb.n);
+  free(bb.p);
+  put8(s, (uint8_t)(0x40 | index));
+  put8(s, ndim);
+  for (uint8_t i = 0; i < ndim; i++) put8(s, shape[i]);
+  put32(s, fill);
+}
+
 /* A gradient or weights chunk: F32 over `total` floats, this chunk at offset. */
 static void t_msg_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t dtype, uint16_t nbytes,
                         uint16_t offset, uint16_t total) {
@@ -352,6 +371,26 @@ static void gen_train(void) {
     Gwtf__TrainRedeem rd = GWTF__TRAIN_REDEEM__INIT;
     rd.token = (ProtobufCBinaryData){4, (uint8_t *)"\x0a\x02\x08\x01"};
     t_msg(&s, R2B, 331, &rd.base, false);
+    t_op(&s, FUZZ_TRAIN_OP_TICK, 30);
+    flush("train_msg", &s);
+  }
+  /* Compressed tensors at a stage-1 relay: a valid rot3 activation (rows of
+   * a bf16 scale 1.0, a code byte, a padding byte with only its used bit),
+   * the same with a padding bit set, then an lr8 gradient of zeros (valid)
+   * and one whose means are Inf (refused). */
+  put8(&s, R1A);
+  {
+    Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 1);
+    const uint8_t r3[3] = {FUZZ_TRAIN_B, FUZZ_TRAIN_T, 4}; /* 2 + ceil(3 x 3 / 8) bytes a row */
+    t_msg_wire(&s, D0, 310, &m.base, 2, 3, r3, 0x015a3f80u);
+    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
+    Gwtf__TrainMicrobatch m2 = mb_for(D0, 1, path, 1);
+    t_msg_wire(&s, D0, 310, &m2.base, 2, 3, r3, 0x815a3f80u);
+    Gwtf__TrainMicrobatch b = mb_for(D0, 0, path, 2);
+    const uint8_t l8[1] = {2 * FUZZ_TRAIN_C + (FUZZ_TRAIN_B * FUZZ_TRAIN_T + FUZZ_TRAIN_C) * 10};
+    t_msg_wire(&s, R2A, 313, &b.base, 4, 1, l8, 0);
+    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
+    t_msg_wire(&s, R2A, 313, &b.base, 4, 1, l8, 0x7f807f80u);
     t_op(&s, FUZZ_TRAIN_OP_TICK, 30);
     flush("train_msg", &s);
   }

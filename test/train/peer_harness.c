@@ -424,7 +424,8 @@ static void on_message(void *ud, const gw_peer *from, const uint8_t *buf, size_t
     t.data = q;
     tp = &t;
     if (type == GWTF__TRAIN_MSG__TRAIN_FORWARD || type == GWTF__TRAIN_MSG__TRAIN_BACKWARD) {
-      n->act_recv[t.dtype & 7]++;
+      n->act_recv[t.dtype & 15]++;
+      if (type == GWTF__TRAIN_MSG__TRAIN_BACKWARD) n->bwd_recv[t.dtype & 15]++;
       n->act_recv_bytes += nb;
     }
   }
@@ -523,7 +524,8 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
   train_peer_config cfg = {.self = n->peer.id, .role = role, .n_stages = h->n_stages, .stage = stage,
                            .capacity = capacity, .shape = {H_B, H_T, H_C, H_NP}, .iterations = iterations,
                            .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
-                           .wire_dtype = h->wire_dtype, .wire_accept = h->wire_accept};
+                           .wire_dtype = h->wire_dtype, .wire_grad_dtype = h->wire_grad_dtype,
+                           .wire_accept = h->wire_accept};
   memcpy(cfg.node_pk, n->pk, sizeof(cfg.node_pk));
   memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,

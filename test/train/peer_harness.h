@@ -89,7 +89,7 @@ typedef struct h_node {
   uint32_t replicas_stored, replicas_dropped, replicas_pushed;
   bool stage_lost; /* TRAIN_EV_STAGE_LOST: as the restorer, or as the leader */
   /* FORWARD/BACKWARD tensors this node received, by dtype (index & 7), and their bytes */
-  uint64_t act_recv[8], act_recv_bytes;
+  uint64_t act_recv[16], bwd_recv[16], act_recv_bytes; /* by dtype: FORWARD + BACKWARD, BACKWARD */
   /* its identity: peer.id is BLAKE2b-256 of pk; it signs its averages with sk */
   uint8_t pk[32], sk[64];
 } h_node;
@@ -124,7 +124,7 @@ struct h_harness {
   size_t replica_max; /* the holders' bound (0: the default) */
   bool movable;       /* relays take the leader's TRAIN_MOVE (train_peer_config.movable) */
   /* wire compression for the nodes h_add creates next (train_peer_config) */
-  train_dtype wire_dtype;
+  train_dtype wire_dtype, wire_grad_dtype;
   uint32_t wire_accept;
   gw_log_sink sink;
   gw_log log;

@@ -4,9 +4,16 @@
  *     fp32 and bf16: it never receives int8 (fp32 from the peers that want
  *     int8, bf16 from the stage-1 relays that want bf16), everybody else gets
  *     int8 where the sender wants it, and the run trains like the fp32 run;
- *   - a hostile FORWARD (short payload, wrong shape, NaN row scale, a dtype
- *     the receiver does not accept) is refused with one train.malformed line
- *     each, and the run goes on. */
+ *   - activations and gradients in different dtypes (--wire-dtype rot4/rot2):
+ *     each direction negotiated on its own, a receiver that accepts rot4 but
+ *     not rot2 gets rot4 activations and fp32 gradients;
+ *   - a format bigger than fp32 (rank 8 on the harness's 8 x 3 tensors) is
+ *     never sent: fp32 instead;
+ *   - a hostile FORWARD or BACKWARD (short payload, wrong shape, NaN row
+ *     scale, a dtype the receiver does not accept, rotated rows with a
+ *     negative scale or padding bits set, a low-rank tensor with an Inf
+ *     mean) is refused with one train.malformed line each, and the run goes
+ *     on. */
 #include "testutil.h"
 
 #include <math.h>
@@ -87,11 +94,11 @@ static void test_negotiation(void **state) {
    * stage 2 (both relays, the picky one included) and stage 1 from stage 2 */
   assert_true(n.h.nodes[n.data].act_recv[TRAIN_Q8ROW] > 0);
   assert_true(n.h.nodes[n.s1[0]].act_recv[TRAIN_Q8ROW] + n.h.nodes[n.s1[1]].act_recv[TRAIN_Q8ROW] > 0);
-  assert_int_equal(train_peer_wire_to(n.h.nodes[n.data].tp, &picky->peer.id), TRAIN_F32);
-  assert_int_equal(train_peer_wire_to(n.h.nodes[n.data].tp, &n.h.nodes[n.s1[0]].peer.id), TRAIN_Q8ROW);
-  assert_int_equal(train_peer_wire_from(n.h.nodes[n.data].tp, &n.h.nodes[n.s1[0]].peer.id), TRAIN_BF16);
-  assert_int_equal(train_peer_wire_to(picky->tp, &n.h.nodes[n.data].peer.id), TRAIN_Q8ROW);
-  assert_int_equal(train_peer_wire_from(picky->tp, &n.h.nodes[n.data].peer.id), TRAIN_F32);
+  assert_int_equal(train_peer_wire_to(n.h.nodes[n.data].tp, &picky->peer.id, true), TRAIN_F32);
+  assert_int_equal(train_peer_wire_to(n.h.nodes[n.data].tp, &n.h.nodes[n.s1[0]].peer.id, false), TRAIN_Q8ROW);
+  assert_int_equal(train_peer_wire_from(n.h.nodes[n.data].tp, &n.h.nodes[n.s1[0]].peer.id, true), TRAIN_BF16);
+  assert_int_equal(train_peer_wire_to(picky->tp, &n.h.nodes[n.data].peer.id, false), TRAIN_Q8ROW);
+  assert_int_equal(train_peer_wire_from(picky->tp, &n.h.nodes[n.data].peer.id, true), TRAIN_F32);
   h_free(&n.h);
 }
 
@@ -107,6 +114,70 @@ static void test_loss_close_to_fp32(void **state) {
   }
 }
 
+/* rot4 forward, rot2 backward; s2[1] takes fp32 and rot4 only. */
+static void test_grad_dtype(void **state) {
+  (void)state;
+  net n;
+  h_harness *h = &n.h;
+  h_init(h, STAGES, 34, verbose());
+  h->wire_dtype = TRAIN_R4ROW;
+  h->wire_grad_dtype = TRAIN_R2ROW;
+  n.data = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  for (int k = 0; k < 2; k++) n.s1[k] = h_add(h, TRAIN_RELAY, 1, M, 0, true);
+  n.s2[0] = h_add(h, TRAIN_RELAY, 2, M, 0, true);
+  h->wire_accept = WIRE_BIT(TRAIN_F32) | WIRE_BIT(TRAIN_R4ROW);
+  n.s2[1] = h_add(h, TRAIN_RELAY, 2, M, 0, true);
+  h->wire_accept = 0;
+  for (int i = 0; i < h->n_nodes; i++) h_start(h, i);
+  assert_true(h_run_until_finished(h, 120000));
+  assert_trained(&n);
+  h_node *d = &h->nodes[n.data], *picky = &h->nodes[n.s2[1]], *s1 = &h->nodes[n.s1[0]], *s1b = &h->nodes[n.s1[1]];
+  if (verbose())
+    for (int i = 0; i < h->n_nodes; i++)
+      fprintf(stderr, "node %d: fwd+bwd f32 %llu r4 %llu r2 %llu; bwd f32 %llu r2 %llu\n", i,
+              (unsigned long long)h->nodes[i].act_recv[TRAIN_F32], (unsigned long long)h->nodes[i].act_recv[TRAIN_R4ROW],
+              (unsigned long long)h->nodes[i].act_recv[TRAIN_R2ROW], (unsigned long long)h->nodes[i].bwd_recv[TRAIN_F32],
+              (unsigned long long)h->nodes[i].bwd_recv[TRAIN_R2ROW]);
+  /* the picky relay: rot4 activations from stage 1, fp32 gradients from the data node */
+  assert_true(picky->act_recv[TRAIN_R4ROW] > 0);
+  assert_int_equal(picky->act_recv[TRAIN_R2ROW], 0);
+  assert_true(picky->bwd_recv[TRAIN_F32] > 0);
+  assert_int_equal(picky->bwd_recv[TRAIN_R4ROW], 0);
+  /* everyone else: activations rot4 only, gradients rot2 only */
+  for (int i = 0; i < h->n_nodes; i++) {
+    h_node *x = &h->nodes[i];
+    assert_int_equal(x->act_recv[TRAIN_R2ROW], x->bwd_recv[TRAIN_R2ROW]); /* rot2 is never an activation */
+    assert_int_equal(x->bwd_recv[TRAIN_R4ROW], 0);                        /* rot4 never a gradient */
+    if (x != picky) assert_int_equal(x->bwd_recv[TRAIN_F32], 0);
+  }
+  assert_true(d->bwd_recv[TRAIN_R2ROW] > 0 && d->act_recv[TRAIN_R4ROW] > 0);
+  assert_true(s1->bwd_recv[TRAIN_R2ROW] + s1b->bwd_recv[TRAIN_R2ROW] > 0);
+  /* the negotiated dtypes, each way and each kind */
+  assert_int_equal(train_peer_wire_to(d->tp, &s1->peer.id, false), TRAIN_R4ROW);
+  assert_int_equal(train_peer_wire_from(d->tp, &s1->peer.id, true), TRAIN_R2ROW);
+  assert_int_equal(train_peer_wire_to(d->tp, &picky->peer.id, true), TRAIN_F32);
+  assert_int_equal(train_peer_wire_to(d->tp, &picky->peer.id, false), TRAIN_R4ROW);
+  assert_int_equal(train_peer_wire_from(picky->tp, &d->peer.id, true), TRAIN_F32);
+  assert_int_equal(train_peer_wire_to(picky->tp, &s1->peer.id, true), TRAIN_R2ROW);
+  h_free(h);
+}
+
+/* Rank 8 of an 8 x 3 tensor takes more bytes than fp32: fp32 goes instead. */
+static void test_bigger_than_fp32(void **state) {
+  (void)state;
+  assert_true(wire_bytes(TRAIN_LR8, H_B * H_T, H_C) > wire_bytes(TRAIN_F32, H_B * H_T, H_C));
+  net n;
+  build(&n, 35, TRAIN_LR8, TRAIN_LR8, false);
+  assert_true(h_run_until_finished(&n.h, 120000));
+  assert_trained(&n);
+  for (int i = 0; i < n.h.n_nodes; i++) {
+    assert_int_equal(n.h.nodes[i].act_recv[TRAIN_LR8], 0);
+    if (i == n.data) assert_true(n.h.nodes[i].act_recv[TRAIN_F32] > 0);
+  }
+  assert_int_equal(train_peer_wire_to(n.h.nodes[n.data].tp, &n.h.nodes[n.s1[0]].peer.id, false), TRAIN_LR8);
+  h_free(&n.h);
+}
+
 static int malformed;
 
 static void count_hook(void *ud, gw_log_level level, const char *event, const char *line) {
@@ -114,7 +185,8 @@ static void count_hook(void *ud, gw_log_level level, const char *event, const ch
   if (strcmp(event, "train.malformed") == 0) malformed++;
 }
 
-static void inject_forward(net *n, int from, int to, train_dtype d, uint64_t last_dim, size_t nbytes, const void *data) {
+static void inject(net *n, uint32_t type, int from, int to, train_dtype d, uint32_t ndim, uint64_t last_dim,
+                   size_t nbytes, const void *data) {
   h_node *dn = &n->h.nodes[n->data];
   Gwtf__TrainMicrobatch m = GWTF__TRAIN_MICROBATCH__INIT;
   ProtobufCBinaryData path[1] = {{GW_ID_BYTES, dn->peer.id.b}};
@@ -127,8 +199,13 @@ static void inject_forward(net *n, int from, int to, train_dtype d, uint64_t las
   m.path = full;
   uint8_t body[256];
   size_t len = gwtf__train_microbatch__pack(&m, body);
-  train_tensor t = {.dtype = d, .ndim = 3, .shape = {H_B, H_T, last_dim}, .data = data, .nbytes = nbytes};
-  assert_int_equal(h_inject(&n->h, from, to, GWTF__TRAIN_MSG__TRAIN_FORWARD, body, len, &t), 0);
+  train_tensor t = {.dtype = d, .ndim = ndim, .shape = {H_B, H_T, last_dim}, .data = data, .nbytes = nbytes};
+  if (ndim == 1) t.shape[0] = last_dim;
+  assert_int_equal(h_inject(&n->h, from, to, type, body, len, &t), 0);
+}
+
+static void inject_forward(net *n, int from, int to, train_dtype d, uint64_t last_dim, size_t nbytes, const void *data) {
+  inject(n, GWTF__TRAIN_MSG__TRAIN_FORWARD, from, to, d, 3, last_dim, nbytes, data);
 }
 
 static void test_hostile_headers(void **state) {
@@ -155,9 +232,29 @@ static void test_hostile_headers(void **state) {
   float nan = NAN;
   memcpy(buf + 3 * (H_C + 4), &nan, 4); /* the fourth row's scale */
   inject_forward(&n, n.data, n.s1[0], TRAIN_Q8ROW, H_C + 4, q8, buf);         /* NaN scale */
-  inject_forward(&n, n.data, n.s1[0], (train_dtype)9, H_C, 4 * ROWS * H_C, x); /* unknown dtype */
+  inject_forward(&n, n.data, n.s1[0], (train_dtype)30, H_C, 4 * ROWS * H_C, x); /* unknown dtype */
+  /* rotated 3-bit rows: 2 + 2 bytes each (9 bits: 7 padding bits) */
+  size_t r3 = wire_bytes(TRAIN_R3ROW, ROWS, H_C), rb = r3 / ROWS;
+  assert_int_equal(rb, 4);
+  assert_int_equal(wire_encode(TRAIN_R3ROW, x, ROWS, H_C, buf, r3), 0);
+  inject_forward(&n, n.data, n.s1[0], TRAIN_R3ROW, H_C, r3, buf);              /* shape says C, not row bytes */
+  buf[2 * rb + 3] |= 0x80;                                                      /* a padding bit */
+  inject_forward(&n, n.data, n.s1[0], TRAIN_R3ROW, rb, r3, buf);
+  buf[2 * rb + 3] &= 0x01;
+  uint16_t neg = 0xbf80u;
+  memcpy(buf + 5 * rb, &neg, 2);                                                /* a negative scale */
+  inject(&n, GWTF__TRAIN_MSG__TRAIN_BACKWARD, n.s2[0], n.s1[0], TRAIN_R3ROW, 3, rb, r3, buf);
+  /* low rank 8: [bytes], mean first */
+  uint8_t lr[512];
+  size_t l8 = wire_bytes(TRAIN_LR8, ROWS, H_C);
+  assert_true(l8 <= sizeof(lr));
+  assert_int_equal(wire_encode(TRAIN_LR8, x, ROWS, H_C, lr, l8), 0);
+  inject(&n, GWTF__TRAIN_MSG__TRAIN_FORWARD, n.data, n.s1[0], TRAIN_LR8, 3, H_C, l8, lr); /* a [B,T,C] shape */
+  uint16_t inf = 0x7f80u;
+  memcpy(lr + 2, &inf, 2);                                                      /* an Inf mean */
+  inject(&n, GWTF__TRAIN_MSG__TRAIN_BACKWARD, n.s2[0], n.s1[0], TRAIN_LR8, 1, l8, l8, lr);
   assert_true(h_run_until_finished(&n.h, 120000));
-  assert_int_equal(malformed, 6);
+  assert_int_equal(malformed, 11);
   assert_trained(&n);
   h_free(&n.h);
   fclose(null);
@@ -168,6 +265,8 @@ int main(void) {
       cmocka_unit_test(test_negotiation),
       cmocka_unit_test(test_loss_close_to_fp32),
       cmocka_unit_test(test_hostile_headers),
+      cmocka_unit_test(test_grad_dtype),
+      cmocka_unit_test(test_bigger_than_fp32),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

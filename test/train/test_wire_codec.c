@@ -1,6 +1,9 @@
 /* Wire formats of activations (train/wire_codec.h): rounding to nearest
  * even against a brute-force neighbour search, error bounds per dtype, the
- * edge cases (zeros, NaN, Inf, denormals, huge values) and hostile sizes. */
+ * edge cases (zeros, NaN, Inf, denormals, huge values) and hostile sizes;
+ * the rotated (rot4/3/2, train/wire_rot.h) and low-rank (lr8/16/32,
+ * train/wire_lowrank.h) formats: their error against what the math
+ * promises, and every malformed variant of their bytes refused. */
 #include "testutil.h"
 
 #include <float.h>
@@ -141,6 +144,301 @@ static void test_sizes(void **state) {
   assert_int_equal(wire_bytes(TRAIN_I32, 256, 64), 0);
   assert_int_equal(wire_bytes(TRAIN_F32, SIZE_MAX / 2, 4), 0); /* overflow: no size */
   assert_int_equal(wire_bytes(TRAIN_Q8ROW, 2, SIZE_MAX - 2), 0);
+  /* rotated: a bf16 scale, then bits x C packed (the tiny model's 128: 7.8x, 10.2x, 15.1x) */
+  assert_int_equal(wire_bytes(TRAIN_R4ROW, 256, 128), 256 * 66);
+  assert_int_equal(wire_bytes(TRAIN_R3ROW, 256, 128), 256 * 50);
+  assert_int_equal(wire_bytes(TRAIN_R2ROW, 256, 128), 256 * 34);
+  assert_int_equal(wire_bytes(TRAIN_R3ROW, 4, 5), 4 * (2 + 2)); /* 15 bits: 2 bytes, one padding bit */
+  assert_int_equal(wire_shape_last(TRAIN_R3ROW, 128), 50);
+  assert_int_equal(wire_shape_last(TRAIN_Q8ROW, 128), 132);
+  assert_int_equal(wire_shape_last(TRAIN_BF16, 128), 128);
+  /* low rank: mean (bf16) + (rows + cols) factor rows of a bf16 scale and rank int8 */
+  assert_int_equal(wire_bytes(TRAIN_LR8, 256, 128), 256 + 384 * 10);
+  assert_int_equal(wire_bytes(TRAIN_LR16, 256, 128), 256 + 384 * 18);
+  assert_int_equal(wire_bytes(TRAIN_LR32, 256, 128), 256 + 384 * 34);
+  assert_int_equal(wire_shape_last(TRAIN_LR16, 128), 0); /* not row by row */
+  assert_int_equal(wire_bytes(TRAIN_LR32, SIZE_MAX / 8, 8), 0);
+  assert_int_equal(wire_bytes(TRAIN_R2ROW, 2, SIZE_MAX / 2), 0);
+}
+
+/* A unit Gaussian (Box-Muller). */
+static float gauss(gw_rng *r) {
+  double u1 = ((double)(gw_rng_next(r) >> 11) + 1) * 0x1p-53, u2 = (double)(gw_rng_next(r) >> 11) * 0x1p-53;
+  return (float)(sqrt(-2 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static double sq_err(const float *x, const float *y, size_t n, double *energy) {
+  double e = 0, s = 0;
+  for (size_t i = 0; i < n; i++) {
+    e += ((double)x[i] - y[i]) * ((double)x[i] - y[i]);
+    s += (double)x[i] * x[i];
+  }
+  *energy = s;
+  return e;
+}
+
+/* Rows of very different scales, Gaussian or with one outlier coordinate
+ * 30x the rest (the residual stream's shape): the relative squared error of
+ * the whole tensor is what Lloyd-Max promises for a Gaussian (0.0095,
+ * 0.0345, 0.1175) within a margin, thanks to the rotation, and no row is
+ * ever off by more than its own norm. */
+static void test_rot_bounds(void **state) {
+  (void)state;
+  const train_dtype ds[] = {TRAIN_R4ROW, TRAIN_R3ROW, TRAIN_R2ROW};
+  const double want[] = {0.0095, 0.0345, 0.1175};
+  const size_t shapes[][2] = {{256, 128}, {64, 96}, {32, 1024}};
+  gw_rng r;
+  gw_rng_seed(&r, 5);
+  for (size_t sh = 0; sh < 3; sh++) {
+    size_t rows = shapes[sh][0], cols = shapes[sh][1];
+    float *x = malloc(rows * cols * sizeof(float));
+    assert_non_null(x);
+    for (size_t i = 0; i < rows; i++) {
+      double scale = ldexp(1.0, (int)(gw_rng_next(&r) % 60) - 30);
+      for (size_t j = 0; j < cols; j++) x[i * cols + j] = (float)(scale * gauss(&r));
+      if (i % 2) x[i * cols + (i % cols)] *= 30.0f; /* an outlier */
+    }
+    for (size_t k = 0; k < 3; k++) {
+      float *y = round_trip(ds[k], x, rows, cols);
+      double rel_sum = 0;
+      for (size_t i = 0; i < rows; i++) {
+        double en, e = sq_err(x + i * cols, y + i * cols, cols, &en);
+        if (e > en * 1.01) fail_msg("%s row %zu: error %g > norm %g", wire_dtype_name(ds[k]), i, e, en);
+        rel_sum += e / en;
+      }
+      double rel = rel_sum / (double)rows;
+      /* 96 = 3 x 32: blocks of 32 mix less than one block of 128 */
+      double margin = cols == 96 ? 1.6 : 1.25;
+      if (rel > want[k] * margin || rel < want[k] * 0.5)
+        fail_msg("%s at %zux%zu: mean relative squared error %g, Gaussian %g", wire_dtype_name(ds[k]), rows, cols, rel,
+                 want[k]);
+      free(y);
+    }
+    free(x);
+  }
+}
+
+/* The worst case for a rotation: a row that the rotation turns into a
+ * single spike. The error stays below the row's norm (the least-squares
+ * gain never does worse than sending zero). */
+static void test_rot_worst_case(void **state) {
+  (void)state;
+  enum { C = 64 };
+  float x[C], sign[C];
+  /* find D: the codec's signs, by rotating unit vectors... simpler: a row
+   * that is H times a spike, whatever D is, is a spike after H D only when
+   * D = I; so try every +-1 pattern of the first row of H with random flips
+   * and keep the bound for each. */
+  gw_rng r;
+  gw_rng_seed(&r, 6);
+  for (int t = 0; t < 200; t++) {
+    for (int j = 0; j < C; j++) sign[j] = (gw_rng_next(&r) & 1) ? -1.0f : 1.0f;
+    for (int j = 0; j < C; j++) x[j] = sign[j] * (t % 2 ? 1.0f : (j == t % C ? 50.0f : 0.01f));
+    for (unsigned k = 0; k < 3; k++) {
+      const train_dtype d = k == 0 ? TRAIN_R4ROW : k == 1 ? TRAIN_R3ROW : TRAIN_R2ROW;
+      float *y = round_trip(d, x, 1, C);
+      double en, e = sq_err(x, y, C, &en);
+      if (e > en * 1.01) fail_msg("%s try %d: error %g > norm %g", wire_dtype_name(d), t, e, en);
+      free(y);
+    }
+  }
+}
+
+static void test_rot_edges(void **state) {
+  (void)state;
+  enum { C = 12 }; /* block of 4: three rotations per row; 12 x 3 bits = 36: 4 padding bits */
+  const float sub = bits_f(0x00000005u);
+  float x[5][C] = {
+      {0, 0, 0, 0, 0, -0.0f, 0, 0, 0, 0, 0, 0},
+      {1.0f, NAN, -2.0f, 3.0f, 0.5f, 1, 1, 1, 1, 1, 1, 1},
+      {sub, -sub, 2 * sub, 0, sub, -3 * sub, sub, sub, sub, sub, sub, sub},
+      {FLT_MAX, -FLT_MAX, 1e30f, 0, -1e38f, 3e38f, FLT_MAX, FLT_MAX, -FLT_MAX, 1, 2, 3},
+      {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, INFINITY},
+  };
+  for (unsigned k = 0; k < 3; k++) {
+    const train_dtype d = k == 0 ? TRAIN_R4ROW : k == 1 ? TRAIN_R3ROW : TRAIN_R2ROW;
+    float *y = round_trip(d, &x[0][0], 5, C);
+    for (int j = 0; j < C; j++) {
+      assert_true(y[j] == 0.0f);                  /* zero row: zeros */
+      assert_true(isnan(y[C + j]));               /* a NaN smears over its row: all NaN */
+      assert_true(isfinite(y[2 * C + j]));        /* denormals stay finite (and tiny) */
+      assert_true(fabsf(y[2 * C + j]) < 1e-38f);
+      assert_true(isfinite(y[3 * C + j]));        /* huge rows do not overflow */
+      assert_true(isnan(y[4 * C + j]));           /* Inf too */
+    }
+    double en, e = sq_err(x[3], y + 3 * C, C, &en);
+    assert_true(e <= en * 1.01);
+    free(y);
+  }
+}
+
+/* mean + a rank-k tensor (k <= rank) + small noise comes back within the
+ * noise and the int8 steps; of a full-rank Gaussian it keeps clearly more
+ * than any fixed r-dimensional subspace would (r/C of the energy): its top
+ * directions, found per tensor. */
+static void test_lr_bounds(void **state) {
+  (void)state;
+  enum { R = 256, C = 128, K = 6 };
+  gw_rng r;
+  gw_rng_seed(&r, 7);
+  float *x = malloc(R * C * sizeof(float)), *a = malloc(R * K * sizeof(float)), *b = malloc(C * K * sizeof(float));
+  float mu[C];
+  assert_non_null(x);
+  for (int i = 0; i < R * K; i++) a[i] = gauss(&r) * (float)(1 + i % K);
+  for (int i = 0; i < C * K; i++) b[i] = gauss(&r);
+  for (int j = 0; j < C; j++) mu[j] = 3.0f * gauss(&r);
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < C; j++) {
+      double v = mu[j] + 1e-3 * gauss(&r);
+      for (int k = 0; k < K; k++) v += (double)a[i * K + k] * b[j * K + k];
+      x[i * C + j] = (float)v;
+    }
+  const train_dtype ds[] = {TRAIN_LR8, TRAIN_LR16, TRAIN_LR32};
+  for (int k = 0; k < 3; k++) {
+    float *y = round_trip(ds[k], x, R, C);
+    double en, e = sq_err(x, y, R * C, &en);
+    /* int8 factors: half a step of 1/127 per factor value, relative */
+    if (e > en * 2e-4) fail_msg("%s on a rank-%d tensor: relative squared error %g", wire_dtype_name(ds[k]), K, e / en);
+    free(y);
+  }
+  for (int i = 0; i < R * C; i++) x[i] = gauss(&r);
+  const double rank[] = {8, 16, 32};
+  for (int k = 0; k < 3; k++) {
+    float *y = round_trip(ds[k], x, R, C);
+    double en, e = sq_err(x, y, R * C, &en);
+    /* a random 256 x 128 Gaussian's top-r subspace holds well above r/C
+     * (its singular values spread, Marchenko-Pastur): 8: ~12 %, 32: ~50 % */
+    double fixed = 1.0 - rank[k] / C;
+    if (e / en > fixed - 0.5 * rank[k] / C || e / en < 0.3)
+      fail_msg("%s on a Gaussian: relative squared error %g, a fixed rank-%g subspace %g", wire_dtype_name(ds[k]),
+               e / en, rank[k], fixed);
+    free(y);
+  }
+  free(x);
+  free(a);
+  free(b);
+}
+
+static void test_lr_edges(void **state) {
+  (void)state;
+  enum { R = 20, C = 12 };
+  float x[R * C];
+  /* every row the same: only the mean, exact to bf16 */
+  for (int i = 0; i < R * C; i++) x[i] = (float)(i % C) - 5.25f;
+  float *y = round_trip(TRAIN_LR8, x, R, C);
+  for (int i = 0; i < R * C; i++) assert_true(y[i] == x[i]);
+  free(y);
+  /* zeros */
+  memset(x, 0, sizeof(x));
+  y = round_trip(TRAIN_LR16, x, R, C);
+  for (int i = 0; i < R * C; i++) assert_true(y[i] == 0.0f);
+  free(y);
+  /* one NaN (or Inf): the whole tensor decodes to NaN */
+  for (int i = 0; i < R * C; i++) x[i] = (float)i;
+  x[77] = INFINITY;
+  y = round_trip(TRAIN_LR8, x, R, C);
+  for (int i = 0; i < R * C; i++) assert_true(isnan(y[i]));
+  free(y);
+  /* denormals only: no overflow in the scaling */
+  for (int i = 0; i < R * C; i++) x[i] = bits_f(0x00000001u + (uint32_t)(i % 5));
+  y = round_trip(TRAIN_LR8, x, R, C);
+  for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]) && fabsf(y[i]) < 1e-38f);
+  free(y);
+  /* +-FLT_MAX in one column: finite */
+  for (int i = 0; i < R * C; i++) x[i] = (i % C == 0) ? (i % 2 ? FLT_MAX : -FLT_MAX) : 1.0f;
+  y = round_trip(TRAIN_LR8, x, R, C);
+  for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
+  free(y);
+  /* huge values: finite, and close */
+  for (int i = 0; i < R * C; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * (float)(i % 7) * 4e37f;
+  y = round_trip(TRAIN_LR32, x, R, C);
+  double en, e = sq_err(x, y, R * C, &en);
+  for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
+  assert_true(e < en * 0.05);
+  free(y);
+}
+
+/* Every way a rotated or low-rank tensor can be malformed is refused by
+ * wire_check and wire_decode alike, and a valid but foreign one decodes to
+ * finite values. */
+static void test_hostile_compressed(void **state) {
+  (void)state;
+  enum { R = 3, C = 12 };
+  float x[R * C], y[R * C];
+  for (int i = 0; i < R * C; i++) x[i] = (float)i - 7.0f;
+  uint8_t buf[1024], b2[1024];
+  /* rotated, 3 bits: rows of 2 + 5 bytes (36 bits: 4 padding bits) */
+  size_t n = wire_bytes(TRAIN_R3ROW, R, C), rb = n / R;
+  assert_int_equal(rb, 2 + 5);
+  assert_int_equal(wire_encode(TRAIN_R3ROW, x, R, C, buf, n), 0);
+  assert_int_equal(wire_decode(TRAIN_R3ROW, buf, n - 1, R, C, y), GW_EPROTO);
+  assert_int_equal(wire_decode(TRAIN_R3ROW, buf, n + 1, R, C, y), GW_EPROTO);
+  assert_int_equal(wire_decode(TRAIN_R4ROW, buf, n, R, C, y), GW_EPROTO); /* another format's size */
+  const uint16_t bad_scale[] = {0xbf80u /* -1 */, 0x7f80u /* Inf */, 0x7fc1u /* a NaN, not the marker */, 0xffc0u,
+                                0x8001u};
+  for (size_t k = 0; k < sizeof(bad_scale) / sizeof(bad_scale[0]); k++) {
+    memcpy(b2, buf, n);
+    memcpy(b2 + rb, &bad_scale[k], 2); /* the second row's scale */
+    assert_int_equal(wire_check(TRAIN_R3ROW, b2, n, R, C), GW_EPROTO);
+    assert_int_equal(wire_decode(TRAIN_R3ROW, b2, n, R, C, y), GW_EPROTO);
+  }
+  memcpy(b2, buf, n);
+  b2[2 * rb - 1] |= 0x80; /* a padding bit of the second row */
+  assert_int_equal(wire_check(TRAIN_R3ROW, b2, n, R, C), GW_EPROTO);
+  assert_int_equal(wire_decode(TRAIN_R3ROW, b2, n, R, C, y), GW_EPROTO);
+  memcpy(b2, buf, n);
+  uint16_t marker = 0x7fc0u;
+  memcpy(b2, &marker, 2); /* "not finite" with codes that are not zero */
+  assert_int_equal(wire_check(TRAIN_R3ROW, b2, n, R, C), GW_EPROTO);
+  memset(b2 + 2, 0, rb - 2); /* a real marker row: NaN */
+  assert_int_equal(wire_decode(TRAIN_R3ROW, b2, n, R, C, y), 0);
+  assert_true(isnan(y[0]) && isfinite(y[C]));
+  memcpy(b2, buf, n);
+  uint16_t huge = 0x7f7fu; /* the largest finite scale, every code the largest level */
+  for (int i = 0; i < R; i++) {
+    memcpy(b2 + i * rb, &huge, 2);
+    memset(b2 + i * rb + 2, 0xff, rb - 2);
+    b2[i * rb + rb - 1] = 0x0f; /* padding stays zero */
+  }
+  assert_int_equal(wire_decode(TRAIN_R3ROW, b2, n, R, C, y), 0);
+  for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
+
+  /* low rank 8 at 3 x 12: mean (24 bytes), then 12 + 3 factor rows of 10 */
+  n = wire_bytes(TRAIN_LR8, R, C);
+  assert_int_equal(n, 24 + 15 * 10);
+  assert_int_equal(wire_encode(TRAIN_LR8, x, R, C, buf, n), 0);
+  assert_int_equal(wire_check(TRAIN_LR8, buf, n, R, C), 0);
+  assert_int_equal(wire_decode(TRAIN_LR8, buf, n - 1, R, C, y), GW_EPROTO);
+  assert_int_equal(wire_decode(TRAIN_LR16, buf, n, R, C, y), GW_EPROTO); /* rank 16 needs more */
+  const size_t at[] = {2 * 3 /* a mean */, 24 + 4 * 10 /* a V row's scale */, 24 + 13 * 10 /* a U row's scale */};
+  const uint16_t bad[] = {0x7f80u, 0xff80u, 0x7fc0u, 0x7fa0u};
+  for (size_t p = 0; p < 3; p++)
+    for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+      memcpy(b2, buf, n);
+      memcpy(b2 + at[p], &bad[k], 2);
+      assert_int_equal(wire_check(TRAIN_LR8, b2, n, R, C), GW_EPROTO);
+      assert_int_equal(wire_decode(TRAIN_LR8, b2, n, R, C, y), GW_EPROTO);
+    }
+  memcpy(b2, buf, n);
+  uint16_t neg = 0xbf80u; /* a negative factor scale */
+  memcpy(b2 + 24 + 2 * 10, &neg, 2);
+  assert_int_equal(wire_check(TRAIN_LR8, b2, n, R, C), GW_EPROTO);
+  /* a marker in every mean, but a factor that is not zero */
+  memset(b2, 0, n);
+  for (int j = 0; j < C; j++) memcpy(b2 + 2 * j, &marker, 2);
+  assert_int_equal(wire_decode(TRAIN_LR8, b2, n, R, C, y), 0);
+  assert_true(isnan(y[0]) && isnan(y[R * C - 1]));
+  b2[n - 1] = 1;
+  assert_int_equal(wire_check(TRAIN_LR8, b2, n, R, C), GW_EPROTO);
+  /* a marker in only some means */
+  memcpy(b2, buf, n);
+  memcpy(b2, &marker, 2);
+  assert_int_equal(wire_check(TRAIN_LR8, b2, n, R, C), GW_EPROTO);
+  /* the largest finite everything: clamped, finite */
+  for (size_t i = 0; i < n; i += 2) memcpy(b2 + i, &huge, 2);
+  for (size_t f = 0; f < 15; f++) memset(b2 + 24 + f * 10 + 2, 0x7f, 8);
+  assert_int_equal(wire_decode(TRAIN_LR8, b2, n, R, C, y), 0);
+  for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
 }
 
 static void test_q8_bound(void **state) {
@@ -258,8 +556,18 @@ static void test_names(void **state) {
   uint32_t m;
   assert_int_equal(wire_mask_parse("bf16", &m), 0);
   assert_int_equal(m, WIRE_BIT(TRAIN_F32) | WIRE_BIT(TRAIN_BF16)); /* fp32 is always accepted */
-  assert_int_equal(wire_mask_parse("fp32,bf16,fp16,int8", &m), 0);
+  assert_int_equal(wire_mask_parse("fp32,bf16,fp16,int8,rot4,rot3,rot2,lr8,lr16,lr32", &m), 0);
   assert_int_equal(m, WIRE_ACCEPT_ALL);
+  assert_int_equal(wire_dtype_parse("rot3", &d), 0);
+  assert_int_equal(d, TRAIN_R3ROW);
+  assert_string_equal(wire_dtype_name(TRAIN_LR32), "lr32");
+  train_dtype a, g;
+  assert_int_equal(wire_pair_parse("rot4/lr32", &a, &g), 0);
+  assert_true(a == TRAIN_R4ROW && g == TRAIN_LR32);
+  assert_int_equal(wire_pair_parse("int8", &a, &g), 0);
+  assert_true(a == TRAIN_Q8ROW && g == TRAIN_Q8ROW);
+  const char *badp[] = {"", "rot4/", "/lr8", "rot4/lr8/x", "rot5/lr8", "rot4/lr9", "verylong/lr8", NULL};
+  for (size_t i = 0; i < sizeof(badp) / sizeof(badp[0]); i++) assert_int_equal(wire_pair_parse(badp[i], &a, &g), GW_EINVAL);
   const char *bad[] = {"", "bf16,", ",bf16", "fp32,,bf16", "bf16x", "verylongname"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) assert_int_equal(wire_mask_parse(bad[i], &m), GW_EINVAL);
 }
@@ -270,7 +578,10 @@ int main(void) {
       cmocka_unit_test(test_f16_nearest_even),  cmocka_unit_test(test_f16_special),
       cmocka_unit_test(test_sizes),             cmocka_unit_test(test_q8_bound),
       cmocka_unit_test(test_q8_edges),          cmocka_unit_test(test_hostile),
-      cmocka_unit_test(test_names),
+      cmocka_unit_test(test_names),             cmocka_unit_test(test_rot_bounds),
+      cmocka_unit_test(test_rot_worst_case),    cmocka_unit_test(test_rot_edges),
+      cmocka_unit_test(test_lr_bounds),         cmocka_unit_test(test_lr_edges),
+      cmocka_unit_test(test_hostile_compressed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
