@@ -214,20 +214,26 @@ static void place_candidates(train_peer *p) {
 
 /* ---- the candidate ---- */
 
-static void request_weights(train_peer *p, const gw_id *from) {
-  Gwtf__TrainWeightsReq r = GWTF__TRAIN_WEIGHTS_REQ__INIT;
-  r.stage = p->stage;
+/* A download of our stage's state from `from` starts: a member's weights
+ * or a holder's replica, the same chunks either way. */
+static void download_begin(train_peer *p, const gw_id *from) {
   free(p->dl.buf);
   p->dl.buf = NULL;
   p->dl.active = true;
   p->dl.from = *from;
   p->dl.total = p->dl.received = 0;
   p->dl.started_ms = p->now;
-  p->dl.waiting_since = 0;
   p->dl.deadline = p->now + p->cfg.tun.agg_timeout_ms;
   if (p->dl.n_tried < PEER_MAX_AVOID) p->dl.tried[p->dl.n_tried++] = *from;
   p->state = PEER_DOWNLOADING;
   p->missed_agg = 0;
+}
+
+static void request_weights(train_peer *p, const gw_id *from) {
+  Gwtf__TrainWeightsReq r = GWTF__TRAIN_WEIGHTS_REQ__INIT;
+  r.stage = p->stage;
+  download_begin(p, from);
+  p->dl.waiting_since = 0;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   GW_INFO(&p->log, "weights.requested", "from=%s", who);
@@ -261,16 +267,7 @@ static bool next_source(train_peer *p, gw_id *out) {
 static void request_replica(train_peer *p, const gw_id *holder) {
   Gwtf__TrainReplicaReq r = GWTF__TRAIN_REPLICA_REQ__INIT;
   r.stage = p->stage;
-  free(p->dl.buf);
-  p->dl.buf = NULL;
-  p->dl.active = true;
-  p->dl.from = *holder;
-  p->dl.total = p->dl.received = 0;
-  p->dl.started_ms = p->now;
-  p->dl.deadline = p->now + p->cfg.tun.agg_timeout_ms;
-  if (p->dl.n_tried < PEER_MAX_AVOID) p->dl.tried[p->dl.n_tried++] = *holder;
-  p->state = PEER_DOWNLOADING;
-  p->missed_agg = 0;
+  download_begin(p, holder);
   p->rep.from_replica = true;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(holder, who);
