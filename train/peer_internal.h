@@ -203,6 +203,16 @@ typedef struct peer_download {
   uint64_t done_ms;           /* the last download finished (from `from`, for `iteration`) */
   gw_id prefer;               /* resync after a split: the winning aggregator first */
   bool has_prefer;
+  /* The stage ended one round while we fetched (`avg_from` sent us its
+   * average of round avg_of - 1): once ready we ask it for it and step
+   * with it (agg_ask_missed_average), rather than fetch again. A round
+   * that only began (BEGIN_AGG) is waited for until wait_round_until. */
+  bool catch_up;
+  uint64_t catch_up_until; /* a stage-mate one round ahead is expected until then */
+  uint64_t avg_of, wait_round_until;
+  gw_id avg_from; /* who sent that average: our source, or its maker (a directory member) */
+  gw_id avg_signer; /* who signed it, and the hash of its floats: the catch-up */
+  uint8_t avg_hash[32]; /* must bring exactly that average */
 } peer_download;
 
 typedef struct peer_candidate {
@@ -723,6 +733,10 @@ void join_serve_pending(train_peer *p);
 /* `id` waits for a snapshot of our state (queued or being made): it cannot
  * contribute to a round of ours, nor aggregate one, until we served it. */
 bool join_awaits_our_state(const train_peer *p, const gw_id *id);
+/* Ready one round behind our source: asks it for that round's average. */
+void agg_ask_missed_average(train_peer *p, const gw_id *from);
+/* Our source's average of `iteration` reached us while we got ready. */
+void join_on_source_average(train_peer *p, uint64_t iteration);
 void join_free(train_peer *p);
 void join_resync(train_peer *p, uint64_t target, const char *why);
 /* A verified download (peer_verify.c): take the restored state. */
