@@ -54,8 +54,9 @@ uint64_t train_peer_step(const train_peer *p) { return p->step; }
 /* ---- pushing ---- */
 
 bool train_peer_replica_pusher(const train_peer *p) {
-  return p->cfg.role == TRAIN_RELAY && p->stage >= 1 && p->state == PEER_READY &&
-         gw_id_eq(&p->agg.applied_from, &p->cfg.self);
+  /* relays of stages 1..S, and the data node that aggregated stage 0 */
+  bool stage_ok = p->cfg.role == TRAIN_RELAY ? p->stage >= 1 : p->stage == 0;
+  return stage_ok && p->state == PEER_READY && gw_id_eq(&p->agg.applied_from, &p->cfg.self);
 }
 
 typedef struct holder_cand {
@@ -91,7 +92,7 @@ static size_t holder_candidates(train_peer *p, const gw_id *key, holder_cand *ou
 
 int train_peer_push_replica(train_peer *p, const gw_id *key, uint32_t replicas, const void *blob, size_t len,
                             uint64_t iteration, uint64_t step, const uint8_t weights_hash[32]) {
-  if (!blob || len == 0 || p->stage < 1) return 0;
+  if (!blob || len == 0 || p->stage < 0) return 0;
   holder_cand c[4 * PEER_MAX_CONTRIB];
   size_t n = holder_candidates(p, key, c, sizeof(c) / sizeof(c[0]));
   int sent = 0;
@@ -179,8 +180,9 @@ static void store_inbound(train_peer *p, replica_inbound *in) {
 
 void replica_on_push(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t) {
   /* Who may push: a directory member of the stage it names, which is not
-   * ours (our own stage's state we hold anyway). */
-  if (c->stage < 1 || c->stage > p->cfg.n_stages || !peer_is_member(p, c->stage, from, true)) {
+   * ours (our own stage's state we hold anyway). Stage 0 (the data nodes'
+   * state) too: relays hold it, so that the run outlives its data nodes. */
+  if (c->stage < 0 || c->stage > p->cfg.n_stages || !peer_is_member(p, c->stage, from, true)) {
     trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, "not_stage_member");
     return;
   }
@@ -273,6 +275,8 @@ void train_peer_set_replica_holders(train_peer *p, const train_replica_holder *h
 }
 
 bool train_peer_wants_replicas(const train_peer *p) {
+  if (p->cfg.role == TRAIN_DATA) /* a data node with no live stage-0 member to fetch from (peer_stage0.c) */
+    return p->stage == 0 && (p->state == PEER_UNASSIGNED || p->state == PEER_DOWNLOADING);
   return p->cfg.role == TRAIN_RELAY && p->stage >= 1 && p->state == PEER_DOWNLOADING;
 }
 

@@ -27,9 +27,9 @@ static h_node *node_by_id(h_harness *h, const gw_id *id) {
 static void set_holders(h_harness *h) {
   for (int i = 0; i < h->n_nodes; i++) {
     h_node *me = &h->nodes[i];
-    if (!me->alive || !me->tp || me->role != TRAIN_RELAY) continue;
-    int s = train_peer_stage(me->tp);
-    if (s < 1) continue;
+    if (!me->alive || !me->tp) continue;
+    int s = train_peer_stage(me->tp); /* a relay's stage, or stage 0 for a data node */
+    if (s < 0) continue;
     train_replica_holder list[16];
     size_t k = 0;
     for (int j = 0; j < h->n_nodes && k < 16; j++) {

@@ -46,9 +46,10 @@ static void test_push_and_store(void **state) {
   assert_true(h_run_until_finished(&h, 120000));
   uint32_t pushed = 0;
   for (int i = 0; i < h.n_nodes; i++) pushed += h.nodes[i].replicas_pushed;
-  /* aggregations 2, 4, 6 of three stages, two holders each, one pusher per stage */
-  assert_int_equal(pushed, 3 * STAGES * 2);
-  for (int s = 1; s <= STAGES; s++) {
+  /* aggregations 2, 4, 6 of three relay stages and stage 0 (the data
+   * node's), two holders each, one pusher per stage */
+  assert_int_equal(pushed, 3 * (STAGES + 1) * 2);
+  for (int s = 0; s <= STAGES; s++) {
     /* the stage's logged hash after its 6th aggregation */
     const uint8_t *logged = NULL;
     for (int i = 0; i < h.n_nodes; i++)
