@@ -296,7 +296,8 @@ static uint32_t votes(const train_peer *p, uint64_t iteration, const uint8_t has
  * most holders announce (a holder's hash is its own word: a hostile one
  * could announce forged weights with their own hash, and the others
  * outvote it; a tie goes to the lowest holder ID); a holder of that hash
- * we have not tried. The restore must then give exactly that hash. */
+ * we have not tried, one we are connected to first. The restore must then
+ * give exactly that hash. */
 bool replica_next_holder(train_peer *p, gw_id *out) {
   const train_replica_holder *newest = NULL;
   for (uint32_t i = 0; i < p->rep.n_holders; i++) {
@@ -306,13 +307,20 @@ bool replica_next_holder(train_peer *p, gw_id *out) {
   if (!newest) return false;
   const train_replica_holder *best = NULL;
   uint32_t best_votes = 0;
+  bool best_alive = false;
   for (uint32_t i = 0; i < p->rep.n_holders; i++) {
     const train_replica_holder *h = &p->rep.holders[i];
     if (h->iteration != newest->iteration || !holder_usable(p, h)) continue;
     uint32_t v = votes(p, h->iteration, h->weights_hash);
-    if (!best || v > best_votes || (v == best_votes && gw_id_cmp(&h->id, &best->id) < 0)) {
+    /* of holders announcing the same hash, one we have a session to first:
+     * a dead holder's DHT record outlives it, and asking it costs the whole
+     * download timeout (a correlated outage kills holders too) */
+    bool alive = peer_alive(p, &h->id);
+    if (!best || v > best_votes ||
+        (v == best_votes && (alive > best_alive || (alive == best_alive && gw_id_cmp(&h->id, &best->id) < 0)))) {
       best = h;
       best_votes = v;
+      best_alive = alive;
     }
   }
   *out = best->id;

