@@ -34,7 +34,7 @@ static void set_holders(h_harness *h) {
     size_t k = 0;
     for (int j = 0; j < h->n_nodes && k < 16; j++) {
       h_node *n = &h->nodes[j];
-      const replica_entry *e = n->alive && n->tp ? train_peer_replica(n->tp, s) : NULL;
+      const replica_entry *e = (n->alive || h->holders_outlive) && n->tp ? train_peer_replica(n->tp, s) : NULL;
       if (!e) continue;
       list[k] = (train_replica_holder){.id = n->peer.id, .iteration = e->iteration, .step = e->step};
       memcpy(list[k].weights_hash, e->weights_hash, 32);
