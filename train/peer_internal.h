@@ -365,6 +365,12 @@ typedef struct peer_replicas {
   uint32_t want_votes;        /* holders announcing it in the DHT (0: the holder's chunk says it) */
   uint64_t want_iteration;    /* the run's iteration when we were placed */
   bool lost_logged;
+  /* stage 0 outliving its data nodes (peer_stage0.c) */
+  uint64_t run_iter_seen;     /* data node getting ready: the newest iteration relays of the run said they are in */
+  bool s0_restored;           /* data node: stage 0 came from a replica, no iteration started since */
+  bool s0_waiting_logged;
+  bool data_seen, paused;     /* relay: a live data node was seen; none is live now (run.paused) */
+  uint64_t paused_since;
   /* leader: stages seen without a live member (stage.empty logged once) */
   bool empty_logged[PEER_MAX_STAGES + 1];
   uint64_t empty_since[PEER_MAX_STAGES + 1]; /* 0: not empty */
@@ -743,5 +749,14 @@ void join_resync(train_peer *p, uint64_t target, const char *why);
 void join_accept_download(train_peer *p);
 /* A refuted one: try another member. */
 void join_refetch(train_peer *p);
+void join_request_replica(train_peer *p, const gw_id *holder);
+void join_stage_lost(train_peer *p);
+
+/* peer_stage0.c: stage 0 outlives its data nodes. */
+bool stage0_trained(train_peer *p);
+bool stage0_fetch(train_peer *p);
+void stage0_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h);
+void stage0_tick(train_peer *p);
+void peer_hello_stage(train_peer *p, int stage);
 
 #endif

@@ -276,7 +276,7 @@ static bool next_source(train_peer *p, gw_id *out) {
   return false;
 }
 
-static void request_replica(train_peer *p, const gw_id *holder) {
+void join_request_replica(train_peer *p, const gw_id *holder) {
   Gwtf__TrainReplicaReq r = GWTF__TRAIN_REPLICA_REQ__INIT;
   r.stage = p->stage;
   download_begin(p, holder);
@@ -290,7 +290,7 @@ static void request_replica(train_peer *p, const gw_id *holder) {
 /* Every peer of our stage is gone, it had trained and no holder of a
  * replica answered: its state is lost. Say which, tell the leader (which
  * stops the run, peer_leader.c) and never train on fresh weights. */
-static void stage_lost(train_peer *p) {
+void join_stage_lost(train_peer *p) {
   if (!p->rep.lost_logged) {
     p->rep.lost_logged = true;
     GW_ERROR(&p->log, "stage.lost",
@@ -335,6 +335,9 @@ static void fetch_or_init(train_peer *p) {
     request_weights(p, &src);
     return;
   }
+  /* A data node with no live stage-0 member in a run that trained: stage
+   * 0's newest replica, or the run stops (peer_stage0.c). */
+  if (stage0_fetch(p)) return;
   /* A stage that trained and has no reachable member: its newest replica
    * (peer_replica.c), at once when the leader told us the stage was empty,
    * else once no member showed up for JOIN_SOURCE_WAIT_MS (a live member
@@ -346,7 +349,7 @@ static void fetch_or_init(train_peer *p) {
   uint64_t waited = p->now - p->dl.waiting_since;
   if (trained && p->cfg.role == TRAIN_RELAY && (p->dl.assigned_members == 0 || waited >= JOIN_SOURCE_WAIT_MS) &&
       replica_next_holder(p, &src)) {
-    request_replica(p, &src);
+    join_request_replica(p, &src);
     return;
   }
   p->dl.n_tried = 0;
@@ -361,7 +364,7 @@ static void fetch_or_init(train_peer *p) {
       p->dl.deadline = p->now + 2 * p->cfg.tun.tick_ms; /* the driver looks the holders up meanwhile */
       return;
     }
-    stage_lost(p);
+    join_stage_lost(p);
     return;
   }
   /* The stage has members but we cannot reach one yet (sessions are being
@@ -376,7 +379,7 @@ static void fetch_or_init(train_peer *p) {
   if (trained && p->cfg.role == TRAIN_RELAY) {
     /* members were listed but none could be reached for JOIN_SOURCE_WAIT_MS,
      * and no replica holder is known */
-    stage_lost(p);
+    join_stage_lost(p);
     return;
   }
   /* Nobody serves this stage and it never trained (the run's first
@@ -649,6 +652,7 @@ static void restored_from_replica(train_peer *p, train_job *job) {
   p->rep.from_replica = false;
   p->rep.lost_logged = false;
   d->iteration = run_iter;
+  if (p->cfg.role == TRAIN_DATA) p->rep.s0_restored = true; /* it may still meet the relays ahead (peer_stage0.c) */
   join_accept_download(p);
 }
 
@@ -772,7 +776,8 @@ void join_tick(train_peer *p) {
     GW_DEBUG(&p->log, "join.requested", "capacity=%u", p->cfg.capacity);
   }
   /* A fixed stage (a data node joining later) fetches from its stage. */
-  if (p->state == PEER_UNASSIGNED && p->stage >= 0 && peer_stage(p, p->stage)->n > 0) fetch_or_init(p);
+  if (p->state == PEER_UNASSIGNED && p->stage >= 0 && (peer_stage(p, p->stage)->n > 0 || stage0_trained(p)))
+    fetch_or_init(p);
   if (p->state == PEER_DOWNLOADING && p->now >= p->dl.deadline) {
     if (p->dl.active) {
       char who[GW_ID_SHORT_LEN + 1];
