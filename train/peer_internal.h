@@ -583,6 +583,14 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
 /* A stage-mate's HELLO says whether it is fetching its state (joining):
  * a joining member is neither waited for nor picked to aggregate. */
 void agg_member_joining(train_peer *p, const gw_id *peer, bool joining);
+/* Shared by the round (peer_agg.c) and the member's side of it (peer_avg.c). */
+bool agg_i_aggregate(train_peer *p);
+bool agg_joining_from(train_peer *p, const gw_id *from);
+void agg_flood_begin(train_peer *p, uint64_t iteration);
+void agg_enter_round(train_peer *p, uint64_t iteration, bool export);
+void agg_send_last_avg(train_peer *p, const gw_id *to);
+/* Steps with `avg` (NULL: an empty round, the step is skipped). */
+void agg_apply_average(train_peer *p, const float *avg, uint32_t total_count);
 /* Begins our round as a BEGIN_AGG would (peer_behind.c: the upstream is in
  * the next iteration and its BEGIN_AGG passed us by). */
 void agg_begin_late(train_peer *p);
