@@ -371,6 +371,7 @@ typedef struct peer_replicas {
   bool s0_waiting_logged;
   bool data_seen, paused;     /* relay: a live data node was seen; none is live now (run.paused) */
   uint64_t paused_since;
+  uint64_t no_data_since;     /* relay: no live data node in our view since (0: one is) */
   /* leader: stages seen without a live member (stage.empty logged once) */
   bool empty_logged[PEER_MAX_STAGES + 1];
   uint64_t empty_since[PEER_MAX_STAGES + 1]; /* 0: not empty */

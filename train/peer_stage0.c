@@ -109,9 +109,14 @@ static void relay_watch(train_peer *p) {
               (double)(p->now - p->rep.paused_since) / 1000.0);
     p->rep.paused = false;
     p->rep.data_seen = true;
+    p->rep.no_data_since = 0;
     return;
   }
   if (!p->rep.data_seen || p->rep.paused) return;
+  /* a directory refresh under churn can miss the data nodes' records for a
+   * moment (seen in the grid: paused for 1 s while they trained on) */
+  if (!p->rep.no_data_since) p->rep.no_data_since = p->now ? p->now : 1;
+  if (p->now - p->rep.no_data_since < 3 * p->cfg.tun.hello_period_ms) return;
   p->rep.paused = true;
   p->rep.paused_since = p->now;
   GW_WARN(&p->log, "run.paused",
