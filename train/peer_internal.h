@@ -6,6 +6,7 @@
 #include "train/member.h"
 #include "train/replica_store.h"
 #include "train/peer.h"
+#include "train/peer_ledger.h"
 #include "train.pb-c.h"
 
 #define PEER_MAX_STAGES 64
@@ -83,6 +84,7 @@ typedef struct peer_mb {
   int gap_last;              /* last stage of the gap */
   gw_id gap_target;          /* first live peer after the gap (holds the gradient) */
   uint64_t recover_started_ms;
+  float *gpart; /* --deterministic: this microbatch's own gradient on us (train/peer_ledger.h) */
 } peer_mb;
 
 /* ---- membership ---- */
@@ -435,6 +437,7 @@ struct train_peer {
   uint64_t last_join_ms;
 
   peer_agg agg;
+  peer_ledger ledger;
   peer_trust trust;
   peer_download dl;
   peer_admit admit;
