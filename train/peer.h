@@ -491,6 +491,12 @@ typedef struct train_counters {
    * a bad signature, a signer we do not follow, floats that do not match the signed
    * hash) or because they misstate our contribution */
   uint64_t averages_signed, averages_forged;
+  /* exactly once (train/peer_ledger.h): microbatches a member accumulated
+   * twice or an aggregator found listed twice in a round (duplicates), in
+   * the iteration's ledger but in no contribution (missing), listed but
+   * deferred by their data node (extra); rounds averaged exactly
+   * (--deterministic) */
+  uint64_t ledger_duplicates, ledger_missing, ledger_extra, ledger_exact_rounds;
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

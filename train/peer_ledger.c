@@ -118,7 +118,7 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
     if (!mb_eq(&L->mine[i], &e)) continue;
     /* Its gradient is in our sum twice; with --deterministic the copy by
      * ID is kept once (the second one is not stored). */
-    L->duplicates++;
+    p->counters.ledger_duplicates++;
     GW_WARN(&p->log, "ledger.duplicate", "iter=%llu mb=%llx origin=%s scope=member attempt=%u",
             (unsigned long long)p->iteration, (unsigned long long)mb->id, origin, mb->attempt);
     return;
@@ -447,7 +447,7 @@ void ledger_round(train_peer *p, uint32_t *total) {
       const ledger_mb *m = &mbs[k];
       mb_hex(m, origin);
       if (is_source(L, &m->origin) && !in_book(L, m)) {
-        L->extra++;
+        p->counters.ledger_extra++;
         GW_WARN(&p->log, "ledger.extra", "iter=%llu mb=%llx origin=%s member=%s excluded=%d", it,
                 (unsigned long long)m->id, origin, who, det(p) ? 1 : 0);
         if (det(p)) continue;
@@ -455,7 +455,7 @@ void ledger_round(train_peer *p, uint32_t *total) {
       uint32_t j = 0;
       while (j < n && !mb_eq(&c[j].mb, m)) j++;
       if (j < n) {
-        L->duplicates++;
+        p->counters.ledger_duplicates++;
         GW_WARN(&p->log, "ledger.duplicate", "iter=%llu mb=%llx origin=%s member=%s scope=stage", it,
                 (unsigned long long)m->id, origin, who);
         if (!c[j].grad) c[j].grad = usable(L, member, m);
@@ -474,7 +474,7 @@ void ledger_round(train_peer *p, uint32_t *total) {
     uint32_t j = 0;
     while (j < n && !mb_eq(&c[j].mb, &L->book[i])) j++;
     if (j < n) continue;
-    L->missing++;
+    p->counters.ledger_missing++;
     mb_hex(&L->book[i], origin);
     GW_WARN(&p->log, "ledger.missing", "iter=%llu mb=%llx origin=%s", it,
             (unsigned long long)L->book[i].id, origin);
@@ -493,7 +493,10 @@ void ledger_round(train_peer *p, uint32_t *total) {
   } else if (L->exact && n > 0) {
     L->exact = false;
   }
-  if (L->exact) *total = n;
+  if (L->exact) {
+    *total = n;
+    p->counters.ledger_exact_rounds++;
+  }
   log_counted(p, c, n, L->exact);
   free(c);
 }

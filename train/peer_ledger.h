@@ -82,8 +82,6 @@ typedef struct peer_ledger {
   uint64_t *out_ids;
   ProtobufCBinaryData *out_origins, *out_sources;
   uint32_t out_cap;
-  /* totals over the run, for counters and tests */
-  uint64_t duplicates, missing, extra;
 } peer_ledger;
 
 struct peer_mb;
