@@ -299,9 +299,9 @@ static void on_mb_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *
   } else if (g->offset != e->received) {
     return;
   }
-  const float *src = t->data;
-  for (size_t k = 0; k < len; k++) e->bad |= !isfinite(src[k]);
-  memcpy(e->g + g->offset, src, len * sizeof(float));
+  /* a frame's tensor bytes need not be float-aligned: copy, then look */
+  memcpy(e->g + g->offset, t->data, len * sizeof(float));
+  for (size_t k = 0; k < len; k++) e->bad |= !isfinite(e->g[g->offset + k]);
   e->received += len;
   e->complete = e->received == n;
 }
