@@ -497,6 +497,7 @@ typedef struct train_counters {
    * deferred by their data node (extra); rounds averaged exactly
    * (--deterministic) */
   uint64_t ledger_duplicates, ledger_missing, ledger_extra, ledger_exact_rounds;
+  uint64_t ledger_reruns; /* data, --deterministic: microbatches run again for a member that died */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

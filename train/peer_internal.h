@@ -523,6 +523,10 @@ void mb_release_queued(train_peer *p);
 void data_tick(train_peer *p);
 void data_start_iteration(train_peer *p);
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
+/* Launches a completed microbatch of this iteration again, with `attempt`
+ * (train/peer_ledger.c: a member on its path died with its gradient).
+ * GW_EAGAIN: the iteration is over or wrapping up; GW_EEXIST: it runs. */
+int data_rerun(train_peer *p, uint64_t id, uint32_t attempt);
 bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots);
 uint32_t data_share(train_peer *p);
 

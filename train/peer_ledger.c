@@ -61,6 +61,7 @@ void ledger_free(train_peer *p) {
   drop_round(L);
   free(L->mine);
   free(L->paths);
+  free(L->reruns);
   free(L->grads);
   free(L->book);
   free(L->out_ids);
@@ -107,6 +108,38 @@ static ledger_grad *grad_add(peer_ledger *L, const gw_id *holder, const ledger_m
   return e;
 }
 
+bool ledger_is_rerun(const peer_mb *mb) { return (mb->attempt & LEDGER_RERUN_ATTEMPT) != 0; }
+
+static void log_path(train_peer *p, const char *event, const peer_mb *mb) {
+  char path[PEER_MAX_PATH * (GW_ID_SHORT_LEN + 1) + 1] = "";
+  size_t off = 0;
+  for (uint32_t s = 0; s < mb->path_len; s++) {
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(&mb->path[s], who);
+    off += (size_t)snprintf(path + off, sizeof(path) - off, "%s%s", s ? "," : "", who);
+  }
+  if (!strcmp(event, "ledger.recorded"))
+    GW_DEBUG(&p->log, event, "iter=%llu mb=%llx path=%s", (unsigned long long)p->iteration,
+             (unsigned long long)mb->id, path);
+  else
+    GW_INFO(&p->log, event, "iter=%llu mb=%llx path=%s", (unsigned long long)p->iteration,
+            (unsigned long long)mb->id, path);
+}
+
+/* Data node: entry i's path is mb's; a member on it that is already gone
+ * (it died after its backward, before the microbatch completed here) took
+ * its stage's gradient: a re-run is wanted. */
+static void store_path(train_peer *p, uint32_t i, const peer_mb *mb) {
+  peer_ledger *L = &p->ledger;
+  size_t plen = (size_t)p->cfg.n_stages + 1;
+  uint8_t *row = L->paths + (size_t)i * plen * GW_ID_BYTES;
+  memset(row, 0, plen * GW_ID_BYTES);
+  for (uint32_t s = 0; s < mb->path_len && s < plen; s++) {
+    memcpy(row + s * GW_ID_BYTES, mb->path[s].b, GW_ID_BYTES);
+    if (s > 0 && p->cfg.tun.deterministic && !peer_alive(p, &mb->path[s])) L->reruns[i] |= 0x80;
+  }
+}
+
 void ledger_on_backward(train_peer *p, peer_mb *mb) {
   if (mb->iteration != p->iteration) return; /* an old iteration's: counted nowhere (bwd_count too) */
   sync(p);
@@ -116,6 +149,11 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
   mb_hex(&e, origin);
   for (uint32_t i = 0; i < L->n_mine; i++) {
     if (!mb_eq(&L->mine[i], &e)) continue;
+    if (ledger_is_rerun(mb)) {
+      /* expected: we keep the gradient we have (the same bits, by ID) */
+      if (p->cfg.role == TRAIN_DATA) store_path(p, i, mb);
+      return;
+    }
     /* Its gradient is in our sum twice; with --deterministic the copy by
      * ID is kept once (the second one is not stored). */
     p->counters.ledger_duplicates++;
@@ -128,26 +166,19 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
   if (!grow((void **)&L->mine, &L->cap_mine, L->n_mine + 1, sizeof(*L->mine))) return;
   if (p->cfg.role == TRAIN_DATA && L->cap_mine != cap) {
     uint8_t *np = realloc(L->paths, (size_t)L->cap_mine * plen * GW_ID_BYTES);
-    if (!np) {
-      L->cap_mine = cap; /* mine keeps its larger block; paths decide the capacity */
+    if (np) L->paths = np;
+    uint8_t *nr = np ? realloc(L->reruns, L->cap_mine) : NULL;
+    if (nr) L->reruns = nr;
+    if (!np || !nr) {
+      L->cap_mine = cap; /* mine keeps its larger block; paths and reruns decide the capacity */
       return;
     }
-    L->paths = np;
   }
   if (p->cfg.role == TRAIN_DATA) {
     /* the ledger proper: which peer of each stage accumulated it */
-    uint8_t *row = L->paths + (size_t)L->n_mine * plen * GW_ID_BYTES;
-    memset(row, 0, plen * GW_ID_BYTES);
-    char path[PEER_MAX_PATH * (GW_ID_SHORT_LEN + 1) + 1] = "";
-    size_t off = 0;
-    for (uint32_t s = 0; s < mb->path_len && s < plen; s++) {
-      memcpy(row + s * GW_ID_BYTES, mb->path[s].b, GW_ID_BYTES);
-      char who[GW_ID_SHORT_LEN + 1];
-      peer_short(&mb->path[s], who);
-      off += (size_t)snprintf(path + off, sizeof(path) - off, "%s%s", s ? "," : "", who);
-    }
-    GW_DEBUG(&p->log, "ledger.recorded", "iter=%llu mb=%llx path=%s", (unsigned long long)p->iteration,
-             (unsigned long long)mb->id, path);
+    L->reruns[L->n_mine] = 0;
+    store_path(p, L->n_mine, mb);
+    log_path(p, "ledger.recorded", mb);
   }
   L->mine[L->n_mine++] = e;
   if (!mb->gpart) return;
@@ -157,6 +188,62 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
   mb->gpart = NULL;
   g->received = p->cfg.shape.n_params;
   g->complete = true;
+}
+
+/* ---- re-runs (--deterministic, data node) ---- */
+
+void ledger_peer_down(train_peer *p, const gw_id *peer) {
+  if (!p->cfg.tun.deterministic || p->cfg.role != TRAIN_DATA || p->ledger.iteration != p->iteration) return;
+  peer_ledger *L = &p->ledger;
+  size_t plen = (size_t)p->cfg.n_stages + 1;
+  for (uint32_t i = 0; i < L->n_mine; i++) {
+    const uint8_t *row = L->paths + (size_t)i * plen * GW_ID_BYTES;
+    for (size_t s = 1; s < plen; s++)
+      if (memcmp(row + s * GW_ID_BYTES, peer->b, GW_ID_BYTES) == 0) L->reruns[i] |= 0x80;
+  }
+  ledger_launch_reruns(p);
+}
+
+void ledger_launch_reruns(train_peer *p) {
+  if (!p->cfg.tun.deterministic || p->cfg.role != TRAIN_DATA || p->ledger.iteration != p->iteration) return;
+  peer_ledger *L = &p->ledger;
+  for (uint32_t i = 0; i < L->n_mine; i++) {
+    if (!(L->reruns[i] & 0x80)) continue;
+    uint32_t done = L->reruns[i] & 0x7f;
+    char origin[GW_ID_SHORT_LEN + 1];
+    mb_hex(&L->mine[i], origin);
+    if (done >= LEDGER_MAX_RERUNS) {
+      L->reruns[i] = (uint8_t)done;
+      GW_WARN(&p->log, "ledger.rerun_given_up", "iter=%llu mb=%llx reruns=%u", (unsigned long long)p->iteration,
+              (unsigned long long)L->mine[i].id, done);
+      continue;
+    }
+    uint32_t attempt = LEDGER_RERUN_ATTEMPT + ((done + 1) << 8);
+    int rc = data_rerun(p, L->mine[i].id, attempt);
+    if (rc == GW_EAGAIN) {
+      /* the iteration is over (or wrapping up): the aggregators report it missing */
+      L->reruns[i] = (uint8_t)done;
+      GW_WARN(&p->log, "ledger.rerun_too_late", "iter=%llu mb=%llx", (unsigned long long)p->iteration,
+              (unsigned long long)L->mine[i].id);
+      continue;
+    }
+    if (rc == GW_EEXIST) {
+      L->reruns[i] = (uint8_t)done; /* its re-run's path is checked when it completes */
+      continue;
+    }
+    if (rc != 0) continue; /* out of memory: the next completion tries again */
+    L->reruns[i] = (uint8_t)(done + 1);
+    p->counters.ledger_reruns++;
+    GW_INFO(&p->log, "ledger.rerun", "iter=%llu mb=%llx attempt=%u msg=\"a member on its path died with its "
+            "gradient\"", (unsigned long long)p->iteration, (unsigned long long)L->mine[i].id, attempt);
+  }
+}
+
+void ledger_rerun_finished(train_peer *p, peer_mb *mb, bool complete) {
+  if (complete) log_path(p, "ledger.rerun_done", mb);
+  else
+    GW_WARN(&p->log, "ledger.rerun_failed", "iter=%llu mb=%llx attempt=%u", (unsigned long long)p->iteration,
+            (unsigned long long)mb->id, mb->attempt);
 }
 
 /* ---- lists on the wire ---- */

@@ -39,6 +39,11 @@
 #define LEDGER_MAX_IDS 4096
 /* ledger.counted names at most this many microbatches (then truncated=1). */
 #define LEDGER_LOG_IDS 256
+/* A re-run's attempt numbers have this bit (and the re-run count above bit
+ * 8): relays then know a second backward of it is expected, not a duplicate. */
+#define LEDGER_RERUN_ATTEMPT (1u << 16)
+/* A microbatch is re-run at most this many times in one iteration. */
+#define LEDGER_MAX_RERUNS 3
 
 typedef struct ledger_mb {
   gw_id origin;
@@ -65,6 +70,7 @@ typedef struct peer_ledger {
   int stage;          /* ... and in which stage (a relay may be moved) */
   ledger_mb *mine;    /* accumulated by us this iteration */
   uint8_t *paths;     /* data node: per entry of mine, the path (n_stages + 1 node IDs) */
+  uint8_t *reruns;    /* data node: per entry, re-runs launched; bit 7: one is wanted */
   uint32_t n_mine, cap_mine;
   ledger_grad *grads; /* --deterministic: per-microbatch gradients held */
   uint32_t n_grads, cap_grads;
@@ -94,6 +100,17 @@ float *ledger_part_for(struct train_peer *p, struct peer_mb *mb, train_job_kind 
 /* mb's backward (a data node's embedding backward: it completed) is done
  * on us: list it, or report it as a duplicate; keep its own gradient. */
 void ledger_on_backward(struct train_peer *p, struct peer_mb *mb);
+/* --deterministic, data node: a completed microbatch whose path holds a
+ * member that died took that stage's gradient with it; while the iteration
+ * runs, it is run again through the pipeline (a re-run: the stages that
+ * still hold its gradient keep theirs, by ID; the dead member's stage
+ * computes it anew). ledger_peer_down marks them, ledger_launch_reruns
+ * launches what is marked (data_mb_finished calls it before it decides the
+ * iteration is over), ledger_rerun_finished accounts for one that ended. */
+bool ledger_is_rerun(const struct peer_mb *mb);
+void ledger_peer_down(struct train_peer *p, const gw_id *peer);
+void ledger_launch_reruns(struct train_peer *p);
+void ledger_rerun_finished(struct train_peer *p, struct peer_mb *mb, bool complete);
 /* Our contribution's first chunk: our list. Before it (--deterministic),
  * our per-microbatch gradients to `to`. */
 void ledger_fill_grad(struct train_peer *p, Gwtf__TrainGrad *g);

@@ -10,7 +10,11 @@
  *     ends with the fault-free run's weights, bit for bit;
  *   - missing: a member that accumulated microbatches dies as the round
  *     starts; the stage's aggregator finds them in the iteration's ledger
- *     (BEGIN_AGG) and in no contribution: ledger.missing. */
+ *     (BEGIN_AGG) and in no contribution: ledger.missing;
+ *   - re-run: a member dies in the middle of the iteration after it
+ *     accumulated some microbatches; with --deterministic the data node runs
+ *     them again (the other stages keep theirs by ID), nothing is missing and
+ *     the weights are the fault-free run's, bit for bit. */
 #include "testutil.h"
 
 #include <string.h>
@@ -25,7 +29,7 @@ static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
 
 typedef struct run_result {
   float w[STAGES + 1][H_NP]; /* each stage's weights at the end (every member agrees) */
-  uint64_t duplicates, missing, extra, exact_rounds;
+  uint64_t duplicates, missing, extra, exact_rounds, reruns;
   bool fired;
 } run_result;
 
@@ -59,6 +63,7 @@ static void run(const scenario *sc, run_result *r) {
     r->missing += c->ledger_missing;
     r->extra += c->ledger_extra;
     r->exact_rounds += c->ledger_exact_rounds;
+    r->reruns += c->ledger_reruns;
     if (n->alive) memcpy(r->w[n->stage], n->w, sizeof(n->w));
   }
   r->fired = h.hook_fired;
@@ -144,11 +149,36 @@ static void test_missing_contribution_reported(void **state) {
   }
 }
 
+/* A stage-2 member that computed a backward in iteration 1 dies as it
+ * starts its next one, while the iteration runs. */
+static bool crash_stage2_mid_iteration(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  (void)h;
+  if (job->kind != TRAIN_JOB_BACKWARD || n->stage != 2 || train_peer_iteration(n->tp) != 1) return false;
+  if (n->g[0] == 0.0f && n->g[1] == 0.0f) return false; /* nothing of the iteration accumulated yet */
+  *crash = n->index;
+  return true;
+}
+
+static void test_rerun_restores_exactly_once(void **state) {
+  (void)state;
+  scenario clean = {true, {0, 1, 2}, 2, TRAIN_RECOVER_PATH, NULL, 41};
+  scenario churned = clean;
+  churned.hook = crash_stage2_mid_iteration;
+  run_result a, b;
+  run(&clean, &a);
+  run(&churned, &b);
+  assert_true(b.fired);
+  assert_true(b.reruns >= 1);
+  assert_int_equal(b.missing + b.duplicates + b.extra, 0);
+  assert_same_weights(&a, &b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_order_independent),
       cmocka_unit_test(test_duplicate_backward_counted_once),
       cmocka_unit_test(test_missing_contribution_reported),
+      cmocka_unit_test(test_rerun_restores_exactly_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
