@@ -496,8 +496,11 @@ static void log_counted(train_peer *p, const counted *c, uint32_t n, bool exact)
   uint32_t shown = n < LEDGER_LOG_IDS ? n : LEDGER_LOG_IDS;
   for (uint32_t i = 0; i < shown; i++)
     off += (size_t)snprintf(ids + off, sizeof(ids) - off, "%s%llx", i ? "," : "", (unsigned long long)c[i].mb.id);
-  GW_INFO(&p->log, "ledger.counted", "iter=%llu microbatches=%u exact=%d truncated=%d mbs=%s",
-          (unsigned long long)p->iteration, n, exact ? 1 : 0, shown < n ? 1 : 0, n ? ids : "-");
+  /* checked=0: no data node's ledger reached us (BEGIN_AGG came from a peer
+   * we could not vouch for): nothing could be found missing or extra */
+  GW_INFO(&p->log, "ledger.counted", "iter=%llu microbatches=%u exact=%d checked=%d truncated=%d mbs=%s",
+          (unsigned long long)p->iteration, n, exact ? 1 : 0, p->ledger.n_sources > 0 ? 1 : 0, shown < n ? 1 : 0,
+          n ? ids : "-");
 }
 
 void ledger_round(train_peer *p, uint32_t *total) {
