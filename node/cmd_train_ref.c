@@ -430,7 +430,8 @@ static int train(ref *r, int iterations, bool json) {
   if (json) {
     printf("],\"iterations\":[");
     for (int it = 0; rc == 0 && it < iterations; it++)
-      printf("%s{\"iteration\":%d,\"loss\":%.9g}", it ? "," : "", it, losses[it]);
+      if (isfinite(losses[it])) printf("%s{\"iteration\":%d,\"loss\":%.9g}", it ? "," : "", it, losses[it]);
+      else printf("%s{\"iteration\":%d,\"loss\":null}", it ? "," : "", it); /* --replay: no microbatch */
     printf("]");
     if (rc == 0) rc = print_hashes(r, true);
     printf("}\n");
