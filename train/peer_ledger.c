@@ -491,11 +491,16 @@ static const ledger_grad *usable(peer_ledger *L, const gw_id *holder, const ledg
 }
 
 static void log_counted(train_peer *p, const counted *c, uint32_t n, bool exact) {
-  char ids[LEDGER_LOG_IDS * 17 + 1] = "";
+  char ids[LEDGER_LOG_CHARS + 1] = "";
   size_t off = 0;
-  uint32_t shown = n < LEDGER_LOG_IDS ? n : LEDGER_LOG_IDS;
-  for (uint32_t i = 0; i < shown; i++)
-    off += (size_t)snprintf(ids + off, sizeof(ids) - off, "%s%llx", i ? "," : "", (unsigned long long)c[i].mb.id);
+  uint32_t shown = 0;
+  for (; shown < n; shown++) {
+    char one[24];
+    int len = snprintf(one, sizeof(one), "%s%llx", shown ? "," : "", (unsigned long long)c[shown].mb.id);
+    if (off + (size_t)len > LEDGER_LOG_CHARS) break; /* a whole ID or none */
+    memcpy(ids + off, one, (size_t)len + 1);
+    off += (size_t)len;
+  }
   /* checked=0: no data node's ledger reached us (BEGIN_AGG came from a peer
    * we could not vouch for): nothing could be found missing or extra */
   GW_INFO(&p->log, "ledger.counted", "iter=%llu microbatches=%u exact=%d checked=%d truncated=%d mbs=%s",

@@ -37,8 +37,9 @@
 /* At most this many microbatches in one list (a contribution's, a ledger):
  * a longer list from the network is ignored. */
 #define LEDGER_MAX_IDS 4096
-/* ledger.counted names at most this many microbatches (then truncated=1). */
-#define LEDGER_LOG_IDS 256
+/* ledger.counted lists microbatch IDs in at most this many characters
+ * (then truncated=1): a log line's fields hold 1536 (util/log.c). */
+#define LEDGER_LOG_CHARS 1200
 /* A re-run's attempt numbers have this bit (and the re-run count above bit
  * 8): relays then know a second backward of it is expected, not a duplicate. */
 #define LEDGER_RERUN_ATTEMPT (1u << 16)
