@@ -145,7 +145,7 @@ struct swarm {
   int crashes, unexpected_exits;
   long long reroutes, recoveries, lost;
   /* exactly once (train/peer_ledger.h): the aggregators' ledger events */
-  struct { long long rounds, counted, duplicates, missing, extra, inexact, reruns, unchecked; } ledger;
+  struct { long long rounds, counted, duplicates, missing, extra, inexact, reruns, unchecked, recovered; } ledger;
   double unaggregated_s; /* compute whose gradient never reached an aggregation */
   swarm_waste *waste;    /* the paper's wasted compute */
   swarm_val *val;        /* the validation curve (eval.done) */
@@ -397,6 +397,8 @@ static void on_ledger(swarm *sw, const char *what, json_t *ev) {
     sw->ledger.inexact++;
   } else if (!strcmp(what, "rerun")) {
     sw->ledger.reruns++;
+  } else if (!strcmp(what, "recovered")) {
+    sw->ledger.recovered++;
   }
 }
 
@@ -1047,11 +1049,12 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
   json_object_set_new(root, "backward_recoveries", json_integer(sw->recoveries));
   json_object_set_new(root, "lost_microbatches", json_integer(sw->lost));
   json_object_set_new(root, "ledger",
-                      json_pack("{sI sI sI sI sI sI sI sI}", "rounds", (json_int_t)sw->ledger.rounds, "counted",
+                      json_pack("{sI sI sI sI sI sI sI sI sI}", "rounds", (json_int_t)sw->ledger.rounds, "counted",
                                 (json_int_t)sw->ledger.counted, "duplicates", (json_int_t)sw->ledger.duplicates,
                                 "missing", (json_int_t)sw->ledger.missing, "extra", (json_int_t)sw->ledger.extra,
                                 "inexact", (json_int_t)sw->ledger.inexact, "reruns", (json_int_t)sw->ledger.reruns,
-                                "unchecked", (json_int_t)sw->ledger.unchecked));
+                                "unchecked", (json_int_t)sw->ledger.unchecked, "recovered",
+                                (json_int_t)sw->ledger.recovered));
   json_object_set_new(root, "wasted_compute_s", json_real(swarm_waste_wasted_s(sw->waste)));
   json_object_set_new(root, "unaggregated_compute_s", json_real(sw->unaggregated_s));
   json_object_set_new(root, "compute_s", json_real(swarm_waste_total_s(sw->waste)));
@@ -1101,9 +1104,9 @@ static int write_summary(swarm *sw) {
          sw->reroutes, sw->recoveries, sw->lost);
   if (sw->ledger.rounds)
     printf("  ledger: %lld microbatches counted in %lld stage rounds; duplicates %lld, missing %lld, extra %lld, "
-           "inexact %lld, re-runs %lld, rounds without a ledger %lld\n",
+           "inexact %lld, re-runs %lld, recovered %lld, rounds without a ledger %lld\n",
            sw->ledger.counted, sw->ledger.rounds, sw->ledger.duplicates, sw->ledger.missing, sw->ledger.extra,
-           sw->ledger.inexact, sw->ledger.reruns, sw->ledger.unchecked);
+           sw->ledger.inexact, sw->ledger.reruns, sw->ledger.recovered, sw->ledger.unchecked);
   printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
          swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
   swarm_val_print(sw->val, stdout);

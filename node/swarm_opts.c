@@ -44,7 +44,7 @@ void cmd_swarm_help(void) {
       "--aggregate and --deterministic are passed to every peer (see gwtf help node);\n"
       "the summary's \"ledger\" counts what each stage's average covered: duplicates\n"
       "(0 expected), missing (a member died with its gradient during the aggregation)\n"
-      "and, with --deterministic, microbatches re-run for a member that died earlier.\n"
+      "and, with --deterministic, microbatches re-run or recovered for a dead member.\n"
       "TEST TOOLS: --byzantine N:MODE makes the last N relays hostile (gwtf node\n"
       "--byzantine MODE: nan, scale=K, random, wrong-shape, lying-costs), with node IDs\n"
       "above the honest ones so that they contribute rather than aggregate;\n"

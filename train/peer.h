@@ -498,6 +498,7 @@ typedef struct train_counters {
    * (--deterministic) */
   uint64_t ledger_duplicates, ledger_missing, ledger_extra, ledger_exact_rounds;
   uint64_t ledger_reruns; /* data, --deterministic: microbatches run again for a member that died */
+  uint64_t ledger_recovered; /* aggregator, --deterministic: missing, but a dead member had shared it */
   uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
   uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
 } train_counters;

@@ -108,6 +108,8 @@ static ledger_grad *grad_add(peer_ledger *L, const gw_id *holder, const ledger_m
   return e;
 }
 
+static void share_grad(train_peer *p, const ledger_grad *e);
+
 bool ledger_is_rerun(const peer_mb *mb) { return (mb->attempt & LEDGER_RERUN_ATTEMPT) != 0; }
 
 static void log_path(train_peer *p, const char *event, const peer_mb *mb) {
@@ -188,6 +190,7 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
   mb->gpart = NULL;
   g->received = p->cfg.shape.n_params;
   g->complete = true;
+  share_grad(p, g);
 }
 
 /* ---- re-runs (--deterministic, data node) ---- */
@@ -289,33 +292,49 @@ static void tensor_1d(train_tensor *t, const float *data, size_t n) {
   t->nbytes = n * sizeof(float);
 }
 
+/* One microbatch's own gradient to `to`, chunked. */
+static void send_one(train_peer *p, const gw_id *to, const ledger_grad *e) {
+  size_t n = p->cfg.shape.n_params, step = p->cfg.tun.chunk_bytes / sizeof(float);
+  if (!step) step = 1;
+  uint64_t id = e->mb.id;
+  ProtobufCBinaryData origin = id_bytes(&e->mb.origin);
+  for (size_t off = 0; off < n; off += step) {
+    Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
+    train_tensor t;
+    size_t len = n - off < step ? n - off : step;
+    g.iteration = p->iteration;
+    g.stage = p->stage;
+    g.count = 1;
+    g.offset = off;
+    g.total = n;
+    g.mb_grad = true;
+    g.n_mb_ids = g.n_mb_origins = 1;
+    g.mb_ids = &id;
+    g.mb_origins = &origin;
+    tensor_1d(&t, e->g + off, len);
+    peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_GRAD, &g.base, &t);
+  }
+}
+
+/* --deterministic: a copy of each microbatch's gradient goes to every
+ * member of our stage the moment we have it, so that if we die before the
+ * round the aggregator still has it (ledger.recovered) whoever aggregates. */
+static void share_grad(train_peer *p, const ledger_grad *e) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if ((v->v[i].heard && !v->v[i].vouched) || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id)) continue;
+    send_one(p, id, e);
+  }
+}
+
 void ledger_send_mb_grads(train_peer *p, const gw_id *to, uint64_t iteration) {
   if (!det(p) || iteration != p->iteration) return;
   sync(p);
   peer_ledger *L = &p->ledger;
-  size_t n = p->cfg.shape.n_params, step = p->cfg.tun.chunk_bytes / sizeof(float);
-  if (!step) step = 1;
   for (uint32_t i = 0; i < L->n_grads; i++) {
     const ledger_grad *e = &L->grads[i];
-    if (!gw_id_eq(&e->holder, &p->cfg.self) || !e->complete) continue;
-    uint64_t id = e->mb.id;
-    ProtobufCBinaryData origin = id_bytes(&e->mb.origin);
-    for (size_t off = 0; off < n; off += step) {
-      Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
-      train_tensor t;
-      size_t len = n - off < step ? n - off : step;
-      g.iteration = iteration;
-      g.stage = p->stage;
-      g.count = 1;
-      g.offset = off;
-      g.total = n;
-      g.mb_grad = true;
-      g.n_mb_ids = g.n_mb_origins = 1;
-      g.mb_ids = &id;
-      g.mb_origins = &origin;
-      tensor_1d(&t, e->g + off, len);
-      peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_GRAD, &g.base, &t);
-    }
+    if (gw_id_eq(&e->holder, &p->cfg.self) && e->complete) send_one(p, to, e);
   }
 }
 
@@ -490,6 +509,18 @@ static const ledger_grad *usable(peer_ledger *L, const gw_id *holder, const ledg
   return e && e->complete && !e->bad ? e : NULL;
 }
 
+/* Anyone's complete copy of m's gradient (in node-ID order of holders, so
+ * that two aggregators pick the same bits; they are the same anyway). */
+static const ledger_grad *any_usable(peer_ledger *L, const ledger_mb *m) {
+  const ledger_grad *best = NULL;
+  for (uint32_t i = 0; i < L->n_grads; i++) {
+    const ledger_grad *e = &L->grads[i];
+    if (!mb_eq(&e->mb, m) || !e->complete || e->bad) continue;
+    if (!best || gw_id_cmp(&e->holder, &best->holder) < 0) best = e;
+  }
+  return best;
+}
+
 static void log_counted(train_peer *p, const counted *c, uint32_t n, bool exact) {
   char ids[LEDGER_LOG_CHARS + 1] = "";
   size_t off = 0;
@@ -569,6 +600,19 @@ void ledger_round(train_peer *p, uint32_t *total) {
     uint32_t j = 0;
     while (j < n && !mb_eq(&c[j].mb, &L->book[i])) j++;
     if (j < n) continue;
+    const ledger_grad *kept = det(p) ? any_usable(L, &L->book[i]) : NULL;
+    if (kept && grow((void **)&c, &cap, n + 1, sizeof(*c))) {
+      /* its member died before the round, after sharing it (share_grad) */
+      c[n].mb = L->book[i];
+      c[n].grad = kept;
+      n++;
+      p->counters.ledger_recovered++;
+      mb_hex(&L->book[i], origin);
+      peer_short(&kept->holder, who);
+      GW_INFO(&p->log, "ledger.recovered", "iter=%llu mb=%llx origin=%s member=%s msg=\"its member's contribution "
+              "is missing: its shared gradient counts\"", it, (unsigned long long)L->book[i].id, origin, who);
+      continue;
+    }
     p->counters.ledger_missing++;
     mb_hex(&L->book[i], origin);
     GW_WARN(&p->log, "ledger.missing", "iter=%llu mb=%llx origin=%s", it,

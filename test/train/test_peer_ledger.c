@@ -10,7 +10,11 @@
  *     ends with the fault-free run's weights, bit for bit;
  *   - missing: a member that accumulated microbatches dies as the round
  *     starts; the stage's aggregator finds them in the iteration's ledger
- *     (BEGIN_AGG) and in no contribution: ledger.missing;
+ *     (BEGIN_AGG) and in no contribution: ledger.missing. With
+ *     --deterministic the member had shared each microbatch's gradient with
+ *     its stage as it computed it: the aggregator counts those
+ *     (ledger.recovered), nothing is missing, and the weights are the
+ *     fault-free run's, bit for bit;
  *   - re-run: a member dies in the middle of the iteration after it
  *     accumulated some microbatches; with --deterministic the data node runs
  *     them again (the other stages keep theirs by ID), nothing is missing and
@@ -29,7 +33,7 @@ static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
 
 typedef struct run_result {
   float w[STAGES + 1][H_NP]; /* each stage's weights at the end (every member agrees) */
-  uint64_t duplicates, missing, extra, exact_rounds, reruns;
+  uint64_t duplicates, missing, extra, exact_rounds, reruns, recovered;
   bool fired;
 } run_result;
 
@@ -64,6 +68,7 @@ static void run(const scenario *sc, run_result *r) {
     r->extra += c->ledger_extra;
     r->exact_rounds += c->ledger_exact_rounds;
     r->reruns += c->ledger_reruns;
+    r->recovered += c->ledger_recovered;
     if (n->alive) memcpy(r->w[n->stage], n->w, sizeof(n->w));
   }
   r->fired = h.hook_fired;
@@ -139,14 +144,26 @@ static bool crash_stage2_export(h_harness *h, h_node *n, const train_job *job, i
 
 static void test_missing_contribution_reported(void **state) {
   (void)state;
-  for (int det = 0; det <= 1; det++) {
-    scenario sc = {det == 1, {0, 1, 2}, 2, TRAIN_RECOVER_PATH, crash_stage2_export, 31};
-    run_result r;
-    run(&sc, &r);
-    assert_true(r.fired);
-    assert_true(r.missing >= 1);
-    assert_int_equal(r.duplicates + r.extra, 0);
-  }
+  scenario sc = {false, {0, 1, 2}, 2, TRAIN_RECOVER_PATH, crash_stage2_export, 31};
+  run_result r;
+  run(&sc, &r);
+  assert_true(r.fired);
+  assert_true(r.missing >= 1);
+  assert_int_equal(r.duplicates + r.extra + r.recovered, 0);
+}
+
+static void test_missing_contribution_recovered(void **state) {
+  (void)state;
+  scenario clean = {true, {0, 1, 2}, 2, TRAIN_RECOVER_PATH, NULL, 31};
+  scenario churned = clean;
+  churned.hook = crash_stage2_export;
+  run_result a, b;
+  run(&clean, &a);
+  run(&churned, &b);
+  assert_true(b.fired);
+  assert_true(b.recovered >= 1);
+  assert_int_equal(b.missing + b.duplicates + b.extra, 0);
+  assert_same_weights(&a, &b);
 }
 
 /* A stage-2 member that computed a backward in iteration 1 dies as it
@@ -178,6 +195,7 @@ int main(void) {
       cmocka_unit_test(test_order_independent),
       cmocka_unit_test(test_duplicate_backward_counted_once),
       cmocka_unit_test(test_missing_contribution_reported),
+      cmocka_unit_test(test_missing_contribution_recovered),
       cmocka_unit_test(test_rerun_restores_exactly_once),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
