@@ -65,6 +65,7 @@ void ledger_free(train_peer *p) {
   free(L->grads);
   free(L->book);
   free(L->out_ids);
+  free(L->out_reruns);
   free(L->out_origins);
   free(L->out_sources);
   memset(L, 0, sizeof(*L));
@@ -146,7 +147,7 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
   if (mb->iteration != p->iteration) return; /* an old iteration's: counted nowhere (bwd_count too) */
   sync(p);
   peer_ledger *L = &p->ledger;
-  ledger_mb e = {mb->origin, mb->id};
+  ledger_mb e = {mb->origin, mb->id, ledger_is_rerun(mb)};
   char origin[GW_ID_SHORT_LEN + 1];
   mb_hex(&e, origin);
   for (uint32_t i = 0; i < L->n_mine; i++) {
@@ -259,7 +260,9 @@ static bool out_reserve(peer_ledger *L, uint32_t n) {
   if (o) L->out_origins = o;
   ProtobufCBinaryData *s = realloc(L->out_sources, (size_t)n * sizeof(*s));
   if (s) L->out_sources = s;
-  if (!ids || !o || !s) return false;
+  protobuf_c_boolean *r = realloc(L->out_reruns, (size_t)n * sizeof(*r));
+  if (r) L->out_reruns = r;
+  if (!ids || !o || !s || !r) return false;
   L->out_cap = n;
   return true;
 }
@@ -270,6 +273,7 @@ static uint32_t fill_list(peer_ledger *L, const ledger_mb *mbs, uint32_t n) {
   for (uint32_t i = 0; i < n; i++) {
     L->out_ids[i] = mbs[i].id;
     L->out_origins[i] = id_bytes(&mbs[i].origin);
+    L->out_reruns[i] = mbs[i].rerun;
   }
   return n;
 }
@@ -281,6 +285,12 @@ void ledger_fill_grad(train_peer *p, Gwtf__TrainGrad *g) {
   g->n_mb_ids = g->n_mb_origins = n;
   g->mb_ids = L->out_ids;
   g->mb_origins = L->out_origins;
+  bool any = false;
+  for (uint32_t i = 0; i < n; i++) any |= L->out_reruns[i];
+  if (any) { /* absent (the common case): nothing of ours was a re-run */
+    g->n_mb_rerun = n;
+    g->mb_rerun = L->out_reruns;
+  }
 }
 
 static void tensor_1d(train_tensor *t, const float *data, size_t n) {
@@ -350,6 +360,7 @@ static bool read_list(const uint64_t *ids, size_t n_ids, const ProtobufCBinaryDa
   if (!m) return false;
   for (size_t i = 0; i < n_ids; i++) {
     m[i].id = ids[i];
+    m[i].rerun = false;
     id_from_bytes(&m[i].origin, origins[i]);
   }
   *out = m;
@@ -363,6 +374,8 @@ static void record_list(train_peer *p, const gw_id *from, const Gwtf__TrainGrad 
   ledger_mb *mbs;
   uint32_t n;
   if (!read_list(g->mb_ids, g->n_mb_ids, g->mb_origins, g->n_mb_origins, &mbs, &n)) return;
+  if (g->n_mb_rerun == n)
+    for (uint32_t i = 0; i < n; i++) mbs[i].rerun = g->mb_rerun[i];
   ledger_list *l = NULL;
   for (uint32_t i = 0; i < L->n_lists; i++)
     if (gw_id_eq(&L->lists[i].member, from)) l = &L->lists[i];
@@ -580,6 +593,13 @@ void ledger_round(train_peer *p, uint32_t *total) {
       }
       uint32_t j = 0;
       while (j < n && !mb_eq(&c[j].mb, m)) j++;
+      if (j < n && (c[j].mb.rerun || m->rerun)) {
+        /* the data node re-ran it: a second copy is expected, the same bits */
+        GW_DEBUG(&p->log, "ledger.rerun_copy", "iter=%llu mb=%llx origin=%s member=%s", it,
+                 (unsigned long long)m->id, origin, who);
+        if (!c[j].grad && det(p)) c[j].grad = usable(L, member, m);
+        continue;
+      }
       if (j < n) {
         p->counters.ledger_duplicates++;
         GW_WARN(&p->log, "ledger.duplicate", "iter=%llu mb=%llx origin=%s member=%s scope=stage", it,

@@ -49,6 +49,7 @@
 typedef struct ledger_mb {
   gw_id origin;
   uint64_t id;
+  bool rerun; /* computed for a re-run (not part of its identity) */
 } ledger_mb;
 
 /* One microbatch's own gradient (--deterministic), ours or a contributor's. */
@@ -87,6 +88,7 @@ typedef struct peer_ledger {
   bool exact;
   /* scratch for lists we send (valid while the send runs) */
   uint64_t *out_ids;
+  protobuf_c_boolean *out_reruns;
   ProtobufCBinaryData *out_origins, *out_sources;
   uint32_t out_cap;
 } peer_ledger;
