@@ -429,9 +429,11 @@ def deterministic_churn(tmp):
     """Relays killed and restarted under --churn 0.4 with --deterministic:
     every stage's average counts each microbatch once (no duplicate, no
     inexact round), every microbatch of the data node's ledger is counted by
-    each stage or reported missing (its member died with its gradient), and
-    train-ref replaying the stages' ledgers (--replay) ends with the same
-    weights, bit for bit."""
+    each stage whose aggregator had the ledger, or reported missing (the
+    data node re-runs what a dead member held while the iteration runs, and
+    members share each gradient with their stage, so this is rare: not
+    asserted), and train-ref replaying the stages' ledgers (--replay) ends
+    with the same weights, bit for bit."""
     n, stages, seed = 8, 3, 7
     s, ev, _ = run_swarm(tmp, "deterministic_churn", "--relays", "6", "--stages", str(stages), "--iterations",
                          str(n), "--churn", "0.4", "--seed", str(seed), "--capacity", "2", "--deterministic")
