@@ -146,6 +146,8 @@ struct swarm {
   size_t n_costs, next_cost;
   int crashes, unexpected_exits;
   long long reroutes, recoveries, lost;
+  /* exactly once (train/peer_ledger.h): the aggregators' ledger events */
+  struct { long long rounds, counted, duplicates, missing, extra, inexact, reruns, unchecked, recovered; } ledger;
   double unaggregated_s; /* compute whose gradient never reached an aggregation */
   swarm_waste *waste;    /* the paper's wasted compute */
   swarm_val *val;        /* the validation curve (eval.done) */
@@ -375,6 +377,28 @@ static json_t *flow_instance(const swarm *sw) {
 }
 
 /* A data node finished a microbatch: what of its trip was not compute. */
+/* The aggregators' ledger events (train/peer_ledger.h): counted per stage round. */
+static void on_ledger(swarm *sw, const char *what, json_t *ev) {
+  if (!strcmp(what, "counted")) {
+    sw->ledger.rounds++;
+    double n = num(ev, "microbatches");
+    if (isfinite(n)) sw->ledger.counted += (long long)n;
+    if (num(ev, "checked") == 0) sw->ledger.unchecked++; /* no ledger reached that aggregator */
+  } else if (!strcmp(what, "duplicate")) {
+    sw->ledger.duplicates++;
+  } else if (!strcmp(what, "missing")) {
+    sw->ledger.missing++;
+  } else if (!strcmp(what, "extra")) {
+    sw->ledger.extra++;
+  } else if (!strcmp(what, "inexact")) {
+    sw->ledger.inexact++;
+  } else if (!strcmp(what, "rerun")) {
+    sw->ledger.reruns++;
+  } else if (!strcmp(what, "recovered")) {
+    sw->ledger.recovered++;
+  }
+}
+
 static void on_microbatch_done(swarm *sw, json_t *ev) {
   const char *node = json_string_value(json_object_get(ev, "node"));
   const char *mb = json_string_value(json_object_get(ev, "mb"));
@@ -492,6 +516,8 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
     sw->recoveries++;
   } else if (!strcmp(e, "microbatch.lost")) {
     sw->lost++;
+  } else if (!strncmp(e, "ledger.", 7)) {
+    on_ledger(sw, e + 7, ev);
   } else if (!strcmp(e, "stage.restored")) {
     swarm_kill_on_event(&sw->kill, e, ev);
   } else if (!strcmp(e, "stage.lost") || !strcmp(e, "run.stage_lost")) {
@@ -796,6 +822,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
     ARG("%s", sw->o.aggregate);
   }
   if (sw->o.no_validation) ARG("--no-validate-contributions");
+  if (sw->o.deterministic) ARG("--deterministic");
   if (sw->o.replicate_every >= 0) {
     ARG("--replicate-every");
     ARG("%d", sw->o.replicate_every);
@@ -1040,6 +1067,13 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
   json_object_set_new(root, "forward_reroutes", json_integer(sw->reroutes));
   json_object_set_new(root, "backward_recoveries", json_integer(sw->recoveries));
   json_object_set_new(root, "lost_microbatches", json_integer(sw->lost));
+  json_object_set_new(root, "ledger",
+                      json_pack("{sI sI sI sI sI sI sI sI sI}", "rounds", (json_int_t)sw->ledger.rounds, "counted",
+                                (json_int_t)sw->ledger.counted, "duplicates", (json_int_t)sw->ledger.duplicates,
+                                "missing", (json_int_t)sw->ledger.missing, "extra", (json_int_t)sw->ledger.extra,
+                                "inexact", (json_int_t)sw->ledger.inexact, "reruns", (json_int_t)sw->ledger.reruns,
+                                "unchecked", (json_int_t)sw->ledger.unchecked, "recovered",
+                                (json_int_t)sw->ledger.recovered));
   json_object_set_new(root, "wasted_compute_s", json_real(swarm_waste_wasted_s(sw->waste)));
   json_object_set_new(root, "unaggregated_compute_s", json_real(sw->unaggregated_s));
   json_object_set_new(root, "compute_s", json_real(swarm_waste_total_s(sw->waste)));
@@ -1077,6 +1111,11 @@ static int write_summary(swarm *sw) {
   }
   printf("  crashes %d, forward re-routes %lld, backward recoveries %lld, lost microbatches %lld\n", sw->crashes,
          sw->reroutes, sw->recoveries, sw->lost);
+  if (sw->ledger.rounds)
+    printf("  ledger: %lld microbatches counted in %lld stage rounds; duplicates %lld, missing %lld, extra %lld, "
+           "inexact %lld, re-runs %lld, recovered %lld, rounds without a ledger %lld\n",
+           sw->ledger.counted, sw->ledger.rounds, sw->ledger.duplicates, sw->ledger.missing, sw->ledger.extra,
+           sw->ledger.inexact, sw->ledger.reruns, sw->ledger.recovered, sw->ledger.unchecked);
   printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
          swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
   swarm_val_print(sw->val, stdout);

@@ -22,7 +22,7 @@ void cmd_swarm_help(void) {
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
       "                  [--aggregate mean|trimmed-mean] [--byzantine N:MODE]\n"
-      "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n"
+      "                  [--no-validate-contributions] [--deterministic] [--log-level LEVEL] [--quiet]\n"
       "                  [--http [IP:]PORT [--http-public]]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
       "                  [--eval-microbatches N] [--checkpoint-every N]\n"
@@ -43,7 +43,10 @@ void cmd_swarm_help(void) {
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
       "likewise gives each relay its own capacity.\n"
-      "--aggregate is passed to every peer (see gwtf help node).\n"
+      "--aggregate and --deterministic are passed to every peer (see gwtf help node);\n"
+      "the summary's \"ledger\" counts what each stage's average covered: duplicates\n"
+      "(0 expected), missing (a member died with its gradient during the aggregation)\n"
+      "and, with --deterministic, microbatches re-run or recovered for a dead member.\n"
       "TEST TOOLS: --byzantine N:MODE makes the last N relays hostile (gwtf node\n"
       "--byzantine MODE: nan, scale=K, random, wrong-shape, lying-costs), with node IDs\n"
       "above the honest ones so that they contribute rather than aggregate;\n"
@@ -94,6 +97,7 @@ enum {
   SW_AGGREGATE = 256,
   SW_BYZANTINE,
   SW_NO_VALIDATE,
+  SW_DETERMINISTIC,
   SW_WIRE_DTYPE,
   SW_WIRE_ACCEPT,
   SW_HTTP,
@@ -133,6 +137,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"aggregate", required_argument, 0, SW_AGGREGATE},
       {"byzantine", required_argument, 0, SW_BYZANTINE},
       {"no-validate-contributions", no_argument, 0, SW_NO_VALIDATE},
+      {"deterministic", no_argument, 0, SW_DETERMINISTIC},
       {"wire-dtype", required_argument, 0, SW_WIRE_DTYPE},
       {"wire-accept", required_argument, 0, SW_WIRE_ACCEPT},
       {"http", required_argument, 0, SW_HTTP},
@@ -199,6 +204,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case 'q': o->quiet = true; break;
     case SW_AGGREGATE: o->aggregate = optarg; break;
     case SW_NO_VALIDATE: o->no_validation = true; break;
+    case SW_DETERMINISTIC: o->deterministic = true; break;
     case SW_BYZANTINE: {
       char *colon = NULL;
       long k = strtol(optarg, &colon, 10);
@@ -266,6 +272,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->byzantine >= o->relays) bad = "--byzantine N needs N below --relays";
   else if (o->aggregate && strcmp(o->aggregate, "mean") != 0 && strcmp(o->aggregate, "trimmed-mean") != 0)
     bad = "--aggregate is mean or trimmed-mean";
+  else if (o->deterministic && o->aggregate && strcmp(o->aggregate, "mean") != 0)
+    bad = "--deterministic goes with --aggregate mean only";
   else if (o->http && swarm_web_check(o->http, o->http_public, &is_public, why, sizeof(why)) != 0) bad = why;
   else if (!(o->val_fraction >= 0 && o->val_fraction <= 0.5)) bad = "--val-fraction must be in [0, 0.5]";
   else if (o->val_fraction > 0 && o->val_dataset) bad = "--val-fraction and --val-dataset exclude each other";

@@ -1118,6 +1118,7 @@ static int start_peer(train_rt *rt) {
   cfg.tun.hop_timeout_ms = o->hop_timeout_ms;
   cfg.tun.aggregate = o->aggregate;
   cfg.tun.no_validation = o->no_validation;
+  cfg.tun.deterministic = o->deterministic;
   cfg.tun.byzantine = o->byzantine;
   cfg.tun.byzantine_scale = o->byzantine_scale;
   if (o->byzantine != TRAIN_BYZ_NONE)

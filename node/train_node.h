@@ -83,6 +83,7 @@ typedef struct train_node_opts {
   char join_bootstrap[GW_ID_HEX_LEN + 2 + MEMBER_ADDR_MAX + 1]; /* "ID@ADDR" of the invite's creator */
   train_aggregate aggregate;   /* --aggregate mean|trimmed-mean */
   bool no_validation;          /* --no-validate-contributions (tests only) */
+  bool deterministic;          /* --deterministic: exactly train-ref's sums (train/peer_ledger.h) */
   train_byzantine byzantine;   /* --byzantine MODE (test tool) */
   double byzantine_scale;
 } train_node_opts;

@@ -45,6 +45,7 @@ enum {
   T_RUN_KEY,
   T_AGGREGATE,
   T_NO_VALIDATE,
+  T_DETERMINISTIC,
   T_BYZANTINE,
   T_VAL_FRACTION,
   T_VAL_DATASET,
@@ -89,6 +90,7 @@ const struct option train_node_options[] = {
     {"run-key", required_argument, 0, T_RUN_KEY},
     {"aggregate", required_argument, 0, T_AGGREGATE},
     {"no-validate-contributions", no_argument, 0, T_NO_VALIDATE},
+    {"deterministic", no_argument, 0, T_DETERMINISTIC},
     {"byzantine", required_argument, 0, T_BYZANTINE},
     {"val-fraction", required_argument, 0, T_VAL_FRACTION},
     {"val-dataset", required_argument, 0, T_VAL_DATASET},
@@ -149,6 +151,13 @@ void train_node_print_help(void) {
          "                             the mean (default) or a coordinate-wise trimmed mean that drops\n"
          "                             floor(0.2 x M) of the M contributions at each end, per coordinate\n"
          "                             (nothing below 5 contributions)\n"
+         "  --deterministic             every member keeps each microbatch's own gradient and the\n"
+         "                             aggregator sums them in microbatch-ID order, each once: the\n"
+         "                             run equals gwtf train-ref --deterministic bit for bit on the\n"
+         "                             same microbatches; a data node re-runs a microbatch whose\n"
+         "                             member died, members share each gradient with their stage\n"
+         "                             (each holds n_params floats per microbatch of its stage;\n"
+         "                             with --aggregate mean only)\n"
          "  --no-validate-contributions\n"
          "                             TEST ONLY: take stage members' gradients unchecked (shows what\n"
          "                             the checks save; never use it in a real run)\n"
@@ -274,6 +283,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     else return bad("--aggregate", arg, "mean or trimmed-mean");
     return 0;
   case T_NO_VALIDATE: o->no_validation = true; return 0;
+  case T_DETERMINISTIC: o->deterministic = true; return 0;
   case T_BYZANTINE:
     if (train_byzantine_parse(arg, &o->byzantine, &o->byzantine_scale) != 0)
       return bad("--byzantine", arg, "nan, scale=K, random, wrong-shape or lying-costs");
@@ -371,6 +381,10 @@ int train_node_check(const train_node_opts *o, bool *training) {
   }
   if (o->val_dataset && o->val_fraction > 0) {
     fprintf(stderr, "gwtf node: --val-dataset and --val-fraction exclude each other\n");
+    return 2;
+  }
+  if (o->deterministic && o->aggregate != TRAIN_AGG_MEAN) {
+    fprintf(stderr, "gwtf node: --deterministic averages exactly: it goes with --aggregate mean only\n");
     return 2;
   }
   return 0;

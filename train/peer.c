@@ -127,6 +127,7 @@ train_job *peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const vo
   job->out_bytes = out_bytes;
   job->targets = mb ? mb->targets : NULL;
   job->owner = mb;
+  job->grad_part = ledger_part_for(p, mb, kind);
   if (p->io.compute(p->io.ud, job) != 0) {
     free(job);
     return NULL;
@@ -198,6 +199,7 @@ void train_peer_free(train_peer *p) {
   free(p->backlog);
   eval_free(p);
   agg_free(p);
+  ledger_free(p);
   join_free(p);
   replica_free(p);
   admit_free(p);
@@ -370,6 +372,7 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
   drop_member(p, peer);
   if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, peer);
   mb_peer_down(p, peer);
+  ledger_peer_down(p, peer);
   agg_peer_down(p, peer);
   join_peer_down(p, peer);
   admit_peer_down(p, peer);

@@ -114,7 +114,7 @@ typedef enum train_job_kind {
   TRAIN_JOB_EVAL_LOSS,        /* data: in [B,T,C], targets -> loss                       */
 } train_job_kind;
 
-#define TRAIN_JOB_MAX_ORPHANS 5
+#define TRAIN_JOB_MAX_ORPHANS 6
 
 typedef struct train_job {
   train_job_kind kind;
@@ -132,6 +132,10 @@ typedef struct train_job {
   void *blob;       /* SNAPSHOT: malloc'd serialized state (the peer frees it) */
   size_t blob_len;
   void *owner;      /* the peer's bookkeeping; NULL once the peer abandoned the job */
+  /* --deterministic, LOSS / BACKWARD / EMBED_BACKWARD: the job's own
+   * gradient is added into this (n_params floats, the peer's; see
+   * train/grad_capture.h); NULL: accumulate as usual. */
+  float *grad_part;
   /* Buffers the peer let go of while this job still reads or writes them
    * (its microbatch or round was abandoned): they live until the job ends
    * and are freed with it, by train_job_free. */
@@ -275,6 +279,8 @@ typedef struct train_tunables {
                                     per coordinate (0.2) */
   train_byzantine byzantine;     /* tests only: misbehave this way (none) */
   double byzantine_scale;        /* TRAIN_BYZ_SCALE: multiply our contribution by this (100) */
+  bool deterministic;            /* --deterministic: per-microbatch gradients summed in microbatch-ID
+                                    order (train/peer_ledger.h), bit for bit train-ref's (false) */
 } train_tunables;
 
 void train_tunables_default(train_tunables *t);
@@ -485,6 +491,14 @@ typedef struct train_counters {
    * a bad signature, a signer we do not follow, floats that do not match the signed
    * hash) or because they misstate our contribution */
   uint64_t averages_signed, averages_forged;
+  /* exactly once (train/peer_ledger.h): microbatches a member accumulated
+   * twice or an aggregator found listed twice in a round (duplicates), in
+   * the iteration's ledger but in no contribution (missing), listed but
+   * deferred by their data node (extra); rounds averaged exactly
+   * (--deterministic) */
+  uint64_t ledger_duplicates, ledger_missing, ledger_extra, ledger_exact_rounds;
+  uint64_t ledger_reruns; /* data, --deterministic: microbatches run again for a member that died */
+  uint64_t ledger_recovered; /* aggregator, --deterministic: missing, but a dead member had shared it */
   uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
   uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
   uint64_t downloads_caught_up; /* it aggregated once: we asked for that average instead */

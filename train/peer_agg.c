@@ -214,6 +214,7 @@ void agg_flood_begin(train_peer *p, uint64_t iteration) {
   ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
   size_t n = 0;
   m.iteration = iteration;
+  ledger_fill_begin(p, &m, iteration); /* the iteration's ledger travels with it (peer_ledger.h) */
   if (p->stage < p->cfg.n_stages)
     peer_broadcast_stage(p, p->stage + 1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
   ids[n++] = id_bytes(&p->cfg.self);
@@ -277,6 +278,7 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
       peer_vouch(p, &id);
     }
   }
+  ledger_on_begin(p, from, msg); /* every data node's flood adds its ledger */
   if (p->begin_agg_seen > iteration) return; /* already flooded */
   /* A far-future iteration is never remembered: one forged BEGIN_AGG made
    * us ignore every real one up to it. */
@@ -315,6 +317,8 @@ static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const f
     ids[i] = id_bytes(&contributors[i]);
     if (hashes) hs[i] = (ProtobufCBinaryData){32, hashes[i]};
   }
+  bool own_sum = type == GWTF__TRAIN_MSG__TRAIN_GRAD && v; /* our contribution: with its ledger */
+  if (own_sum) ledger_send_mb_grads(p, to, iteration);
   for (size_t off = 0; off < n || off == 0; off += step) {
     Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
     train_tensor t;
@@ -332,6 +336,7 @@ static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const f
     }
     g.total_count = total_count;
     if (off == 0) avgsig_fill(sig, &g); /* an average's signature: first chunk only */
+    if (off == 0 && own_sum) ledger_fill_grad(p, &g);
     if (v) tensor_1d(&t, v + off, len);
     peer_send(p, to, type, &g.base, v ? &t : NULL);
     if (!v) break;
@@ -445,6 +450,7 @@ static void finish_round(train_peer *p) {
   a->n_contrib = kept;
   qsort(a->contrib, a->n_contrib, sizeof(a->contrib[0]), cmp_contrib);
   for (uint32_t i = 0; i < a->n_contrib; i++) total += a->contrib[i].count;
+  ledger_round(p, &total); /* each microbatch once (peer_ledger.h) */
   free(a->last_avg);
   a->last_avg = NULL;
   if (total > 0) {
@@ -452,7 +458,7 @@ static void finish_round(train_peer *p) {
     if (!a->last_avg) return;
     if (p->cfg.tun.aggregate == TRAIN_AGG_TRIMMED) {
       trimmed_mean(p);
-    } else {
+    } else if (!ledger_average(p, a->last_avg)) {
       const float *sums[PEER_MAX_CONTRIB];
       for (uint32_t i = 0; i < a->n_contrib; i++) sums[i] = a->contrib[i].buf;
       train_agg_mean(sums, a->n_contrib, n, total, a->last_avg);
@@ -516,6 +522,7 @@ static void contribute(train_peer *p) {
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
   peer_agg *a = &p->agg;
   size_t n = p->cfg.shape.n_params;
+  if (ledger_on_grad(p, from, g, t)) return; /* a per-microbatch gradient (--deterministic) */
   if (g->stage != p->stage) return;
   if (p->state != PEER_READY) {
     /* A member picked us from a directory that lists us (we restarted, or

@@ -45,7 +45,10 @@ static void data_refill(train_peer *p, uint32_t slot);
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
   if (mb->eval) return eval_mb_finished(p, mb, how);
   mb->end = how;
-  if (how == MB_COMPLETE) {
+  bool rerun = ledger_is_rerun(mb);
+  if (rerun) {
+    ledger_rerun_finished(p, mb, how == MB_COMPLETE); /* counted once already: no loss, no backlog */
+  } else if (how == MB_COMPLETE) {
     p->iter_done++;
     p->iter_loss_sum += mb->loss;
     p->counters.microbatches_done++;
@@ -73,17 +76,21 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
   p->last_progress_ms = p->now;
   uint32_t slot = mb->index;
   mb_free(p, mb);
-  if (how == MB_COMPLETE) data_refill(p, slot);
+  if (how == MB_COMPLETE && !rerun) data_refill(p, slot);
+  ledger_launch_reruns(p); /* a member on a completed microbatch's path died: before the iteration ends */
   if (p->iter_running && live_mbs(p) == 0) {
     p->iter_running = false;
     data_report_iteration(p);
   }
 }
 
-static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot) {
+static int data_launch_attempt(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot,
+                               uint32_t attempt) {
   uint64_t id = (orig_iteration << 20) | index;
   peer_mb *mb = mb_new(p, &p->cfg.self, id);
   if (!mb) return GW_ENOMEM;
+  mb->attempt = attempt;
+  mb->key = mb_key(&p->cfg.self, id, attempt);
   size_t bt = (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T;
   mb->iteration = p->iteration;
   mb->index = slot;
@@ -103,6 +110,18 @@ static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, u
   }
   p->iter_sent++;
   return 0;
+}
+
+static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot) {
+  return data_launch_attempt(p, orig_iteration, index, slot, 0);
+}
+
+int data_rerun(train_peer *p, uint64_t id, uint32_t attempt) {
+  if (!p->iter_running || p->iter_wrap_up || p->aggregating) return GW_EAGAIN;
+  if (mb_find(p, &p->cfg.self, id)) return GW_EEXIST; /* running again already */
+  int rc = data_launch_attempt(p, id >> 20, (uint32_t)(id & 0xfffff), 0, attempt);
+  if (rc == 0) p->iter_sent--; /* not one of the iteration's microbatches: it takes no refill's turn */
+  return rc;
 }
 
 /* The oldest microbatch waiting in the backlog, removed from it. */

@@ -6,6 +6,7 @@
 #include "train/member.h"
 #include "train/replica_store.h"
 #include "train/peer.h"
+#include "train/peer_ledger.h"
 #include "train.pb-c.h"
 
 #define PEER_MAX_STAGES 64
@@ -83,6 +84,7 @@ typedef struct peer_mb {
   int gap_last;              /* last stage of the gap */
   gw_id gap_target;          /* first live peer after the gap (holds the gradient) */
   uint64_t recover_started_ms;
+  float *gpart; /* --deterministic: this microbatch's own gradient on us (train/peer_ledger.h) */
 } peer_mb;
 
 /* ---- membership ---- */
@@ -465,6 +467,7 @@ struct train_peer {
   uint64_t last_join_ms;
 
   peer_agg agg;
+  peer_ledger ledger;
   peer_trust trust;
   peer_behind behind;
   peer_download dl;
@@ -552,6 +555,10 @@ void mb_release_queued(train_peer *p);
 void data_tick(train_peer *p);
 void data_start_iteration(train_peer *p);
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
+/* Launches a completed microbatch of this iteration again, with `attempt`
+ * (train/peer_ledger.c: a member on its path died with its gradient).
+ * GW_EAGAIN: the iteration is over or wrapping up; GW_EEXIST: it runs. */
+int data_rerun(train_peer *p, uint64_t id, uint32_t attempt);
 bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots);
 uint32_t data_share(train_peer *p);
 

@@ -72,7 +72,7 @@ void mb_free(train_peer *p, peer_mb *mb) {
     /* A job still computes on our buffers: they go with it, and the state
      * it leaves in the compute layer is released when it ends. (Closing,
      * the worker has already stopped and freed its jobs.) */
-    void *bufs[] = {mb->in, mb->out, mb->grad, mb->tokens, mb->targets};
+    void *bufs[] = {mb->in, mb->out, mb->grad, mb->tokens, mb->targets, mb->gpart};
     peer_job_abandon(mb->job, bufs, sizeof(bufs) / sizeof(bufs[0]));
   } else {
     if (mb->has_state) peer_release_key(p, mb->key);
@@ -81,8 +81,10 @@ void mb_free(train_peer *p, peer_mb *mb) {
     free(mb->grad);
     free(mb->tokens);
     free(mb->targets);
+    free(mb->gpart);
   }
   mb->job = NULL;
+  mb->gpart = NULL;
   mb->used = false;
   mb->in = mb->out = mb->grad = NULL;
   mb->tokens = mb->targets = NULL;
@@ -611,6 +613,7 @@ static void relay_backward_done(train_peer *p, peer_mb *mb) {
   mb->bwd = BWD_DONE;
   p->counters.backward_computed++;
   if (mb->iteration == p->iteration) p->bwd_count++;
+  ledger_on_backward(p, mb); /* exactly once: train/peer_ledger.h */
   /* Capacity is activation memory, which the backward just freed; the
    * gradient we keep for a re-send is small. */
   mb->slot_freed = true;
@@ -675,6 +678,7 @@ void mb_job_done(train_peer *p, train_job *job) {
     mb->bwd = BWD_DONE;
     p->counters.backward_computed++;
     ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
+    ledger_on_backward(p, mb); /* the iteration's ledger: train/peer_ledger.h */
     data_mb_finished(p, mb, MB_COMPLETE);
     break;
   default: break;

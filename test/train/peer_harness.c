@@ -282,7 +282,27 @@ static void weights_hash(h_node *n, uint8_t out[32]) {
   memcpy(out, h.b, 32);
 }
 
+static void run_job_plain(h_node *n, train_job *job);
+
+/* --deterministic: the job's own gradient into job->grad_part, as
+ * train/grad_capture.h does on a real stage (the sum is kept). */
 static void run_job(h_node *n, train_job *job) {
+  if (!job->grad_part) {
+    run_job_plain(n, job);
+    return;
+  }
+  float save[H_NP];
+  memcpy(save, n->g, sizeof(save));
+  memset(n->g, 0, sizeof(n->g));
+  run_job_plain(n, job);
+  for (int k = 0; k < H_NP; k++) {
+    job->grad_part[k] += n->g[k];
+    save[k] += n->g[k];
+  }
+  memcpy(n->g, save, sizeof(save));
+}
+
+static void run_job_plain(h_node *n, train_job *job) {
   const float *in = job->in;
   float *out = job->out;
   h_state *st;
