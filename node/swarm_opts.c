@@ -28,7 +28,8 @@ void cmd_swarm_help(void) {
       "                  [--eval-microbatches N] [--checkpoint-every N]\n"
       "                  [--wire-dtype DTYPE[/GRAD]] [--wire-accept LIST]\n"
       "                  [--replicate-every K] [--replicas R]\n"
-      "                  [--kill-stage S --at-iteration N [--late-relays K]]\n\n"
+      "                  [--kill-stage S --at-iteration N [--late-relays K]]\n"
+      "                  [--rebalance-after M | --no-rebalance] [--join-stages S1,S2,...]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -70,7 +71,12 @@ void cmd_swarm_help(void) {
       "--late-relays K then start right after the kill (spares the leader places into\n"
       "the empty stage, which restores its newest replica; without spares the leader\n"
       "moves a relay of the stage with the most members there). The summary reports the\n"
-      "seconds from the kill to the next completed iteration (stage_kill).\n\n"
+      "seconds from the kill to the next completed iteration (stage_kill).\n"
+      "--rebalance-after M / --no-rebalance go to the data nodes (see gwtf help node):\n"
+      "the leader moves a relay into the bottleneck stage (stage.rebalance).\n"
+      "TEST TOOL: --join-stages S1,S2,... makes each relay (cycled) ask the leader for that\n"
+      "stage when it first joins (gwtf node --join-stage), to start a skewed swarm, e.g.\n"
+      "--relays 6 --join-stages 1,1,1,1,2,3 (restarted relays are placed by the leader).\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -96,7 +102,23 @@ enum {
   SW_REPLICAS,
   SW_KILL_STAGE,
   SW_AT_ITERATION,
+  SW_REBALANCE_AFTER,
+  SW_NO_REBALANCE,
+  SW_JOIN_STAGES,
 };
+
+/* --join-stages: a comma list of stages in 1..stages (NULL: none). */
+static bool swarm_join_stages_ok(const char *list, int stages) {
+  if (!list) return true;
+  const char *c = list;
+  for (;;) {
+    char *end = NULL;
+    long v = strtol(c, &end, 10);
+    if (end == c || v < 1 || v > stages || (*end != ',' && *end)) return false;
+    if (!*end) return true;
+    c = end + 1;
+  }
+}
 
 int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   static const struct option opts[] = {
@@ -132,12 +154,15 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"replicas", required_argument, 0, SW_REPLICAS},
       {"kill-stage", required_argument, 0, SW_KILL_STAGE},
       {"at-iteration", required_argument, 0, SW_AT_ITERATION},
+      {"rebalance-after", required_argument, 0, SW_REBALANCE_AFTER},
+      {"no-rebalance", no_argument, 0, SW_NO_REBALANCE},
+      {"join-stages", required_argument, 0, SW_JOIN_STAGES},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
                     .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
-                    .eval_every = -1, .replicate_every = -1};
+                    .eval_every = -1, .replicate_every = -1, .rebalance_after = -1};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -207,6 +232,9 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_REPLICAS: o->replicas = atoi(optarg); break;
     case SW_KILL_STAGE: o->kill_stage = atoi(optarg); break;
     case SW_AT_ITERATION: o->kill_at = atoi(optarg); break;
+    case SW_REBALANCE_AFTER: o->rebalance_after = atoi(optarg); break;
+    case SW_NO_REBALANCE: o->rebalance_after = 0; break;
+    case SW_JOIN_STAGES: o->join_stages = optarg; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -250,6 +278,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
   else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   else if (o->checkpoint_every < 0) bad = "--checkpoint-every must be >= 0";
+  else if (o->rebalance_after < -1) bad = "--rebalance-after must be >= 0";
+  else if (!swarm_join_stages_ok(o->join_stages, o->stages)) bad = "--join-stages wants a comma list of 1..--stages";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

@@ -66,6 +66,8 @@ void train_node_opts_default(train_node_opts *o) {
   o->replicate_every = 5;
   o->replicas = 2;
   o->replica_max = REPLICA_DEFAULT_MAX_ENTRIES;
+  o->rebalance_after = 3;
+  o->rebalance_margin = 0.2;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
   o->exit_when_done = true;
@@ -1128,6 +1130,14 @@ static int start_peer(train_rt *rt) {
   cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
   cfg.movable = !data; /* switch_stage */
+  cfg.tun.rebalance_after = (uint32_t)o->rebalance_after;
+  cfg.tun.rebalance_margin = o->rebalance_margin;
+  cfg.join_stage = o->join_stage <= rt->run.stages ? o->join_stage : 0;
+  for (int s = 1; s <= rt->run.stages && s < (int)(sizeof(cfg.stage_layers) / sizeof(cfg.stage_layers[0])); s++) {
+    int first, nl;
+    train_run_stage_layers(&rt->run, s, &first, &nl);
+    cfg.stage_layers[s] = (uint16_t)nl;
+  }
   memcpy(cfg.node_pk, node_identity(rt->n)->pk, sizeof(cfg.node_pk));
   gw_id run_id; /* the run record's DHT key: every average's signature covers it */
   if (stage_dir_run_key(rt->run.name, &run_id) != 0) return GW_EINVAL;

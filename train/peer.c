@@ -26,6 +26,8 @@ void train_tunables_default(train_tunables *t) {
   t->trim_fraction = 0.2;
   t->byzantine = TRAIN_BYZ_NONE;
   t->byzantine_scale = 100.0;
+  t->rebalance_after = 3;
+  t->rebalance_margin = 0.2;
 }
 
 /* ---- small helpers ---- */
@@ -417,6 +419,7 @@ void peer_send_hellos(train_peer *p) {
     if (k > 0 && neighbours[k] == p->stage) continue;
     peer_broadcast_stage(p, neighbours[k], GWTF__TRAIN_MSG__TRAIN_HELLO, &h.base);
   }
+  rebalance_hello_leader(p, &h); /* a middle stage's speed reaches the leader too */
 }
 
 static void hello_to(train_peer *p, const gw_id *to) {
@@ -450,6 +453,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
     forget_moved(p, from);
   if (wire_on_hello(p, from, h) && p->stage >= 0) hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
+  rebalance_on_hello(p, from, h->stage, h->compute_ms);
   if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
   if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it

@@ -275,6 +275,13 @@ typedef struct train_tunables {
                                     per coordinate (0.2) */
   train_byzantine byzantine;     /* tests only: misbehave this way (none) */
   double byzantine_scale;        /* TRAIN_BYZ_SCALE: multiply our contribution by this (100) */
+  /* Live rebalancing (the leader, train/peer_rebalance.c): a relay is moved
+   * into the bottleneck stage once the same move would have raised the
+   * bottleneck's rate by more than rebalance_margin for rebalance_after
+   * iterations in a row (3; 0: never), and no other move follows for
+   * rebalance_after iterations after it landed. */
+  uint32_t rebalance_after;
+  double rebalance_margin;       /* 0.2 */
 } train_tunables;
 
 void train_tunables_default(train_tunables *t);
@@ -298,6 +305,9 @@ typedef struct train_peer_config {
   bool initial_weights; /* this peer may start from its seeded init (the run's first members) */
   bool movable;         /* the driver can switch this relay's stage at run time: the leader may move it
                            into a stage left empty (TRAIN_MOVE, train/peer_move.c) */
+  int join_stage;       /* relays, test tool: ask the leader for this stage in JOIN (0: its choice) */
+  uint16_t stage_layers[65]; /* blocks of each relay stage 1..n_stages (0: unknown, taken as equal): the
+                                rebalancer scales a relay's speed by them when it moves it */
   /* Wire compression of activations and their gradients (--wire-dtype):
    * what we would like to send (0 = F32), and the set of dtypes we accept
    * (WIRE_BIT mask, train/wire_codec.h; 0 = every one this build decodes).

@@ -110,6 +110,7 @@ static void leave_stage(train_peer *p) {
 static void try_move(train_peer *p) {
   peer_replicas *r = &p->rep;
   if (!r->move_pending || p->state != PEER_READY || p->aggregating || p->snapshot_running) return;
+  if (p->iteration < r->move_after) return; /* a rebalancing move: after our aggregation of that round */
   r->move_pending = false;
   if (r->move_stage == p->stage) return;
   GW_INFO(&p->log, "stage.moving", "from_stage=%d to_stage=%d iter=%llu", p->stage, r->move_stage,
@@ -135,8 +136,11 @@ void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a) 
   p->rep.move_stage = a->stage;
   p->rep.move_iteration = a->iteration;
   p->rep.move_step = a->step;
+  p->rep.move_after = a->after_round ? a->iteration + 1 : 0;
   try_move(p);
 }
+
+void move_after_round(train_peer *p) { try_move(p); }
 
 void move_tick(train_peer *p) {
   leader_moves(p);
