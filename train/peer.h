@@ -478,6 +478,7 @@ typedef struct train_counters {
   uint64_t repairs_started; /* data: repairs begun (a microbatch may need more than one) */
   uint64_t microbatches_done;
   double compute_seconds, wasted_seconds;
+  double microbatch_seconds; /* relays: of FORWARD and BACKWARD jobs only */
   uint64_t aggregations;
   /* trust: messages refused by the dispatch table (or as evidence), contributions
    * rejected by validation, bans, resyncs started */
@@ -501,5 +502,7 @@ const train_counters *train_peer_counters(const train_peer *p);
 /* What our HELLO claims as compute time (ms per forward + backward): the
  * mean over every job so far, 0 before the first. */
 double train_peer_compute_ms(const train_peer *p);
+/* The same of forward and backward jobs only (0: none yet). */
+double train_peer_mb_compute_ms(const train_peer *p);
 
 #endif

@@ -170,6 +170,9 @@ static bool io_connected(void *ud, const gw_id *peer) {
   return n && n->alive;
 }
 
+/* Virtual compute time of one of n's jobs (a slower device: job_ms). */
+static uint64_t h_job_ms(const h_node *n) { return n->job_ms ? n->job_ms : H_JOB_MS; }
+
 static int io_compute(void *ud, train_job *job) {
   h_node *n = ud;
   h_harness *h = n->h;
@@ -179,12 +182,12 @@ static int io_compute(void *ud, train_job *job) {
     if (h->hook(h, n, job, &crash)) {
       h->hook_fired = true;
       /* the job is queued anyway: if its owner crashed, it never completes */
-      n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + H_JOB_MS};
+      n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + h_job_ms(n)};
       h_crash(h, crash);
       return 0;
     }
   }
-  n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + H_JOB_MS};
+  n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + h_job_ms(n)};
   arm(n);
   return 0;
 }
@@ -286,7 +289,7 @@ static void run_job(h_node *n, train_job *job) {
   float *out = job->out;
   h_state *st;
   job->rc = 0;
-  job->seconds = H_JOB_MS / 1000.0;
+  job->seconds = (double)h_job_ms(n) / 1000.0;
   switch (job->kind) {
   case TRAIN_JOB_EMBED: {
     const int32_t *tok = job->in;
