@@ -22,7 +22,9 @@
  * The move itself is the refill's TRAIN_MOVE (peer_move.c): the relay
  * finishes its round, leaves, and downloads its new stage's state from a
  * member. Nothing is decided while a stage is empty (the refill's job), a
- * joiner waits, or a live member of a stage has not reported a rate yet.
+ * joiner waits, or no member of a stage has measured its speed yet; a
+ * member that has not (the flows gave it no microbatch) counts at the
+ * median speed.
  *
  * A relay's speed carries over to its new stage scaled by the stages'
  * block counts (cfg.stage_layers). Claims, per block, count as within a
@@ -119,40 +121,39 @@ static double median_claim(train_peer *p) {
 }
 
 /* A counted member of stage s: listed, live, not banned, its last HELLO
- * from stage s. Its rate in *out (0: not measured yet), its claim kept
- * within CLAIM_RATIO of the median (med: per block). */
-static bool member_rate(train_peer *p, int s, const peer_member *m, double med, double *out) {
+ * from stage s. Its rate in *out, its claim kept within CLAIM_RATIO of the
+ * median (med: per block); the median's when it has not measured one (the
+ * flows gave it no microbatch yet: an idle relay is the first to spare). */
+static bool member_rate(train_peer *p, int s, const peer_member *m, double med, double *out, bool *measured) {
   if (m->heard || gw_id_eq(&m->id, &p->cfg.self) || !peer_alive(p, &m->id) || trust_banned(p, &m->id)) return false;
   const peer_rate *e = rate_find(p, &m->id);
   if (e && e->stage != s) return false; /* it serves another stage now (moved: the directory lags) */
-  *out = 0;
-  if (e && e->compute_ms > 0 && p->now - e->at_ms <= RATE_TTL_MS) {
-    double per_block = fmin(fmax(e->compute_ms / layers(p, s), med / CLAIM_RATIO), med * CLAIM_RATIO);
-    *out = 1000.0 / (per_block * layers(p, s));
-  }
+  double per_block = med;
+  if (e && e->compute_ms > 0 && p->now - e->at_ms <= RATE_TTL_MS)
+    per_block = fmin(fmax(e->compute_ms / layers(p, s), med / CLAIM_RATIO), med * CLAIM_RATIO);
+  *out = 1000.0 / (per_block * layers(p, s));
+  if (measured) *measured = e && e->compute_ms > 0 && p->now - e->at_ms <= RATE_TTL_MS;
   return true;
 }
 
-/* Every stage's rate; false when one has no counted member or one whose
- * rate is unknown (no decision then). */
+/* Every stage's rate; false when one has no counted member or none that
+ * measured its speed yet (no decision then). */
 static bool stage_rates(train_peer *p, stage_rate *out, double median) {
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     out[s] = (stage_rate){0};
     peer_stage_view *v = &p->members[s];
+    uint32_t measured = 0;
     for (size_t i = 0; i < v->n; i++) {
       double r;
-      if (!member_rate(p, s, &v->v[i], median, &r)) continue;
-      if (r <= 0) {
-        char who[GW_ID_SHORT_LEN + 1];
-        peer_short(&v->v[i].id, who);
-        GW_DEBUG(&p->log, "stage.rebalance_wait", "reason=rate_unknown in_stage=%d peer=%s", s, who);
-        return false;
-      }
+      bool known;
+      if (!member_rate(p, s, &v->v[i], median, &r, &known)) continue;
       out[s].rate += r;
       out[s].live++;
+      measured += known;
     }
-    if (out[s].live == 0) {
-      GW_DEBUG(&p->log, "stage.rebalance_wait", "reason=no_member in_stage=%d", s);
+    if (out[s].live == 0 || measured == 0) {
+      GW_DEBUG(&p->log, "stage.rebalance_wait", "reason=%s in_stage=%d", out[s].live ? "rate_unknown" : "no_member",
+               s);
       return false;
     }
   }
@@ -171,7 +172,7 @@ static const gw_id *stage_lowest(train_peer *p, int s, double median) {
   peer_stage_view *v = &p->members[s];
   double r;
   for (size_t i = 0; i < v->n; i++)
-    if (member_rate(p, s, &v->v[i], median, &r) && (!low || gw_id_cmp(&v->v[i].id, low) < 0)) low = &v->v[i].id;
+    if (member_rate(p, s, &v->v[i], median, &r, NULL) && (!low || gw_id_cmp(&v->v[i].id, low) < 0)) low = &v->v[i].id;
   return low;
 }
 
@@ -185,7 +186,7 @@ static rebal_move best_move(train_peer *p, const stage_rate *sr, int to, double 
     for (size_t i = 0; i < v->n; i++) {
       double r;
       const gw_id *id = &v->v[i].id;
-      if (!member_rate(p, d, &v->v[i], median, &r) || gw_id_eq(id, low)) continue;
+      if (!member_rate(p, d, &v->v[i], median, &r, NULL) || gw_id_eq(id, low)) continue;
       double r_to = r * layers(p, d) / layers(p, to); /* its rate there: the blocks differ */
       double after = fmin(sr[to].rate + r_to, sr[d].rate - r);
       if (!best.who || after > best.after || (after == best.after && gw_id_cmp(id, best.who) > 0))
