@@ -60,6 +60,7 @@ enum {
   T_NO_REBAL,
   T_REBAL_MARGIN,
   T_JOIN_STAGE,
+  T_GRANT_JOIN_STAGES,
 };
 
 const struct option train_node_options[] = {
@@ -108,6 +109,7 @@ const struct option train_node_options[] = {
     {"no-rebalance", no_argument, 0, T_NO_REBAL},
     {"rebalance-margin", required_argument, 0, T_REBAL_MARGIN},
     {"join-stage", required_argument, 0, T_JOIN_STAGE},
+    {"grant-join-stages", no_argument, 0, T_GRANT_JOIN_STAGES},
     {0},
 };
 _Static_assert(sizeof(train_node_options) / sizeof(train_node_options[0]) - 1 <= TRAIN_NODE_MAX_OPTIONS,
@@ -156,7 +158,9 @@ void train_node_print_help(void) {
          "  --rebalance-margin H       a move is worth making when it raises the bottleneck's rate\n"
          "                             (and leaves the donor's) above (1 + H) x the bottleneck's (0.2)\n"
          "  --join-stage S             TEST TOOL, relays: ask the leader for stage S when joining (to\n"
-         "                             start a swarm skewed; the leader grants it)\n"
+         "                             start a swarm skewed)\n"
+         "  --grant-join-stages        TEST TOOL, data nodes: as the leader, place a joiner in the stage\n"
+         "                             it asks for (otherwise ignored: a peer must not choose its stage)\n"
          "  --flow-tick MS             flow protocol tick (default 2000, the GWTF prototype's)\n"
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
          "  --stay                     a data node keeps running after its iterations\n"
@@ -254,6 +258,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     o->routing = arg;
     return 0;
   case T_NO_REBAL: o->rebalance_after = 0; return 0;
+  case T_GRANT_JOIN_STAGES: o->grant_join_stages = true; return 0;
   case T_REBAL_MARGIN: {
     char *end = NULL;
     o->rebalance_margin = strtod(arg, &end);

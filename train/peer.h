@@ -306,6 +306,8 @@ typedef struct train_peer_config {
   bool movable;         /* the driver can switch this relay's stage at run time: the leader may move it
                            into a stage left empty (TRAIN_MOVE, train/peer_move.c) */
   int join_stage;       /* relays, test tool: ask the leader for this stage in JOIN (0: its choice) */
+  bool grant_join_stage; /* data nodes, test tool: as the leader, place a joiner in the stage it asks for
+                            (else the wish is ignored: a peer must not choose the stage it attacks) */
   uint16_t stage_layers[65]; /* blocks of each relay stage 1..n_stages (0: unknown, taken as equal): the
                                 rebalancer scales a relay's speed by them when it moves it */
   /* Wire compression of activations and their gradients (--wire-dtype):

@@ -116,7 +116,7 @@ void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
   c->id = *from;
   c->capacity = j->capacity;
   c->compute_ms = j->compute_ms;
-  c->want_stage = j->want_stage >= 1 && j->want_stage <= p->cfg.n_stages ? j->want_stage : 0;
+  c->want_stage = p->cfg.grant_join_stage && j->want_stage >= 1 && j->want_stage <= p->cfg.n_stages ? j->want_stage : 0;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   GW_INFO(&p->log, "join.candidate", "peer=%s capacity=%u", who, j->capacity);
@@ -200,8 +200,9 @@ void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capaci
 static void place_candidates(train_peer *p) {
   if (!p->was_leader || p->n_candidates == 0 || p->now - p->last_join_ms < PLACEMENT_PERIOD_MS) return;
   p->last_join_ms = p->now;
-  /* A candidate that asks for a stage (test tool: --join-stage, to start a
-   * swarm skewed) gets it; the others are ranked. */
+  /* A candidate that asks for a stage (test tools: --join-stage, and
+   * --grant-join-stages on the leader, to start a swarm skewed) gets it;
+   * the others are ranked. */
   uint32_t kept = 0;
   for (uint32_t i = 0; i < p->n_candidates; i++) {
     peer_candidate *c = &p->candidates[i];
