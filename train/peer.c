@@ -408,6 +408,7 @@ static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
   h.mb_compute_ms = (float)train_peer_mb_compute_ms(p);
   h.iteration = p->iteration;
   h.step = p->step;
+  h.joining = p->stage >= 0 && p->state != PEER_READY;
   if (p->cfg.tun.byzantine == TRAIN_BYZ_LYING_COSTS) { /* test tool: attract every flow */
     h.capacity = 4096;
     h.compute_ms = 0.001f;
@@ -430,7 +431,7 @@ void peer_send_hellos(train_peer *p) {
   rebalance_hello_leader(p, &h); /* a middle stage's speed reaches the leader too */
 }
 
-static void hello_to(train_peer *p, const gw_id *to) {
+void peer_hello_to(train_peer *p, const gw_id *to) {
   Gwtf__TrainHello me = GWTF__TRAIN_HELLO__INIT;
   fill_hello(p, &me);
   peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_HELLO, &me.base, NULL);
@@ -459,11 +460,14 @@ static void forget_moved(train_peer *p, const gw_id *id) {
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
   if (p->stage >= 0 && h->stage >= 0 && h->stage != p->stage && peer_is_member(p, p->stage, from, false))
     forget_moved(p, from);
-  if (wire_on_hello(p, from, h) && p->stage >= 0) hello_to(p, from);
+  if (wire_on_hello(p, from, h) && p->stage >= 0) peer_hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
-  rebalance_on_hello(p, from, h->stage, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms);
-  if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
-  if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
+  rebalance_on_hello(p, from, h->stage, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms, h->joining);
+  if (p->stage >= 0 && h->stage == p->stage) {
+    heard_member(p, from, h->capacity);
+    agg_member_joining(p, from, h->joining);
+  }
+  if (h->stage != p->stage || h->joining || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it
    * got ready while the stage aggregated) and must fetch the state again,
    * once directory members say so (trust_claim_ahead): a HELLO alone from
@@ -471,7 +475,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
   if (h->iteration > p->iteration) {
     trust_claim_ahead(p, from, h->iteration, "hello");
   } else if (h->iteration < p->iteration) {
-    hello_to(p, from);
+    peer_hello_to(p, from);
   }
 }
 
@@ -573,6 +577,7 @@ void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
   agg_tick(p);
   join_tick(p);
   verify_tick(p);
+  behind_tick(p);
   replica_tick(p);
   move_tick(p);
   if (p->cfg.role == TRAIN_DATA) {

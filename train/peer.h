@@ -498,6 +498,8 @@ typedef struct train_counters {
    * a bad signature, a signer we do not follow, floats that do not match the signed
    * hash) or because they misstate our contribution */
   uint64_t averages_signed, averages_forged;
+  uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
+  uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

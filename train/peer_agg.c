@@ -90,6 +90,28 @@ static void reset_round(peer_agg *a) {
 
 static bool is_failed(const peer_agg *a, const gw_id *id) { return id_in(a->failed, a->n_failed, id); }
 
+/* A joining mark lasts while its HELLOs (one per gradient it cannot take)
+ * keep saying so, and at most this long after the last. */
+#define JOINING_MS(p) (2 * (p)->cfg.tun.agg_timeout_ms)
+
+static int joining_slot(const train_peer *p, const gw_id *id) {
+  for (size_t i = 0; i < sizeof(p->agg.joining) / sizeof(p->agg.joining[0]); i++)
+    if (p->agg.joining[i].at_ms && gw_id_eq(&p->agg.joining[i].id, id)) return (int)i;
+  return -1;
+}
+
+static bool member_joining(const train_peer *p, const gw_id *id) {
+  int k = joining_slot(p, id);
+  return k >= 0 && p->now - p->agg.joining[k].at_ms < JOINING_MS(p);
+}
+
+/* Not waited for, not picked: it gave up on the round (failed), or it
+ * waits for our state, which we serve only once the round is over (a
+ * request that came between two rounds held the next for its timeout). */
+static bool out_of_round(const train_peer *p, const gw_id *id) {
+  return is_failed(&p->agg, id) || join_awaits_our_state(p, id) || member_joining(p, id);
+}
+
 /* The lowest live node ID among us and the members of our stage that the
  * directory (or the leader's ASSIGN) vouches for. A peer only heard by
  * HELLO is never picked: anyone can say HELLO, and a stranger with a
@@ -102,7 +124,7 @@ static gw_id pick_aggregator(train_peer *p) {
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
     if ((!v->v[i].heard || v->v[i].vouched) && gw_id_cmp(id, &best) < 0 && peer_alive(p, id) &&
-        !is_failed(&p->agg, id))
+        !out_of_round(p, id))
       best = *id;
   }
   return best;
@@ -213,6 +235,16 @@ static void enter_round(train_peer *p, uint64_t iteration, bool export) {
     GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=export", (unsigned long long)iteration);
     a->phase = AGG_COLLECT;
   }
+}
+
+void agg_begin_late(train_peer *p) {
+  if (p->aggregating || p->state != PEER_READY || p->begin_agg_seen > p->iteration) return;
+  GW_WARN(&p->log, "aggregation.late_begin",
+          "iter=%llu msg=\"upstream moved on without a BEGIN_AGG reaching us: we begin the round\"",
+          (unsigned long long)p->iteration);
+  p->begin_agg_seen = p->iteration + 1;
+  flood_begin(p, p->iteration);
+  enter_round(p, p->iteration, true);
 }
 
 void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *msg) {
@@ -352,7 +384,8 @@ static bool round_complete(train_peer *p) {
      * and a stranger claiming our stage held every round for its timeout.
      * Its gradient is taken if it comes in time. One that is vouched for
      * is waited for, as it may be picked (pick_aggregator). */
-    if ((v->v[i].heard && !v->v[i].vouched) || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || is_failed(a, id))
+    if ((v->v[i].heard && !v->v[i].vouched) || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) ||
+        out_of_round(p, id))
       continue;
     bool have = false;
     for (uint32_t k = 0; k < a->n_contrib; k++)
@@ -465,7 +498,14 @@ static void contribute(train_peer *p) {
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
   peer_agg *a = &p->agg;
   size_t n = p->cfg.shape.n_params;
-  if (g->stage != p->stage || p->state != PEER_READY) return;
+  if (g->stage != p->stage) return;
+  if (p->state != PEER_READY) {
+    /* A member picked us from a directory that lists us (we restarted, or
+     * its view is ahead of our download): tell it we are joining, and it
+     * sends its gradient to another member rather than wait for us. */
+    if (g->offset == 0 && (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING)) peer_hello_to(p, from);
+    return;
+  }
   if (a->have_last_avg && g->iteration == a->last_avg_iteration && g->offset == 0) {
     send_last_avg(p, from); /* a member that missed our average */
     return;
@@ -668,11 +708,33 @@ static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGra
   a->avg_received = 0;
 }
 
+/* We are fetching (or checking) the state of `from`, the member serving us. */
+static bool joining_from(train_peer *p, const gw_id *from) {
+  return (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) && gw_id_eq(from, &p->dl.from);
+}
+
+/* The member serving us aggregated (finish_round sends its average to the
+ * peers it just served) before our download was checked and restored: we
+ * cannot step with it yet, and would become ready a step behind a stage
+ * that may have nobody else ahead to resync from. As a BEGIN_AGG seen while
+ * downloading does, it makes join_accept_download fetch the newer state. */
+static void missed_while_joining(train_peer *p, const gw_id *from, uint64_t iteration) {
+  if (iteration + 1 <= p->missed_agg) return;
+  p->missed_agg = iteration + 1;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  GW_INFO(&p->log, "agg.missed_while_joining", "iter=%llu from=%s", (unsigned long long)iteration, who);
+}
+
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
   peer_agg *a = &p->agg;
   size_t n = p->cfg.shape.n_params;
   if (g->stage == p->stage && p->state == PEER_READY && g->iteration + 1 == p->iteration) {
     on_split(p, from, g);
+    return;
+  }
+  if (g->stage == p->stage && g->offset == 0 && joining_from(p, from)) {
+    missed_while_joining(p, from, g->iteration);
     return;
   }
   if (g->stage != p->stage || p->state != PEER_READY || g->iteration != p->iteration) return;
@@ -944,6 +1006,32 @@ void agg_abandon_round(train_peer *p) {
 /* A member asked us for our weights: it is (re)joining and will not take
  * part in this round. Neither wait for it nor pick it to aggregate (else the
  * round stalls a whole timeout on it while its download waits on the round). */
+void agg_member_joining(train_peer *p, const gw_id *peer, bool joining) {
+  peer_agg *a = &p->agg;
+  int k = joining_slot(p, peer);
+  if (!joining) {
+    if (k >= 0) a->joining[k].at_ms = 0;
+    return;
+  }
+  if (k < 0) {
+    k = 0; /* a free slot, or the oldest mark */
+    for (size_t i = 1; i < sizeof(a->joining) / sizeof(a->joining[0]); i++)
+      if (a->joining[i].at_ms < a->joining[k].at_ms) k = (int)i;
+    a->joining[k].id = *peer;
+  }
+  a->joining[k].at_ms = p->now ? p->now : 1;
+  if (!p->aggregating || a->phase != AGG_COLLECT) return;
+  if (i_aggregate(p)) {
+    maybe_finish(p); /* not waited for any more */
+  } else if (gw_id_eq(&a->aggregator, peer)) {
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(peer, who);
+    GW_INFO(&p->log, "aggregation.aggregator_joining", "iter=%llu aggregator=%s", (unsigned long long)a->iteration,
+            who);
+    a->deadline = p->now; /* agg_tick gives up on it and contributes to the next */
+  }
+}
+
 void agg_member_downloading(train_peer *p, const gw_id *peer) {
   peer_agg *a = &p->agg;
   if (!p->aggregating || is_failed(a, peer)) return;

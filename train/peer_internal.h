@@ -182,6 +182,8 @@ typedef struct peer_agg {
    * (a reference for the norm check when a round has few contributions) */
   double norm_hist[8];
   uint32_t n_norm_hist, norm_hist_pos;
+  /* stage-mates whose HELLO said they are fetching their state (joining) */
+  struct { gw_id id; uint64_t at_ms; } joining[8];
 } peer_agg;
 
 /* ---- joins and weight transfer ---- */
@@ -245,6 +247,15 @@ typedef struct peer_trust {
   uint32_t n_claims;
 } peer_trust;
 
+/* ---- a stage left behind (peer_behind.c) ---- */
+
+typedef struct peer_behind {
+  uint64_t iteration; /* the iteration of the latest offer past our next one this spell (0: none) */
+  uint64_t since_ms, last_ms; /* the spell's first and latest such offer */
+  /* the first microbatch of our next iteration we queued while in `next_of` (0: none) */
+  uint64_t next_since_ms, next_of;
+} peer_behind;
+
 /* ---- private runs (peer_admit.c) ---- */
 
 #define ADMIT_MAX_MEMBERS 512
@@ -302,6 +313,8 @@ typedef struct peer_verify {
   uint64_t deadline;
   gw_id agree[PEER_MAX_CONTRIB], disagree[PEER_MAX_CONTRIB];
   uint32_t n_agree, n_disagree;
+  gw_id abstain[PEER_MAX_CONTRIB]; /* answered that they have no weights to compare yet */
+  uint32_t n_abstain;
 } peer_verify;
 
 /* ---- wire compression (peer_wire.c) ---- */
@@ -351,6 +364,8 @@ typedef struct peer_replicas {
   int move_stage;
   uint64_t move_iteration, move_step;
   uint64_t move_after; /* a rebalancing move waits until our iteration reaches this (0: none) */
+  gw_id move_peers[PEER_MAX_CONTRIB]; /* the new stage's members the leader named (download sources) */
+  uint32_t n_move_peers;
 } peer_replicas;
 
 /* ---- live rebalancing (the leader, peer_rebalance.c) ---- */
@@ -461,6 +476,7 @@ struct train_peer {
 
   peer_agg agg;
   peer_trust trust;
+  peer_behind behind;
   peer_download dl;
   peer_admit admit;
   peer_verify verify;
@@ -496,6 +512,7 @@ peer_stage_view *peer_stage(train_peer *p, int stage);
 void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const ProtobufCMessage *msg);
 void peer_emit(train_peer *p, train_event_kind kind);
 void peer_send_hellos(train_peer *p);
+void peer_hello_to(train_peer *p, const gw_id *to);
 void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]);
 /* The first 8 bytes of a hash (an invite ID, a weights hash) in hex, for logs. */
 void peer_hex8(const uint8_t *b, char out[17]);
@@ -575,6 +592,12 @@ void repair_restart_timed_out(train_peer *p, peer_mb *mb);
 
 /* peer_agg.c */
 void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *m);
+/* A stage-mate's HELLO says whether it is fetching its state (joining):
+ * a joining member is neither waited for nor picked to aggregate. */
+void agg_member_joining(train_peer *p, const gw_id *peer, bool joining);
+/* Begins our round as a BEGIN_AGG would (peer_behind.c: the upstream is in
+ * the next iteration and its BEGIN_AGG passed us by). */
+void agg_begin_late(train_peer *p);
 /* Whether `from` is the aggregator of our stage's current round for us. */
 bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
@@ -636,6 +659,15 @@ void trust_validate_round(train_peer *p);
 /* A peer of our stage says it is in `iteration`, later than ours (HELLO,
  * BEGIN_AGG): resync once the evidence suffices (see peer_trust.c). */
 void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, const char *why);
+/* The lowest iteration a live directory member of our stage lately said it
+ * is in past ours (one claim is enough: the caller has other evidence). */
+bool trust_stage_ahead(train_peer *p, uint64_t *iteration);
+
+/* peer_behind.c: upstream offers microbatches of an iteration past our next
+ * one; a stage whose members all fell behind moves on (behind_tick). */
+void behind_note_future(train_peer *p, const gw_id *from, const gw_id *origin, uint64_t iteration);
+void behind_note_next(train_peer *p); /* a microbatch of our next iteration was queued */
+void behind_tick(train_peer *p);
 
 /* peer_admit.c: membership of private runs */
 /* Whether a message of `type` from `from` passes admission; logs and
@@ -699,7 +731,7 @@ void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
 void move_tick(train_peer *p);
 void move_after_round(train_peer *p); /* our aggregation is done: a waiting move goes now */
 /* peer_rebalance.c: the leader moves a relay into the bottleneck stage */
-void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms);
+void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms, bool joining);
 void rebalance_hello_leader(train_peer *p, const Gwtf__TrainHello *h);
 void rebalance_on_iteration(train_peer *p);
 
@@ -721,6 +753,9 @@ void join_tick(train_peer *p);
 void join_peer_down(train_peer *p, const gw_id *peer);
 void join_become_ready(train_peer *p);
 void join_serve_pending(train_peer *p);
+/* `id` waits for a snapshot of our state (queued or being made): it cannot
+ * contribute to a round of ours, nor aggregate one, until we served it. */
+bool join_awaits_our_state(const train_peer *p, const gw_id *id);
 void join_free(train_peer *p);
 void join_resync(train_peer *p, uint64_t target, const char *why);
 /* A verified download (peer_verify.c): take the restored state. */

@@ -251,6 +251,14 @@ static void request_weights(train_peer *p, const gw_id *from) {
   peer_short(from, who);
   GW_INFO(&p->log, "weights.requested", "from=%s", who);
   peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, &r.base, NULL);
+  /* The directory still lists us (we restarted, or resync): our
+   * stage-mates are told not to wait for us or pick us until we are ready.
+   * A newcomer's HELLO would only make them flood it BEGIN_AGG as it
+   * downloads, and fetch again a state it could have stepped with. */
+  if (!peer_is_member(p, p->stage, &p->cfg.self, true)) return;
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && !gw_id_eq(&v->v[i].id, from)) peer_hello_to(p, &v->v[i].id);
 }
 
 /* A stage member we have not asked yet; false when there is none. */
@@ -449,6 +457,13 @@ void join_serve_pending(train_peer *p) {
     start_snapshot(p, &p->snap_queue[i].to);
     return;
   }
+}
+
+bool join_awaits_our_state(const train_peer *p, const gw_id *id) {
+  if (p->snapshot_running && gw_id_eq(&p->snapshot_for, id)) return true;
+  for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++)
+    if (p->snap_queue[i].used && gw_id_eq(&p->snap_queue[i].to, id)) return true;
+  return false;
 }
 
 void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r) {
@@ -661,6 +676,9 @@ void join_accept_download(train_peer *p) {
   d->n_tried = 0;
   if (p->missed_agg > p->iteration) {
     /* The stage aggregated while we downloaded: these weights are stale. */
+    p->counters.downloads_stale++;
+    GW_INFO(&p->log, "weights.stale", "iter=%llu stage_aggregated=%llu", (unsigned long long)p->iteration,
+            (unsigned long long)(p->missed_agg - 1));
     p->state = PEER_DOWNLOADING;
     fetch_or_init(p);
     return;

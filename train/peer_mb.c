@@ -294,9 +294,12 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
   const char *why = NULL;
   bool queue;
   if (p->state != PEER_READY) return deny_raw(p, from, m, "not_ready");
-  if (!accept_iteration(p, m, &queue, &why)) return deny_raw(p, from, m, why);
-  if ((int)m->n_path != p->stage || m->n_path > PEER_MAX_PATH) return deny_raw(p, from, m, "bad_path");
   id_from_bytes(&origin, m->origin);
+  if (!accept_iteration(p, m, &queue, &why)) {
+    behind_note_future(p, from, &origin, m->iteration); /* the run may have left our stage behind */
+    return deny_raw(p, from, m, why);
+  }
+  if ((int)m->n_path != p->stage || m->n_path > PEER_MAX_PATH) return deny_raw(p, from, m, "bad_path");
   peer_mb *old = mb_find(p, &origin, m->id);
   if (old) {
     /* A repair, or a restart from the origin, may send the same microbatch
@@ -330,6 +333,7 @@ static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__Train
   ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
   if (queue) {
     mb->fwd = FWD_QUEUED;
+    behind_note_next(p);
     return;
   }
   mb->fwd = FWD_COMPUTE;

@@ -2,7 +2,7 @@
  * item 3; SWARM's rebalancing, with hysteresis).
  *
  * Relays put their measured compute time per microbatch (forward+backward,
- * train_peer_compute_ms) in every HELLO. Data nodes hear those of stages 1
+ * train_peer_mb_compute_ms) in every HELLO. Data nodes hear those of stages 1
  * and S as neighbours; a relay of a middle stage also sends its HELLO to the
  * leader (rebalance_hello_leader). Data nodes keep the latest claim of each
  * relay (rebalance_on_hello).
@@ -64,7 +64,7 @@ static peer_rate *rate_find(train_peer *p, const gw_id *id) {
   return NULL;
 }
 
-void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms) {
+void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms, bool joining) {
   peer_rebalance *r = &p->rebal;
   if (p->cfg.role != TRAIN_DATA || stage < 1 || stage > p->cfg.n_stages) return;
   if (!(compute_ms > 0) || !isfinite(compute_ms)) compute_ms = 0; /* not measured yet */
@@ -79,7 +79,7 @@ void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double comp
   e->stage = stage;
   e->compute_ms = compute_ms;
   e->at_ms = p->now ? p->now : 1;
-  if (r->pending && gw_id_eq(&r->moving, from) && stage == r->to) {
+  if (r->pending && gw_id_eq(&r->moving, from) && stage == r->to && !joining) { /* it trains there */
     char who[GW_ID_SHORT_LEN + 1];
     peer_short(from, who);
     GW_INFO(&p->log, "stage.rebalance_landed", "peer=%s to=%d iter=%llu seconds=%.1f", who, stage,
@@ -202,6 +202,15 @@ static void send_move(train_peer *p, const rebal_move *m, const stage_rate *sr) 
   a.stage = m->to;
   a.iteration = p->iteration;
   a.after_round = true; /* it leaves once its stage aggregated this round */
+  /* its download sources, as a placed joiner's: without them it would look
+   * for a replica of a stage that has members */
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+  size_t n = 0;
+  peer_stage_view *tv = &p->members[m->to];
+  for (size_t i = 0; i < tv->n && n < PEER_MAX_CONTRIB; i++)
+    if (!tv->v[i].heard && peer_alive(p, &tv->v[i].id)) ids[n++] = id_bytes(&tv->v[i].id);
+  a.n_stage_peers = n;
+  a.stage_peers = ids;
   peer_send(p, m->who, GWTF__TRAIN_MSG__TRAIN_MOVE, &a.base, NULL);
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(m->who, who);

@@ -307,6 +307,20 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
   join_resync(p, target, why);
 }
 
+bool trust_stage_ahead(train_peer *p, uint64_t *iteration) {
+  peer_trust *t = &p->trust;
+  bool any = false;
+  for (uint32_t i = 0; i < t->n_claims; i++) {
+    trust_claim *c = &t->claims[i];
+    if (c->iteration <= p->iteration || p->now - c->at_ms > TRUST_CLAIM_MS(p) ||
+        !peer_is_member(p, p->stage, &c->id, true) || !peer_alive(p, &c->id))
+      continue;
+    if (!any || c->iteration < *iteration) *iteration = c->iteration;
+    any = true;
+  }
+  return any;
+}
+
 /* ---- validating contributions (issue 17, item 2) ---- */
 
 /* How many microbatches one member may claim for an iteration: every

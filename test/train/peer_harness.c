@@ -60,7 +60,8 @@ static void refresh_members(h_harness *h) {
       size_t k = 0;
       for (int j = 0; j < h->n_nodes; j++) {
         h_node *n = &h->nodes[j];
-        if (n->alive && n->ready && n->stage == s && n->hidden_from != i + 1 && !(me->dir_blind && s == me->stage && j != i))
+        if (n->alive && (n->ready || (n->listed_early && n->stage >= 0)) && n->stage == s && n->hidden_from != i + 1 &&
+            !(me->dir_blind && s == me->stage && j != i))
           list[k++] = (train_member){.id = n->peer.id, .capacity = n->capacity, .load = 0};
       }
       train_peer_set_members(me->tp, s, list, k, sim_now(h->s));

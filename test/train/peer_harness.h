@@ -53,6 +53,7 @@ typedef struct h_node {
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
   int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
   bool dir_blind;          /* its directory lists no other member of its own stage (the leader's ASSIGN does) */
+  bool listed_early;       /* directories list it before it is ready (a restarted member's record outlives it) */
   float grad_scale;        /* hostile: exports its gradient times this (0: 1) */
   uint64_t grad_scale_from; /* grad_scale from this iteration on (0: from the start) */
   bool grad_nan;           /* hostile: exports NaN gradients */

@@ -71,7 +71,8 @@ static void run_noting_moves(h_harness *h, int d, uint64_t iters, moves *mv) {
 
 static int count_in(h_harness *h, int stage) {
   int n = 0;
-  for (int i = 0; i < h->n_nodes; i++) n += h->nodes[i].alive && h->nodes[i].role == TRAIN_RELAY && h->nodes[i].stage == stage;
+  for (int i = 0; i < h->n_nodes; i++)
+    n += h->nodes[i].alive && h->nodes[i].role == TRAIN_RELAY && h->nodes[i].stage == stage;
   return n;
 }
 
