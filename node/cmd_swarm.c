@@ -807,7 +807,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
     ARG("%d", sw->o.replicas);
   }
   if (p->data && sw->o.join_stages) ARG("--grant-join-stages");
-  if (p->data && sw->o.rebalance_after >= 0) {
+  if (p->data) {
     ARG("--rebalance-after");
     ARG("%d", sw->o.rebalance_after);
   }

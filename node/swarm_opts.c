@@ -72,8 +72,9 @@ void cmd_swarm_help(void) {
       "the empty stage, which restores its newest replica; without spares the leader\n"
       "moves a relay of the stage with the most members there). The summary reports the\n"
       "seconds from the kill to the next completed iteration (stage_kill).\n"
-      "--rebalance-after M / --no-rebalance go to the data nodes (see gwtf help node):\n"
-      "the leader moves a relay into the bottleneck stage (stage.rebalance).\n"
+      "--rebalance-after M goes to the data nodes (see gwtf help node): the leader moves a\n"
+      "relay into the bottleneck stage (stage.rebalance). Off in a swarm unless given\n"
+      "(--no-rebalance, the default here, keeps the placement of the scenarios as before).\n"
       "TEST TOOL: --join-stages S1,S2,... makes each relay (cycled) ask the leader for that\n"
       "stage when it first joins (gwtf node --join-stage; the data nodes get\n"
       "--grant-join-stages), to start a skewed swarm, e.g.\n"
@@ -163,7 +164,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
                     .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
-                    .eval_every = -1, .replicate_every = -1, .rebalance_after = -1};
+                    .eval_every = -1, .replicate_every = -1, .rebalance_after = 0};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -279,7 +280,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
   else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   else if (o->checkpoint_every < 0) bad = "--checkpoint-every must be >= 0";
-  else if (o->rebalance_after < -1) bad = "--rebalance-after must be >= 0";
+  else if (o->rebalance_after < 0) bad = "--rebalance-after must be >= 0";
   else if (!swarm_join_stages_ok(o->join_stages, o->stages)) bad = "--join-stages wants a comma list of 1..--stages";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);

@@ -39,7 +39,7 @@ typedef struct swarm_opts {
   int replicas;          /* peers' --replicas (0: the node's default) */
   int kill_stage;        /* --kill-stage S: SIGKILL every peer of stage S at once (0: none) ... */
   int kill_at;           /* ... once the leader finished this many iterations (--at-iteration) */
-  int rebalance_after;   /* data nodes' --rebalance-after (-1: the node's default; 0: --no-rebalance) */
+  int rebalance_after;   /* data nodes' --rebalance-after (0, the default here: --no-rebalance) */
   const char *join_stages; /* test tool: each relay's --join-stage, cycled (NULL: the leader places) */
 } swarm_opts;
 

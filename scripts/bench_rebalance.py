@@ -4,8 +4,8 @@
     scripts/bench_rebalance.py [--gwtf PATH] [--repeats N] [--iterations I]
                                [--base-port P] [--skew NAME] [--json FILE]
 
-Runs the same skewed `gwtf swarm` with live rebalancing (the default,
---rebalance-after 3) and without (--no-rebalance), N times each (default 3),
+Runs the same skewed `gwtf swarm` with live rebalancing
+(--rebalance-after 3) and without (--no-rebalance), N times each (default 3),
 alternating, and prints one table: the run's throughput (tokens/s, from the
 swarm summary), the mean seconds per iteration over the second half of the
 run (after the moves), the moves made and the final split.
