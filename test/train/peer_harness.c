@@ -529,7 +529,8 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
                            .capacity = capacity, .shape = {H_B, H_T, H_C, H_NP}, .iterations = iterations,
                            .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
                            .wire_dtype = h->wire_dtype, .wire_grad_dtype = h->wire_grad_dtype,
-                           .wire_accept = h->wire_accept};
+                           .wire_accept = h->wire_accept, .join_stage = h->join_stage,
+                           .grant_join_stage = h->grant_join_stage};
   memcpy(cfg.node_pk, n->pk, sizeof(cfg.node_pk));
   memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,

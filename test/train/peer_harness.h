@@ -128,6 +128,10 @@ struct h_harness {
   /* wire compression for the nodes h_add creates next (train_peer_config) */
   train_dtype wire_dtype, wire_grad_dtype;
   uint32_t wire_accept;
+  /* test tool: the stage the nodes h_add creates next ask for in JOIN, and
+   * whether data nodes (as the leader) grant it (train_peer_config) */
+  int join_stage;
+  bool grant_join_stage;
   gw_log_sink sink;
   gw_log log;
 };

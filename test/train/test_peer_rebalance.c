@@ -11,7 +11,10 @@
  *     (the way back is never worth it);
  *   - a move that would only shift the bottleneck (2, 1 of equal speed) is
  *     never made: no stage is emptied, no last member moves;
- *   - rebalance_after 0 turns it off. */
+ *   - rebalance_after 0 turns it off;
+ *   - a relay's wish for a stage (JOIN's want_stage, --join-stage) is
+ *     granted only by a leader told to (--grant-join-stages), and ignored
+ *     otherwise: a peer must not choose the stage it attacks. */
 #include "testutil.h"
 
 #include <math.h>
@@ -175,12 +178,47 @@ static void test_off(void **state) {
   h_free(&h);
 }
 
+/* Four relays that each ask for stage 1 as they join (placed by the
+ * leader: stage -1), beside a first member in each stage; per[s]: the
+ * relays that trained in stage s at the end. */
+static void place_wishing_for_1(bool grant, int per[4]) {
+  h_harness h;
+  h_init(&h, 3, 35, verbose());
+  h.tun.rebalance_after = 0;
+  h.grant_join_stage = grant;
+  int d = h_add(&h, TRAIN_DATA, 0, M, 20, true);
+  for (int s = 1; s <= 3; s++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  h.join_stage = 1;
+  for (int k = 0; k < 4; k++) h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(h.nodes[d].iterations_done, 20);
+  memset(per, 0, 4 * sizeof(int));
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].role == TRAIN_RELAY && h.nodes[i].ready) per[h.nodes[i].stage]++;
+  h_free(&h);
+}
+
+static void test_join_stage_granted_only_when_told(void **state) {
+  (void)state;
+  int per[4];
+  place_wishing_for_1(true, per);
+  assert_int_equal(per[1], 1 + 4);
+  assert_int_equal(per[2], 1);
+  assert_int_equal(per[3], 1);
+  /* ignored: the leader spreads them over the stages as it ranks them */
+  place_wishing_for_1(false, per);
+  assert_true(per[1] < 1 + 4 && per[2] >= 2 && per[3] >= 2);
+  assert_int_equal(per[1] + per[2] + per[3], 3 + 4);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_skewed_swarm_evened_out),
       cmocka_unit_test(test_speed_counts_not_heads),
       cmocka_unit_test(test_no_move_that_only_shifts_the_bottleneck),
       cmocka_unit_test(test_off),
+      cmocka_unit_test(test_join_stage_granted_only_when_told),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
