@@ -29,6 +29,8 @@ void cmd_swarm_help(void) {
       "                  [--wire-dtype DTYPE[/GRAD]] [--wire-accept LIST]\n"
       "                  [--replicate-every K] [--replicas R]\n"
       "                  [--kill-stage S --at-iteration N [--late-relays K]]\n"
+      "                  [--kill-data-node --at-iteration N [--replace-after MS]]\n"
+      "                  [--kill-fraction F --at-iteration N]\n"
       "                  [--rebalance-after M | --no-rebalance] [--join-stages S1,S2,...]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
@@ -72,6 +74,15 @@ void cmd_swarm_help(void) {
       "the empty stage, which restores its newest replica; without spares the leader\n"
       "moves a relay of the stage with the most members there). The summary reports the\n"
       "seconds from the kill to the next completed iteration (stage_kill).\n"
+      "TEST TOOL: --kill-data-node --at-iteration N kills every data node at once\n"
+      "(SIGKILL) in iteration N; --replace-after MS later (default 2000) a fresh data\n"
+      "node (new identity, empty data dir, same dataset) joins, restores stage 0 from\n"
+      "its newest replica and resumes in the relays' iteration (data_node_kill).\n"
+      "TEST TOOL: --kill-fraction F --at-iteration N kills ceil(F x --relays) live relays\n"
+      "drawn at random, at once (a correlated outage, no stage spared); they come back\n"
+      "with fresh identities as churn's victims do (fraction_kill). Both report the\n"
+      "seconds from the kill to the next completed iteration and the aggregations lost.\n"
+      "At most one of --kill-stage, --kill-data-node, --kill-fraction.\n"
       "--rebalance-after M goes to the data nodes (see gwtf help node): the leader moves a\n"
       "relay into the bottleneck stage (stage.rebalance). Off in a swarm unless given\n"
       "(--no-rebalance, the default here, keeps the placement of the scenarios as before).\n"
@@ -104,6 +115,9 @@ enum {
   SW_REPLICAS,
   SW_KILL_STAGE,
   SW_AT_ITERATION,
+  SW_KILL_DATA_NODE,
+  SW_REPLACE_AFTER,
+  SW_KILL_FRACTION,
   SW_REBALANCE_AFTER,
   SW_NO_REBALANCE,
   SW_JOIN_STAGES,
@@ -156,6 +170,9 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"replicas", required_argument, 0, SW_REPLICAS},
       {"kill-stage", required_argument, 0, SW_KILL_STAGE},
       {"at-iteration", required_argument, 0, SW_AT_ITERATION},
+      {"kill-data-node", no_argument, 0, SW_KILL_DATA_NODE},
+      {"replace-after", required_argument, 0, SW_REPLACE_AFTER},
+      {"kill-fraction", required_argument, 0, SW_KILL_FRACTION},
       {"rebalance-after", required_argument, 0, SW_REBALANCE_AFTER},
       {"no-rebalance", no_argument, 0, SW_NO_REBALANCE},
       {"join-stages", required_argument, 0, SW_JOIN_STAGES},
@@ -164,7 +181,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
                     .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
-                    .eval_every = -1, .replicate_every = -1, .rebalance_after = 0};
+                    .eval_every = -1, .replicate_every = -1, .replace_after_ms = 2000,
+                    .rebalance_after = 0};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -234,6 +252,9 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_REPLICAS: o->replicas = atoi(optarg); break;
     case SW_KILL_STAGE: o->kill_stage = atoi(optarg); break;
     case SW_AT_ITERATION: o->kill_at = atoi(optarg); break;
+    case SW_KILL_DATA_NODE: o->kill_data_node = true; break;
+    case SW_REPLACE_AFTER: o->replace_after_ms = atoi(optarg); break;
+    case SW_KILL_FRACTION: o->kill_fraction = atof(optarg); break;
     case SW_REBALANCE_AFTER: o->rebalance_after = atoi(optarg); break;
     case SW_NO_REBALANCE: o->rebalance_after = 0; break;
     case SW_JOIN_STAGES: o->join_stages = optarg; break;
@@ -255,6 +276,12 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->kill_stage < 0 || o->kill_stage > o->stages) bad = "--kill-stage must be a relay stage (1..--stages)";
   else if (o->kill_stage > 0 && (o->kill_at < 1 || o->kill_at >= o->iterations))
     bad = "--kill-stage needs --at-iteration N with 1 <= N < --iterations";
+  else if ((o->kill_stage > 0) + o->kill_data_node + (o->kill_fraction != 0) > 1)
+    bad = "at most one of --kill-stage, --kill-data-node, --kill-fraction";
+  else if (!(o->kill_fraction >= 0 && o->kill_fraction <= 1)) bad = "--kill-fraction must be in (0, 1]";
+  else if ((o->kill_data_node || o->kill_fraction > 0) && (o->kill_at < 1 || o->kill_at >= o->iterations))
+    bad = "--kill-data-node and --kill-fraction need --at-iteration N with 1 <= N < --iterations";
+  else if (o->replace_after_ms < 0 || o->replace_after_ms > 600000) bad = "--replace-after must be in 0..600000 ms";
   else if (o->replicate_every < -1) bad = "--replicate-every must be >= 0";
   else if (o->replicas != 0 && (o->replicas < 2 || o->replicas > 16)) bad = "--replicas must be in 2..16";
   else if (o->iterations < 1 || o->iterations >= SWARM_MAX_ITERS) bad = "--iterations out of range";

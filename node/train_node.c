@@ -331,7 +331,7 @@ static void write_checkpoint(train_rt *rt, train_job *job) {
  * iteration job->key (whose logged hash is job->hash), goes to the holders
  * closest to the stage's replica key (train/peer_replica.c). */
 static void push_replica(train_rt *rt, train_job *job) {
-  if (job->rc != 0 || !job->blob || rt->stage < 1) return;
+  if (job->rc != 0 || !job->blob || rt->stage < 0) return;
   gw_id key;
   if (stage_dir_replica_key(rt->run.name, (uint32_t)rt->stage, &key) != 0) return;
   train_peer_push_replica(rt->peer, &key, (uint32_t)rt->o->replicas, job->blob, job->blob_len, job->key,

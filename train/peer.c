@@ -437,6 +437,12 @@ void peer_hello_to(train_peer *p, const gw_id *to) {
   peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_HELLO, &me.base, NULL);
 }
 
+void peer_hello_stage(train_peer *p, int stage) {
+  Gwtf__TrainHello h;
+  fill_hello(p, &h);
+  peer_broadcast_stage(p, stage, GWTF__TRAIN_MSG__TRAIN_HELLO, &h.base);
+}
+
 /* A member of our stage says it serves another now (the leader moved it,
  * train/peer_move.c): it is no member of ours, whatever our directory (it
  * withdrew; the refresh lags) and the heard and vouched lists say. Before,
@@ -467,6 +473,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
     heard_member(p, from, h->capacity);
     agg_member_joining(p, from, h->joining);
   }
+  stage0_on_hello(p, from, h); /* the run's iteration, for a data node restoring stage 0 */
   if (h->stage != p->stage || h->joining || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it
    * got ready while the stage aggregated) and must fetch the state again,
@@ -580,6 +587,7 @@ void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
   behind_tick(p);
   replica_tick(p);
   move_tick(p);
+  stage0_tick(p);
   if (p->cfg.role == TRAIN_DATA) {
     leader_check(p);
     data_tick(p);

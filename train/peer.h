@@ -500,6 +500,7 @@ typedef struct train_counters {
   uint64_t averages_signed, averages_forged;
   uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
   uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
+  uint64_t downloads_caught_up; /* it aggregated once: we asked for that average instead */
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);

@@ -132,6 +132,12 @@ static gw_id pick_aggregator(train_peer *p) {
 
 static bool i_aggregate(train_peer *p) { return gw_id_eq(&p->agg.aggregator, &p->cfg.self); }
 
+/* We are fetching (or checking) our stage's state; `from` is a directory
+ * member of it (our source, or the aggregator whose view has us). */
+static bool joining_from(train_peer *p, const gw_id *from) {
+  return (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) && peer_is_member(p, p->stage, from, true);
+}
+
 /* Only the aggregator we chose for the round may send us its average: one
  * TRAIN_AVG from anyone used to rewrite a whole stage. Before we picked
  * (our export is running, or the average overtook BEGIN_AGG) the one we
@@ -150,6 +156,11 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
       (p->state != PEER_READY || (p->dl.done_ms && p->iteration == p->dl.iteration &&
                                   p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms)))
     return true;
+  /* getting ready, a directory member's average tells us the round ended
+   * (missed_while_joining): nothing of it is applied now */
+  if (joining_from(p, from)) return true;
+  /* ... and the one we then asked for it (agg_ask_missed_average) */
+  if (p->dl.catch_up && gw_id_eq(from, &p->dl.avg_from) && p->iteration == p->dl.iteration) return true;
   gw_id now = pick_aggregator(p);
   if (gw_id_eq(from, &now)) return true;
   /* A vouched member of lower ID than the aggregator we followed: its
@@ -179,6 +190,14 @@ bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer) {
   if (gw_id_eq(signer, &p->dl.from) && p->dl.done_ms && p->iteration == p->dl.iteration &&
       p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms)
     return true;
+  /* our source passes on the average it applied after serving us (its
+   * aggregator's, a directory member of our stage: the signature says who
+   * made it); asked for it (agg_ask_missed_average), we step with what it stepped */
+  if (p->dl.catch_up && gw_id_eq(from, &p->dl.avg_from) && p->iteration == p->dl.iteration &&
+      gw_id_eq(signer, &p->dl.avg_signer))
+    return true;
+  /* getting ready: our source's word, or a directory member's own average */
+  if (joining_from(p, from) && (gw_id_eq(from, &p->dl.from) || gw_id_eq(signer, from))) return true;
   gw_id now = pick_aggregator(p);
   if (gw_id_eq(signer, &now)) return true;
   return peer_vouched(p, signer) && (gw_id_cmp(signer, &a->aggregator) < 0 ||
@@ -708,22 +727,22 @@ static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGra
   a->avg_received = 0;
 }
 
-/* We are fetching (or checking) the state of `from`, the member serving us. */
-static bool joining_from(train_peer *p, const gw_id *from) {
-  return (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) && gw_id_eq(from, &p->dl.from);
-}
-
-/* The member serving us aggregated (finish_round sends its average to the
- * peers it just served) before our download was checked and restored: we
+/* Our stage aggregated (our source sends its average to the peers it just
+ * served; an aggregator whose view has us, to us) before our download was
+ * checked and restored: we
  * cannot step with it yet, and would become ready a step behind a stage
  * that may have nobody else ahead to resync from. As a BEGIN_AGG seen while
  * downloading does, it makes join_accept_download fetch the newer state. */
-static void missed_while_joining(train_peer *p, const gw_id *from, uint64_t iteration) {
-  if (iteration + 1 <= p->missed_agg) return;
-  p->missed_agg = iteration + 1;
+static void missed_while_joining(train_peer *p, const gw_id *from, uint64_t iteration, const peer_avg_sig *sig) {
+  if (iteration + 1 <= p->dl.avg_of) return;
+  p->dl.avg_of = iteration + 1;
+  p->dl.avg_from = *from;
+  p->dl.avg_signer = sig->signer;
+  memcpy(p->dl.avg_hash, sig->hash, 32);
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   GW_INFO(&p->log, "agg.missed_while_joining", "iter=%llu from=%s", (unsigned long long)iteration, who);
+  join_on_source_average(p, iteration);
 }
 
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
@@ -733,8 +752,9 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     on_split(p, from, g);
     return;
   }
-  if (g->stage == p->stage && g->offset == 0 && joining_from(p, from)) {
-    missed_while_joining(p, from, g->iteration);
+  if (g->stage == p->stage && joining_from(p, from)) {
+    peer_avg_sig sig;
+    if (g->offset == 0 && avgsig_check(p, from, g, &sig)) missed_while_joining(p, from, g->iteration, &sig);
     return;
   }
   if (g->stage != p->stage || p->state != PEER_READY || g->iteration != p->iteration) return;
@@ -745,6 +765,11 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     peer_avg_sig sig;
     bool left_out;
     if (!avgsig_check(p, from, g, &sig) || !avg_lists_us_right(p, from, &sig, g, &left_out)) return;
+    if (p->dl.catch_up && p->iteration == p->dl.iteration && gw_id_eq(from, &p->dl.avg_from) &&
+        memcmp(sig.hash, p->dl.avg_hash, 32) != 0) {
+      avgsig_refuse(p, from, &sig.signer, g->iteration, "hash_mismatch"); /* not the average it told us of */
+      return;
+    }
     begin_average(p, from, g, &sig, left_out);
     if (g->total_count == 0 || g->total == 0) {
       if (!avgsig_check_floats(p, from, &a->pend.sig, g->iteration, NULL, 0)) {
@@ -960,6 +985,16 @@ static void ask_for_applied_average(train_peer *p) {
     send_vector(p, id, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, NULL, 0, 0, p->agg.iteration, NULL);
   }
   p->agg.asked_applied = true;
+}
+
+void agg_ask_missed_average(train_peer *p, const gw_id *from) {
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  p->counters.downloads_caught_up++;
+  GW_INFO(&p->log, "weights.catch_up", "iter=%llu from=%s", (unsigned long long)p->iteration, who);
+  /* an empty gradient for the round it averaged: it answers with the
+   * average it applied (agg_on_grad), which we step with */
+  send_vector(p, from, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, NULL, 0, 0, p->iteration, NULL);
 }
 
 void agg_tick(train_peer *p) {

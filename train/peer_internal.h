@@ -203,6 +203,16 @@ typedef struct peer_download {
   uint64_t done_ms;           /* the last download finished (from `from`, for `iteration`) */
   gw_id prefer;               /* resync after a split: the winning aggregator first */
   bool has_prefer;
+  /* The stage ended one round while we fetched (`avg_from` sent us its
+   * average of round avg_of - 1): once ready we ask it for it and step
+   * with it (agg_ask_missed_average), rather than fetch again. A round
+   * that only began (BEGIN_AGG) is waited for until wait_round_until. */
+  bool catch_up;
+  uint64_t catch_up_until; /* a stage-mate one round ahead is expected until then */
+  uint64_t avg_of, wait_round_until;
+  gw_id avg_from; /* who sent that average: our source, or its maker (a directory member) */
+  gw_id avg_signer; /* who signed it, and the hash of its floats: the catch-up */
+  uint8_t avg_hash[32]; /* must bring exactly that average */
 } peer_download;
 
 typedef struct peer_candidate {
@@ -356,6 +366,12 @@ typedef struct peer_replicas {
   uint32_t want_votes;        /* holders announcing it in the DHT (0: the holder's chunk says it) */
   uint64_t want_iteration;    /* the run's iteration when we were placed */
   bool lost_logged;
+  /* stage 0 outliving its data nodes (peer_stage0.c) */
+  uint64_t run_iter_seen;     /* data node getting ready: the newest iteration relays of the run said they are in */
+  bool s0_restored;           /* data node: stage 0 came from a replica, no iteration started since */
+  bool s0_waiting_logged;
+  bool data_seen, paused;     /* relay: a live data node was seen; none is live now (run.paused) */
+  uint64_t paused_since;
   /* leader: stages seen without a live member (stage.empty logged once) */
   bool empty_logged[PEER_MAX_STAGES + 1];
   uint64_t empty_since[PEER_MAX_STAGES + 1]; /* 0: not empty */
@@ -756,11 +772,24 @@ void join_serve_pending(train_peer *p);
 /* `id` waits for a snapshot of our state (queued or being made): it cannot
  * contribute to a round of ours, nor aggregate one, until we served it. */
 bool join_awaits_our_state(const train_peer *p, const gw_id *id);
+/* Ready one round behind our source: asks it for that round's average. */
+void agg_ask_missed_average(train_peer *p, const gw_id *from);
+/* Our source's average of `iteration` reached us while we got ready. */
+void join_on_source_average(train_peer *p, uint64_t iteration);
 void join_free(train_peer *p);
 void join_resync(train_peer *p, uint64_t target, const char *why);
 /* A verified download (peer_verify.c): take the restored state. */
 void join_accept_download(train_peer *p);
 /* A refuted one: try another member. */
 void join_refetch(train_peer *p);
+void join_request_replica(train_peer *p, const gw_id *holder);
+void join_stage_lost(train_peer *p);
+
+/* peer_stage0.c: stage 0 outlives its data nodes. */
+bool stage0_trained(train_peer *p);
+bool stage0_fetch(train_peer *p);
+void stage0_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h);
+void stage0_tick(train_peer *p);
+void peer_hello_stage(train_peer *p, int stage);
 
 #endif

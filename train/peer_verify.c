@@ -16,9 +16,10 @@
  *     iteration, or members not yet aggregated once have no hash):
  *     accepted on the source's word (`weights.unconfirmed`).
  * A member that has no weights to compare (itself still joining) answers
- * with an empty hash: it counts as answered, so a joiner does not wait the
- * hop timeout for another joiner (the stage may aggregate meanwhile, and
- * the download would be stale before it is used).
+ * with an empty hash, and one already past the download's iteration has no
+ * hash of it: both count as answered, so a joiner does not wait the hop
+ * timeout for them (the stage aggregates meanwhile, and the download is
+ * stale before it is used).
  * Members of another iteration are not counted: the join code fetches
  * again when the stage aggregated meanwhile. */
 #include "train/peer_internal.h"
@@ -119,7 +120,11 @@ void verify_on_hash(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *
   if (id_in(v->agree, v->n_agree, from) || id_in(v->disagree, v->n_disagree, from) ||
       id_in(v->abstain, v->n_abstain, from))
     return;
-  if (h->hash.len == 0) {
+  if (h->hash.len == 0 || h->iteration > v->iteration) {
+    /* nothing to compare: it has no weights yet, or its stage moved on
+     * (join_accept_download then steps with the round's average or
+     * fetches again); waiting the hop timeout for it only let the stage
+     * move further */
     if (v->n_abstain < PEER_MAX_CONTRIB) v->abstain[v->n_abstain++] = *from;
     decide(p, false);
     return;

@@ -27,14 +27,14 @@ static h_node *node_by_id(h_harness *h, const gw_id *id) {
 static void set_holders(h_harness *h) {
   for (int i = 0; i < h->n_nodes; i++) {
     h_node *me = &h->nodes[i];
-    if (!me->alive || !me->tp || me->role != TRAIN_RELAY) continue;
-    int s = train_peer_stage(me->tp);
-    if (s < 1) continue;
+    if (!me->alive || !me->tp) continue;
+    int s = train_peer_stage(me->tp); /* a relay's stage, or stage 0 for a data node */
+    if (s < 0) continue;
     train_replica_holder list[16];
     size_t k = 0;
     for (int j = 0; j < h->n_nodes && k < 16; j++) {
       h_node *n = &h->nodes[j];
-      const replica_entry *e = n->alive && n->tp ? train_peer_replica(n->tp, s) : NULL;
+      const replica_entry *e = (n->alive || h->holders_outlive) && n->tp ? train_peer_replica(n->tp, s) : NULL;
       if (!e) continue;
       list[k] = (train_replica_holder){.id = n->peer.id, .iteration = e->iteration, .step = e->step};
       memcpy(list[k].weights_hash, e->weights_hash, 32);

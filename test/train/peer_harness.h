@@ -124,6 +124,7 @@ struct h_harness {
   int replicate_every;
   uint32_t replicas;
   size_t replica_max; /* the holders' bound (0: the default) */
+  bool holders_outlive; /* a crashed holder stays listed, as its DHT record outlives it */
   bool movable;       /* relays take the leader's TRAIN_MOVE (train_peer_config.movable) */
   /* wire compression for the nodes h_add creates next (train_peer_config) */
   train_dtype wire_dtype, wire_grad_dtype;

@@ -1,12 +1,13 @@
 /* A stage that joiners refill while its only member aggregates, on the
  * deterministic simulator (the stall the evaluation grid found at 20 %
  * churn, docs/TRAINING.md):
- *   - two relays join stage 2, whose only member S serves them its state
- *     and aggregates while they still check it (their hash requests are
- *     slow to come back): S's average reaches them before they are ready.
- *     They fetch S's newer state (weights.stale) and train on in step with
- *     it; before, they dropped the average and became ready a step behind,
- *     with nobody but S to resync from;
+ *   - a relay joins stage 2, whose only member S serves it its state and
+ *     aggregates three rounds while it comes (slowly): S's averages reach
+ *     the joiner before it is ready. It fetches S's newer state
+ *     (weights.stale) and trains on in step with it, never behind; before,
+ *     it dropped the averages and became ready behind, with nobody but S
+ *     to resync from. With one round missed it steps with that round's
+ *     average, asked of S (weights.catch_up), and fetches nothing again;
  *   - the same with S's average (and everything else S sends them) lost,
  *     and S crashing once they are ready: the stage's newest weights died
  *     with S, the two joiners hold an older iteration than the data node's
@@ -31,6 +32,7 @@
 #define M 4
 #define ITERS 20
 #define STAGES 2
+#define SLOW_ONE_ROUND_MS 100 /* S's state this late: S ends one round meanwhile */
 
 static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
 
@@ -118,6 +120,29 @@ static void test_joiner_fetches_again_after_a_missed_average(void **state) {
   assert_true(cj->downloads_stale >= 1); /* S's average came before it was ready: it fetched again */
   assert_int_equal(cj->resyncs, 0);       /* and was never behind its stage */
   assert_int_equal(cj->iterations_skipped, 0);
+  assert_memory_equal(sc.h.nodes[sc.j1].w, sc.h.nodes[sc.s].w, sizeof(sc.h.nodes[sc.s].w));
+  char why[200] = "";
+  if (!h_hashes_agree(&sc.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  h_free(&sc.h);
+}
+
+/* The same with S's state a little slow: S ends one round while the
+ * joiner restores it. The joiner steps with that round's average, which
+ * it asks S for once ready (weights.catch_up), instead of fetching the
+ * whole state again. */
+static void test_joiner_catches_up_with_one_missed_average(void **state) {
+  (void)state;
+  scene sc = {.slow_chunks_ms = SLOW_ONE_ROUND_MS};
+  scene_build(&sc, 1);
+  assert_true(h_run_until_finished(&sc.h, 300000));
+  const train_counters *cj = counters(&sc, sc.j1);
+  if (verbose())
+    fprintf(stderr, "joiner: %llu caught up, %llu stale, %llu resyncs\n", (unsigned long long)cj->downloads_caught_up,
+            (unsigned long long)cj->downloads_stale, (unsigned long long)cj->resyncs);
+  assert_true(sc.h.nodes[sc.j1].ready);
+  assert_int_equal(cj->downloads_caught_up, 1);
+  assert_int_equal(cj->downloads_stale, 0);
+  assert_int_equal(cj->resyncs, 0);
   assert_memory_equal(sc.h.nodes[sc.j1].w, sc.h.nodes[sc.s].w, sizeof(sc.h.nodes[sc.s].w));
   char why[200] = "";
   if (!h_hashes_agree(&sc.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
@@ -225,6 +250,7 @@ static void test_gradient_to_a_joining_peer_goes_elsewhere(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_joiner_fetches_again_after_a_missed_average),
+      cmocka_unit_test(test_joiner_catches_up_with_one_missed_average),
       cmocka_unit_test(test_stage_left_behind_moves_on),
       cmocka_unit_test(test_round_does_not_wait_for_a_peer_waiting_for_our_state),
       cmocka_unit_test(test_gradient_to_a_joining_peer_goes_elsewhere),
