@@ -405,6 +405,7 @@ typedef struct peer_rebalance {
   int from, to;
   uint64_t sent_ms;
   uint64_t cool_until;  /* no decision before this iteration */
+  const char *waiting;  /* the reason last logged at info level (stage.rebalance_wait) */
 } peer_rebalance;
 
 /* ---- the peer ---- */

@@ -55,6 +55,21 @@ static double layers(const train_peer *p, int s) {
   return s >= 1 && s <= PEER_MAX_STAGES && p->cfg.stage_layers[s] ? p->cfg.stage_layers[s] : 1.0;
 }
 
+/* stage.rebalance_wait is an info line when its reason changes (why a
+ * skewed run does not rebalance, without debug logging), else debug. */
+static gw_log_level wait_level(train_peer *p, const char *reason) {
+  if (p->rebal.waiting && !strcmp(p->rebal.waiting, reason)) return GW_LOG_DEBUG;
+  p->rebal.waiting = reason;
+  return GW_LOG_INFO;
+}
+
+#define WAIT_LOG(p, reason, fmt, ...)                                                      \
+  do {                                                                                     \
+    gw_log_level lvl_ = wait_level((p), (reason));                                         \
+    if (gw_log_enabled(&(p)->log, lvl_))                                                   \
+      gw_log_event(&(p)->log, lvl_, "stage.rebalance_wait", "reason=%s" fmt, (reason), __VA_ARGS__); \
+  } while (0)
+
 /* ---- what relays say about their speed ---- */
 
 static peer_rate *rate_find(train_peer *p, const gw_id *id) {
@@ -152,8 +167,7 @@ static bool stage_rates(train_peer *p, stage_rate *out, double median) {
       measured += known;
     }
     if (out[s].live == 0 || measured == 0) {
-      GW_DEBUG(&p->log, "stage.rebalance_wait", "reason=%s in_stage=%d", out[s].live ? "rate_unknown" : "no_member",
-               s);
+      WAIT_LOG(p, out[s].live ? "rate_unknown" : "no_member", " in_stage=%d", s);
       return false;
     }
   }
@@ -255,13 +269,13 @@ void rebalance_on_iteration(train_peer *p) {
   peer_rebalance *r = &p->rebal;
   if (!p->was_leader || p->cfg.tun.rebalance_after == 0) return;
   if (rebalance_blocked(p)) {
-    GW_DEBUG(&p->log, "stage.rebalance_wait", "reason=%s", r->pending ? "move_in_flight" : "cooldown_or_join");
+    WAIT_LOG(p, r->pending ? "move_in_flight" : "cooldown_or_join", " iter=%llu", (unsigned long long)p->iteration);
     r->streak = 0;
     return;
   }
   stage_rate sr[PEER_MAX_STAGES + 1];
   double median = median_claim(p);
-  if (median <= 0) GW_DEBUG(&p->log, "stage.rebalance_wait", "reason=no_rates");
+  if (median <= 0) WAIT_LOG(p, "no_rates", " iter=%llu", (unsigned long long)p->iteration);
   if (median <= 0 || !stage_rates(p, sr, median)) {
     r->streak = 0;
     return;
@@ -271,8 +285,7 @@ void rebalance_on_iteration(train_peer *p) {
     if (sr[s].rate < sr[b].rate) b = s;
   rebal_move m = best_move(p, sr, b, median);
   if (!m.who || !(m.after > sr[b].rate * (1.0 + p->cfg.tun.rebalance_margin))) {
-    GW_DEBUG(&p->log, "stage.rebalance_wait", "reason=balanced bottleneck=%d cap=%.2f best_after=%.2f", b, sr[b].rate,
-             m.who ? m.after : 0.0);
+    WAIT_LOG(p, "balanced", " bottleneck=%d cap=%.2f best_after=%.2f", b, sr[b].rate, m.who ? m.after : 0.0);
     r->streak = 0;
     return;
   }
@@ -281,6 +294,7 @@ void rebalance_on_iteration(train_peer *p) {
     r->streak = 0;
   }
   r->streak++;
+  r->waiting = NULL; /* a next wait is news */
   GW_DEBUG(&p->log, "stage.bottleneck", "bottleneck=%d cap=%.2f streak=%u of=%u donor=%d", b, sr[b].rate, r->streak,
            p->cfg.tun.rebalance_after, m.from);
   if (r->streak >= p->cfg.tun.rebalance_after) send_move(p, &m, sr);
