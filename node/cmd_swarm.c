@@ -676,6 +676,12 @@ static int relay_capacity(const swarm *sw, const peer_proc *p) {
   return v >= 1 ? (int)v : sw->o.capacity;
 }
 
+/* --join-stages: the stage relay p asks for on its first start (0: none). */
+static int relay_join_stage(const swarm *sw, const peer_proc *p) {
+  if (p->data || p->generation > 0) return 0;
+  return (int)list_entry(sw->o.join_stages, p->index - sw->o.data_nodes);
+}
+
 /* Arguments longer than PATH_MAX are cut; the node then reports the bad path. */
 static void set_arg(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_arg(char *dst, const char *fmt, ...) {
@@ -830,6 +836,15 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
   if (sw->o.replicas > 0) {
     ARG("--replicas");
     ARG("%d", sw->o.replicas);
+  }
+  if (p->data && sw->o.join_stages) ARG("--grant-join-stages");
+  if (p->data) {
+    ARG("--rebalance-after");
+    ARG("%d", sw->o.rebalance_after);
+  }
+  if (relay_join_stage(sw, p) > 0) {
+    ARG("--join-stage");
+    ARG("%d", relay_join_stage(sw, p));
   }
   if (is_byzantine(sw, p)) {
     ARG("--byzantine");

@@ -30,7 +30,8 @@ void cmd_swarm_help(void) {
       "                  [--replicate-every K] [--replicas R]\n"
       "                  [--kill-stage S --at-iteration N [--late-relays K]]\n"
       "                  [--kill-data-node --at-iteration N [--replace-after MS]]\n"
-      "                  [--kill-fraction F --at-iteration N]\n\n"
+      "                  [--kill-fraction F --at-iteration N]\n"
+      "                  [--rebalance-after M | --no-rebalance] [--join-stages S1,S2,...]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -84,7 +85,14 @@ void cmd_swarm_help(void) {
       "drawn at random, at once (a correlated outage, no stage spared); they come back\n"
       "with fresh identities as churn's victims do (fraction_kill). Both report the\n"
       "seconds from the kill to the next completed iteration and the aggregations lost.\n"
-      "At most one of --kill-stage, --kill-data-node, --kill-fraction.\n\n"
+      "At most one of --kill-stage, --kill-data-node, --kill-fraction.\n"
+      "--rebalance-after M goes to the data nodes (see gwtf help node): the leader moves a\n"
+      "relay into the bottleneck stage (stage.rebalance). Off in a swarm unless given\n"
+      "(--no-rebalance, the default here, keeps the placement of the scenarios as before).\n"
+      "TEST TOOL: --join-stages S1,S2,... makes each relay (cycled) ask the leader for that\n"
+      "stage when it first joins (gwtf node --join-stage; the data nodes get\n"
+      "--grant-join-stages), to start a skewed swarm, e.g.\n"
+      "--relays 6 --join-stages 1,1,1,1,2,3 (restarted relays are placed by the leader).\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -114,7 +122,23 @@ enum {
   SW_KILL_DATA_NODE,
   SW_REPLACE_AFTER,
   SW_KILL_FRACTION,
+  SW_REBALANCE_AFTER,
+  SW_NO_REBALANCE,
+  SW_JOIN_STAGES,
 };
+
+/* --join-stages: a comma list of stages in 1..stages (NULL: none). */
+static bool swarm_join_stages_ok(const char *list, int stages) {
+  if (!list) return true;
+  const char *c = list;
+  for (;;) {
+    char *end = NULL;
+    long v = strtol(c, &end, 10);
+    if (end == c || v < 1 || v > stages || (*end != ',' && *end)) return false;
+    if (!*end) return true;
+    c = end + 1;
+  }
+}
 
 int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   static const struct option opts[] = {
@@ -154,12 +178,16 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"kill-data-node", no_argument, 0, SW_KILL_DATA_NODE},
       {"replace-after", required_argument, 0, SW_REPLACE_AFTER},
       {"kill-fraction", required_argument, 0, SW_KILL_FRACTION},
+      {"rebalance-after", required_argument, 0, SW_REBALANCE_AFTER},
+      {"no-rebalance", no_argument, 0, SW_NO_REBALANCE},
+      {"join-stages", required_argument, 0, SW_JOIN_STAGES},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
                     .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
-                    .eval_every = -1, .replicate_every = -1, .replace_after_ms = 2000};
+                    .eval_every = -1, .replicate_every = -1, .replace_after_ms = 2000,
+                    .rebalance_after = 0};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -233,6 +261,9 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_KILL_DATA_NODE: o->kill_data_node = true; break;
     case SW_REPLACE_AFTER: o->replace_after_ms = atoi(optarg); break;
     case SW_KILL_FRACTION: o->kill_fraction = atof(optarg); break;
+    case SW_REBALANCE_AFTER: o->rebalance_after = atoi(optarg); break;
+    case SW_NO_REBALANCE: o->rebalance_after = 0; break;
+    case SW_JOIN_STAGES: o->join_stages = optarg; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -284,6 +315,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
   else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   else if (o->checkpoint_every < 0) bad = "--checkpoint-every must be >= 0";
+  else if (o->rebalance_after < 0) bad = "--rebalance-after must be >= 0";
+  else if (!swarm_join_stages_ok(o->join_stages, o->stages)) bad = "--join-stages wants a comma list of 1..--stages";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

@@ -43,6 +43,8 @@ typedef struct swarm_opts {
   bool kill_data_node;   /* --kill-data-node: every data node at --at-iteration, a fresh one ... */
   int replace_after_ms;  /* ... --replace-after MS later (node/swarm_kill.h) */
   double kill_fraction;  /* --kill-fraction F: ceil(F x relays) relays at once at --at-iteration (0: none) */
+  int rebalance_after;   /* data nodes' --rebalance-after (0, the default here: --no-rebalance) */
+  const char *join_stages; /* test tool: each relay's --join-stage, cycled (NULL: the leader places) */
 } swarm_opts;
 
 /* Parses argv into *o with the defaults `gwtf help swarm` states. Returns 0,

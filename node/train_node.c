@@ -66,6 +66,8 @@ void train_node_opts_default(train_node_opts *o) {
   o->replicate_every = 5;
   o->replicas = 2;
   o->replica_max = REPLICA_DEFAULT_MAX_ENTRIES;
+  o->rebalance_after = 3;
+  o->rebalance_margin = 0.2;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
   o->exit_when_done = true;
@@ -283,7 +285,11 @@ static void peer_tick_cb(uv_timer_t *t) {
 
 /* On the worker thread. --slowdown stretches every job to F times its
  * duration, as a device F times slower would (the paper's heterogeneous
- * peers); the job's measured time then includes it, so Eq. 1 sees it too. */
+ * peers); the job's measured time then includes it, so Eq. 1 sees it too.
+ * With one compute thread the stretch is F - 1 times the job's CPU time,
+ * not its wall time: on a machine whose cores the swarm's peers share, a
+ * job that waited for a core would otherwise wait F times as long, and
+ * the emulated device's speed would follow the host's load. */
 static void run_job(void *ctx, train_job *job) {
   train_rt *rt = ctx;
   if (job->owner == &rt->switch_marker) {
@@ -295,8 +301,13 @@ static void run_job(void *ctx, train_job *job) {
     return;
   }
   uint64_t t0 = uv_hrtime();
+  struct timespec c0, c1;
+  bool cpu = rt->o->threads == 1 && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0) == 0;
   train_compute_run(&rt->compute, job);
-  double extra_ns = (double)(uv_hrtime() - t0) * (rt->o->slowdown - 1.0);
+  double ran_ns = (double)(uv_hrtime() - t0);
+  if (cpu && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1) == 0)
+    ran_ns = fmin(ran_ns, (double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec));
+  double extra_ns = ran_ns * (rt->o->slowdown - 1.0);
   if (extra_ns > 0) uv_sleep((unsigned)(extra_ns / 1e6));
 }
 
@@ -1129,6 +1140,15 @@ static int start_peer(train_rt *rt) {
   cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
   cfg.movable = !data; /* switch_stage */
+  cfg.tun.rebalance_after = (uint32_t)o->rebalance_after;
+  cfg.tun.rebalance_margin = o->rebalance_margin;
+  cfg.join_stage = o->join_stage <= rt->run.stages ? o->join_stage : 0;
+  cfg.grant_join_stage = o->grant_join_stages;
+  for (int s = 1; s <= rt->run.stages && s < (int)(sizeof(cfg.stage_layers) / sizeof(cfg.stage_layers[0])); s++) {
+    int first, nl;
+    train_run_stage_layers(&rt->run, s, &first, &nl);
+    cfg.stage_layers[s] = (uint16_t)nl;
+  }
   memcpy(cfg.node_pk, node_identity(rt->n)->pk, sizeof(cfg.node_pk));
   gw_id run_id; /* the run record's DHT key: every average's signature covers it */
   if (stage_dir_run_key(rt->run.name, &run_id) != 0) return GW_EINVAL;

@@ -59,6 +59,10 @@ typedef struct train_node_opts {
                              (0: never; default 5; train/peer_replica.c) */
   int replicas;           /* holders each push goes to (default 2) */
   int replica_max;        /* replicas of other stages this peer holds at most (default 4) */
+  int rebalance_after;    /* the leader: live rebalancing after M iterations (default 3; 0: never) */
+  double rebalance_margin; /* ... when a move beats the bottleneck by this fraction (default 0.2) */
+  int join_stage;         /* relays, test tool: the stage asked for in JOIN (0: the leader's choice) */
+  bool grant_join_stages; /* data nodes, test tool: as the leader, grant those wishes */
   uint64_t flow_tick_ms;  /* flow protocol tick (default 2000, the prototype's) */
   uint64_t hop_timeout_ms;
   bool exit_when_done;    /* a data node exits once it ran its iterations (default true) */

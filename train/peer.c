@@ -26,6 +26,8 @@ void train_tunables_default(train_tunables *t) {
   t->trim_fraction = 0.2;
   t->byzantine = TRAIN_BYZ_NONE;
   t->byzantine_scale = 100.0;
+  t->rebalance_after = 3;
+  t->rebalance_margin = 0.2;
 }
 
 /* ---- small helpers ---- */
@@ -394,18 +396,26 @@ double train_peer_compute_ms(const train_peer *p) {
   return jobs ? 1000.0 * p->counters.compute_seconds / (double)jobs * 2.0 : 0.0;
 }
 
+double train_peer_mb_compute_ms(const train_peer *p) {
+  const train_counters *c = &p->counters;
+  uint64_t jobs = c->forward_computed + c->forward_recomputed + c->backward_computed;
+  return jobs ? 1000.0 * c->microbatch_seconds / (double)jobs * 2.0 : 0.0;
+}
+
 static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
   Gwtf__TrainHello h = GWTF__TRAIN_HELLO__INIT;
   h.role = p->cfg.role == TRAIN_DATA ? GWTF__TRAIN_ROLE__TRAIN_ROLE_DATA : GWTF__TRAIN_ROLE__TRAIN_ROLE_RELAY;
   h.stage = p->stage;
   h.capacity = p->cfg.capacity;
   h.compute_ms = (float)train_peer_compute_ms(p);
+  h.mb_compute_ms = (float)train_peer_mb_compute_ms(p);
   h.iteration = p->iteration;
   h.step = p->step;
   h.joining = p->stage >= 0 && p->state != PEER_READY;
   if (p->cfg.tun.byzantine == TRAIN_BYZ_LYING_COSTS) { /* test tool: attract every flow */
     h.capacity = 4096;
     h.compute_ms = 0.001f;
+    h.mb_compute_ms = 0.001f;
   }
   wire_fill_hello(p, &h);
   *h0 = h;
@@ -421,6 +431,7 @@ void peer_send_hellos(train_peer *p) {
     if (k > 0 && neighbours[k] == p->stage) continue;
     peer_broadcast_stage(p, neighbours[k], GWTF__TRAIN_MSG__TRAIN_HELLO, &h.base);
   }
+  rebalance_hello_leader(p, &h); /* a middle stage's speed reaches the leader too */
 }
 
 void peer_hello_to(train_peer *p, const gw_id *to) {
@@ -460,6 +471,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
     forget_moved(p, from);
   if (wire_on_hello(p, from, h) && p->stage >= 0) peer_hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
+  rebalance_on_hello(p, from, h->stage, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms, h->joining);
   if (p->stage >= 0 && h->stage == p->stage) {
     heard_member(p, from, h->capacity);
     agg_member_joining(p, from, h->joining);
@@ -550,6 +562,7 @@ void train_peer_on_message(train_peer *p, const gw_id *from, uint32_t type, cons
 void train_peer_on_job_done(train_peer *p, train_job *job, uint64_t now_ms) {
   p->now = now_ms;
   p->counters.compute_seconds += job->seconds;
+  if (job->kind == TRAIN_JOB_FORWARD || job->kind == TRAIN_JOB_BACKWARD) p->counters.microbatch_seconds += job->seconds;
   switch (job->kind) {
   case TRAIN_JOB_GRAD_EXPORT:
   case TRAIN_JOB_APPLY:

@@ -281,6 +281,13 @@ typedef struct train_tunables {
   double byzantine_scale;        /* TRAIN_BYZ_SCALE: multiply our contribution by this (100) */
   bool deterministic;            /* --deterministic: per-microbatch gradients summed in microbatch-ID
                                     order (train/peer_ledger.h), bit for bit train-ref's (false) */
+  /* Live rebalancing (the leader, train/peer_rebalance.c): a relay is moved
+   * into the bottleneck stage once the same move would have raised the
+   * bottleneck's rate by more than rebalance_margin for rebalance_after
+   * iterations in a row (3; 0: never), and no other move follows for
+   * rebalance_after iterations after it landed. */
+  uint32_t rebalance_after;
+  double rebalance_margin;       /* 0.2 */
 } train_tunables;
 
 void train_tunables_default(train_tunables *t);
@@ -304,6 +311,11 @@ typedef struct train_peer_config {
   bool initial_weights; /* this peer may start from its seeded init (the run's first members) */
   bool movable;         /* the driver can switch this relay's stage at run time: the leader may move it
                            into a stage left empty (TRAIN_MOVE, train/peer_move.c) */
+  int join_stage;       /* relays, test tool: ask the leader for this stage in JOIN (0: its choice) */
+  bool grant_join_stage; /* data nodes, test tool: as the leader, place a joiner in the stage it asks for
+                            (else the wish is ignored: a peer must not choose the stage it attacks) */
+  uint16_t stage_layers[65]; /* blocks of each relay stage 1..n_stages (0: unknown, taken as equal): the
+                                rebalancer scales a relay's speed by them when it moves it */
   /* Wire compression of activations and their gradients (--wire-dtype):
    * what we would like to send (0 = F32), and the set of dtypes we accept
    * (WIRE_BIT mask, train/wire_codec.h; 0 = every one this build decodes).
@@ -474,6 +486,7 @@ typedef struct train_counters {
   uint64_t repairs_started; /* data: repairs begun (a microbatch may need more than one) */
   uint64_t microbatches_done;
   double compute_seconds, wasted_seconds;
+  double microbatch_seconds; /* relays: of FORWARD and BACKWARD jobs only */
   uint64_t aggregations;
   /* trust: messages refused by the dispatch table (or as evidence), contributions
    * rejected by validation, bans, resyncs started */
@@ -508,5 +521,7 @@ const train_counters *train_peer_counters(const train_peer *p);
 /* What our HELLO claims as compute time (ms per forward + backward): the
  * mean over every job so far, 0 before the first. */
 double train_peer_compute_ms(const train_peer *p);
+/* The same of forward and backward jobs only (0: none yet). */
+double train_peer_mb_compute_ms(const train_peer *p);
 
 #endif

@@ -681,6 +681,7 @@ static void round_done(train_peer *p, train_job *job) {
   mb_release_queued(p);
   agg_try_can_take(p);
   join_serve_pending(p);
+  move_after_round(p); /* a rebalancing move waited for this round (peer_move.c) */
 }
 
 void agg_job_done(train_peer *p, train_job *job) {

@@ -221,6 +221,7 @@ typedef struct peer_candidate {
   gw_id id;
   uint32_t capacity;
   double compute_ms;
+  int want_stage; /* asked for in JOIN (--join-stage, a test tool; 0: none) */
 } peer_candidate;
 
 typedef struct peer_pending_snapshot {
@@ -381,7 +382,34 @@ typedef struct peer_replicas {
   bool move_pending;
   int move_stage;
   uint64_t move_iteration, move_step;
+  uint64_t move_after; /* a rebalancing move waits until our iteration reaches this (0: none) */
+  gw_id move_peers[PEER_MAX_CONTRIB]; /* the new stage's members the leader named (download sources) */
+  uint32_t n_move_peers;
 } peer_replicas;
+
+/* ---- live rebalancing (the leader, peer_rebalance.c) ---- */
+
+#define REBALANCE_MAX_RATES 256
+
+typedef struct peer_rate {
+  gw_id id;
+  int stage;         /* the stage its last HELLO named */
+  double compute_ms; /* its forward+backward time per microbatch (0: not measured yet) */
+  uint64_t at_ms;
+} peer_rate;
+
+typedef struct peer_rebalance {
+  peer_rate rates[REBALANCE_MAX_RATES]; /* data nodes: relays' HELLO claims */
+  uint32_t n_rates;
+  int streak_stage;     /* the bottleneck of the last iterations ... */
+  uint32_t streak;      /* ... for this many in a row, each with a move worth making */
+  bool pending;         /* a move in flight: until `moving` says hello from `to` */
+  gw_id moving;
+  int from, to;
+  uint64_t sent_ms;
+  uint64_t cool_until;  /* no decision before this iteration */
+  const char *waiting;  /* the reason last logged at info level (stage.rebalance_wait) */
+} peer_rebalance;
 
 /* ---- the peer ---- */
 
@@ -474,6 +502,7 @@ struct train_peer {
   peer_admit admit;
   peer_verify verify;
   peer_replicas rep;
+  peer_rebalance rebal;
   /* leader: JOINs seen lately, one per peer per JOIN_MIN_INTERVAL_MS */
   struct { gw_id id; uint64_t at_ms; } join_seen[PEER_MAX_CONTRIB];
   peer_pending_snapshot snap_queue[8];
@@ -733,6 +762,11 @@ bool replica_next_holder(train_peer *p, gw_id *out);
 /* peer_move.c: the leader moves a relay of an over-provisioned stage into an empty one */
 void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
 void move_tick(train_peer *p);
+void move_after_round(train_peer *p); /* our aggregation is done: a waiting move goes now */
+/* peer_rebalance.c: the leader moves a relay into the bottleneck stage */
+void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms, bool joining);
+void rebalance_hello_leader(train_peer *p, const Gwtf__TrainHello *h);
+void rebalance_on_iteration(train_peer *p);
 
 /* peer_join.c */
 /* Sends a serialised stage state in chunks of `type` (WEIGHTS_CHUNK,

@@ -116,6 +116,7 @@ void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
   c->id = *from;
   c->capacity = j->capacity;
   c->compute_ms = j->compute_ms;
+  c->want_stage = p->cfg.grant_join_stage && j->want_stage >= 1 && j->want_stage <= p->cfg.n_stages ? j->want_stage : 0;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   GW_INFO(&p->log, "join.candidate", "peer=%s capacity=%u", who, j->capacity);
@@ -199,6 +200,18 @@ void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capaci
 static void place_candidates(train_peer *p) {
   if (!p->was_leader || p->n_candidates == 0 || p->now - p->last_join_ms < PLACEMENT_PERIOD_MS) return;
   p->last_join_ms = p->now;
+  /* A candidate that asks for a stage (test tools: --join-stage, and
+   * --grant-join-stages on the leader, to start a swarm skewed) gets it;
+   * the others are ranked. */
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < p->n_candidates; i++) {
+    peer_candidate *c = &p->candidates[i];
+    if (c->want_stage && peer_alive(p, &c->id))
+      assign(p, c, c->want_stage, NAN);
+    else if (!c->want_stage)
+      p->candidates[kept++] = *c;
+  }
+  p->n_candidates = kept;
   qsort(p->candidates, p->n_candidates, sizeof(p->candidates[0]), cmp_candidate);
   stage_rank ranks[PEER_MAX_STAGES];
   uint32_t next = 0;
@@ -771,6 +784,7 @@ void join_tick(train_peer *p) {
       (p->last_join_ms == 0 || p->now - p->last_join_ms >= JOIN_RETRY_MS)) {
     Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
     j.capacity = p->cfg.capacity;
+    j.want_stage = p->cfg.join_stage;
     p->last_join_ms = p->now;
     peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
     GW_DEBUG(&p->log, "join.requested", "capacity=%u", p->cfg.capacity);

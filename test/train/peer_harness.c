@@ -171,6 +171,9 @@ static bool io_connected(void *ud, const gw_id *peer) {
   return n && n->alive;
 }
 
+/* Virtual compute time of one of n's jobs (a slower device: job_ms). */
+static uint64_t h_job_ms(const h_node *n) { return n->job_ms ? n->job_ms : H_JOB_MS; }
+
 static int io_compute(void *ud, train_job *job) {
   h_node *n = ud;
   h_harness *h = n->h;
@@ -180,12 +183,12 @@ static int io_compute(void *ud, train_job *job) {
     if (h->hook(h, n, job, &crash)) {
       h->hook_fired = true;
       /* the job is queued anyway: if its owner crashed, it never completes */
-      n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + H_JOB_MS};
+      n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + h_job_ms(n)};
       h_crash(h, crash);
       return 0;
     }
   }
-  n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + H_JOB_MS};
+  n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + h_job_ms(n)};
   arm(n);
   return 0;
 }
@@ -307,7 +310,7 @@ static void run_job_plain(h_node *n, train_job *job) {
   float *out = job->out;
   h_state *st;
   job->rc = 0;
-  job->seconds = H_JOB_MS / 1000.0;
+  job->seconds = (double)h_job_ms(n) / 1000.0;
   switch (job->kind) {
   case TRAIN_JOB_EMBED: {
     const int32_t *tok = job->in;
@@ -546,7 +549,8 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
                            .capacity = capacity, .shape = {H_B, H_T, H_C, H_NP}, .iterations = iterations,
                            .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
                            .wire_dtype = h->wire_dtype, .wire_grad_dtype = h->wire_grad_dtype,
-                           .wire_accept = h->wire_accept};
+                           .wire_accept = h->wire_accept, .join_stage = h->join_stage,
+                           .grant_join_stage = h->grant_join_stage};
   memcpy(cfg.node_pk, n->pk, sizeof(cfg.node_pk));
   memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,

@@ -48,6 +48,7 @@ typedef struct h_node {
   train_role role;
   int stage;          /* as known to the harness (after STAGE_ASSIGNED) */
   uint32_t capacity;
+  uint64_t job_ms;    /* virtual compute time of each of its jobs (0: H_JOB_MS): a slower device */
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
   int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
@@ -128,6 +129,10 @@ struct h_harness {
   /* wire compression for the nodes h_add creates next (train_peer_config) */
   train_dtype wire_dtype, wire_grad_dtype;
   uint32_t wire_accept;
+  /* test tool: the stage the nodes h_add creates next ask for in JOIN, and
+   * whether data nodes (as the leader) grant it (train_peer_config) */
+  int join_stage;
+  bool grant_join_stage;
   gw_log_sink sink;
   gw_log log;
 };
