@@ -269,6 +269,11 @@ static void stop_cb(uv_timer_t *t) {
   node_stop(rt->n);
 }
 
+/* Stops the node from the loop, not from here: we may be inside one of the
+ * peer's callbacks (an event, a job's result), and stopping frees the peer,
+ * which then goes on writing to itself (seen with ASan after stage.lost). */
+static void stop_soon(train_rt *rt) { uv_timer_start(&rt->stop_timer, stop_cb, 0, 0); }
+
 static void peer_tick_cb(uv_timer_t *t) {
   train_rt *rt = t->data;
   uint64_t now = now_ms(rt);
@@ -917,7 +922,7 @@ static void enter_stage(train_rt *rt, int s) {
   rt->stage = s;
   gw_log_set_stage(&rt->log, s);
   if (start_compute(rt, s) != 0) {
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   start_routing(rt, s);
@@ -932,19 +937,19 @@ static void switch_stage(train_rt *rt, int s) {
   int old = rt->stage;
   if (rt->switching || compute_args(rt, s, &rt->switch_spec, &rt->switch_dev, &rt->switch_opt) != 0) {
     GW_ERROR(&rt->log, "stage.switch_failed", "from_stage=%d to_stage=%d", old, s);
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   train_job *job = calloc(1, sizeof(*job));
   if (!job) {
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   job->kind = TRAIN_JOB_RELEASE; /* never run as one: run_job knows the marker */
   job->owner = &rt->switch_marker;
   if (node_worker_submit(rt->worker, job) != 0) {
     free(job);
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   rt->switching = true;
@@ -979,7 +984,7 @@ static void start_routing(train_rt *rt, int s) {
     fc.log = &rt->log;
     if (flow_new(&fc, &rt->flow) != 0) {
       GW_ERROR(&rt->log, "flow.failed", "for_stage=%d", s);
-      node_stop(rt->n);
+      stop_soon(rt);
       return;
     }
     for (size_t i = 0; i < rt->n_known; i++) flow_add_peer(rt->flow, &rt->known[i].id, rt->known[i].stage);
@@ -1040,7 +1045,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
      * silently throw the run's work away */
     if (!rt->stopping) {
       node_set_exit_code(rt->n, 3);
-      node_stop(rt->n);
+      stop_soon(rt);
     }
     break;
   case TRAIN_EV_AGGREGATED:
