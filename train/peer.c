@@ -11,6 +11,8 @@
 void train_tunables_default(train_tunables *t) {
   t->tick_ms = 100;
   t->hop_timeout_ms = 5000;
+  t->live_rto_k = 4;
+  t->live_floor_ms = 500;
   t->probe_timeout_ms = 1000;
   t->agg_timeout_ms = 10000;
   t->stall_timeout_ms = 60000;
@@ -450,6 +452,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
     forget_moved(p, from);
   if (wire_on_hello(p, from, h) && p->stage >= 0) hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
+  live_on_hello(p, from, h->compute_ms);
   if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
   if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it
@@ -530,6 +533,7 @@ malformed:
 void train_peer_on_message(train_peer *p, const gw_id *from, uint32_t type, const uint8_t *body, size_t len,
                            const train_tensor *tensor, uint64_t now_ms) {
   p->now = now_ms;
+  live_heard(p, from); /* any message answers a probe */
   dispatch(p, from, type, body, len, tensor);
 }
 
