@@ -68,6 +68,8 @@ void train_node_opts_default(train_node_opts *o) {
   o->replica_max = REPLICA_DEFAULT_MAX_ENTRIES;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
+  o->live_k = 4;
+  o->live_floor_ms = 500;
   o->exit_when_done = true;
   o->slowdown = 1.0;
   o->byzantine_scale = 100.0;
@@ -1144,6 +1146,8 @@ static int start_peer(train_rt *rt) {
   train_tunables_default(&cfg.tun);
   cfg.tun.tick_ms = PEER_TICK_MS;
   cfg.tun.hop_timeout_ms = o->hop_timeout_ms;
+  cfg.tun.live_rto_k = o->live_k;
+  cfg.tun.live_floor_ms = o->live_floor_ms;
   cfg.tun.aggregate = o->aggregate;
   cfg.tun.no_validation = o->no_validation;
   cfg.tun.byzantine = o->byzantine;

@@ -274,7 +274,8 @@ typedef struct train_tunables {
   uint64_t tick_ms;              /* housekeeping period (default 100) */
   uint64_t hop_timeout_ms;       /* no FORWARD_DONE/BACKWARD_DONE by then: peer presumed dead (5000);
                                     with measured RTTs, the cap of the deadlines below */
-  double live_rto_k;             /* a hop's deadline: k x (srtt + 4 rttvar) + the hop's compute (4) */
+  double live_rto_k;             /* a hop's deadline: k x (srtt + 4 rttvar) + the hop's compute (4;
+                                    0: fixed hop timeouts only) */
   uint64_t live_floor_ms;        /* ... and never under this, nor a probe's (500): a session stalls that
                                     long under load (a pong waits behind what the peer sent first) */
   uint64_t probe_timeout_ms;     /* repair probes (1000) */

@@ -63,7 +63,8 @@ static uint64_t ms_ceil(double ms) { return ms > 0 && isfinite(ms) ? (uint64_t)c
 /* What the driver measured for `peer`; false: no session, or no RTT yet. */
 static bool live_link(train_peer *p, const gw_id *peer, train_link *l) {
   memset(l, 0, sizeof(*l));
-  return p->io.link && p->io.probe && p->io.link(p->io.ud, peer, l) && l->rtt_samples > 0;
+  return p->cfg.tun.live_rto_k > 0 && p->io.link && p->io.probe && p->io.link(p->io.ud, peer, l) &&
+         l->rtt_samples > 0;
 }
 
 double live_compute_ms(train_peer *p, const gw_id *peer) {

@@ -714,10 +714,11 @@ static void forward_overdue(train_peer *p, peer_mb *mb) {
     reroute_from_lost(p, mb, "slow");
     return;
   }
+  const char *why = !peer_alive(p, &mb->next) ? "session_lost" : v == LIVE_CAP ? "timeout" : "probe";
   GW_WARN(&p->log, "peer.presumed_dead", "peer=%s mb=%llx waited_for=forward_done reason=%s", who,
-          (unsigned long long)mb->id, v == LIVE_CAP ? "timeout" : "probe");
+          (unsigned long long)mb->id, why);
   if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, &mb->next);
-  reroute_from_lost(p, mb, v == LIVE_CAP ? "timeout" : "probe");
+  reroute_from_lost(p, mb, why);
 }
 
 void mb_tick(train_peer *p) {
