@@ -70,14 +70,29 @@ static int data_hop(route_flow *r, uint32_t slot, const gw_id *avoid, size_t n_a
   size_t n = flow_data_flows(r->f, paths, 64);
   if (n > 64) n = 64;
   if (slot >= n) return GW_ENOENT;
-  for (size_t k = 0; k < n; k++) {
-    const flow_path_info *p = &paths[(slot + k) % n];
-    if (avoided(avoid, n_avoid, &p->first_hop) || gone(r, &p->first_hop)) continue;
-    *out = p->first_hop;
-    *out_flow = p->seg;
+  const flow_path_info *own = &paths[slot];
+  if (!avoided(avoid, n_avoid, &own->first_hop) && !gone(r, &own->first_hop)) {
+    *out = own->first_hop;
+    *out_flow = own->seg;
     return 0;
   }
-  return GW_ENOENT;
+  /* Its own flow's first hop refused or is lost: the replacement is the
+   * flow with the least cost to sink plus load at its first hop (in turn
+   * from the slot, before: the first one not avoided, however loaded). */
+  const flow_path_info *best = NULL;
+  double best_score = HUGE_VAL;
+  train_load l;
+  for (size_t k = 1; k < n; k++) {
+    const flow_path_info *p = &paths[(slot + k) % n];
+    if (avoided(avoid, n_avoid, &p->first_hop)) continue;
+    double score = route_flow_score(r, &p->first_hop, p->cost, &l);
+    if (score == HUGE_VAL) continue;
+    if (!best || score < best_score) best = p, best_score = score;
+  }
+  if (!best) return GW_ENOENT;
+  *out = best->first_hop;
+  *out_flow = best->seg;
+  return 0;
 }
 
 /* The live next-stage peer not avoided with the least cost plus load: only
