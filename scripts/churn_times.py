@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Failure handling times from `gwtf swarm` logs (swarm.log of each run of a
-`gwtf experiment --workdir DIR`): backward repairs (backward.recovered secs),
+`gwtf experiment --workdir DIR`): backward repairs (backward.recovered secs:
+from the origin's first recovery_started to the microbatch complete; and to
+the gradient flowing again, backward.resumed, when the log names its origin),
 forward re-routes after a lost next hop (from the first sign of the loss at
 the re-routing peer: its session dropping, peer.lost, or its probe going
 unanswered, to forward.rerouted), and how peers were declared failed.
@@ -15,7 +17,7 @@ import re
 import sys
 from datetime import datetime
 
-LINE = re.compile(r"^(\S+)\s+\|\s+(\d\d:\d\d:\d\d\.\d+)Z\s+\S+\s+\S+\s+\S+\s+(\S+)\s*(.*)$")
+LINE = re.compile(r"^(\S+)\s+\|\s+(\d\d:\d\d:\d\d\.\d+)Z\s+\S+\s+(\S+)\s+\S+\s+(\S+)\s*(.*)$")
 
 
 def ms(t):
@@ -39,6 +41,7 @@ def pct(v, q):
 
 def scan(log):
     repairs, reroute_after, known = [], [], {}
+    started, resumed = {}, []  # (origin, mb) -> recovery_started; resumed after it (s)
     counts = {"presumed_dead": 0, "presumed_dead_probe": 0, "probes": 0, "probes_unanswered": 0, "peer_slow": 0,
               "fallbacks": 0, "deny_full": 0}
     with open(log, errors="replace") as f:
@@ -46,10 +49,19 @@ def scan(log):
             m = LINE.match(line)
             if not m:
                 continue
-            who, t, ev, rest = m.group(1), ms(m.group(2)), m.group(3), m.group(4)
+            who, t, node, ev, rest = m.group(1), ms(m.group(2)), m.group(3), m.group(4), m.group(5)
             a = kv(rest)
             if ev == "backward.recovered" and "secs" in a:
                 repairs.append(float(a["secs"]))
+            elif ev == "backward.recovery_started" and "mb" in a:
+                started[(node, a["mb"])] = t
+            elif ev == "backward.resumed":
+                k = (a.get("origin"), a.get("mb", ""))
+                if "origin" not in a:  # older logs: the latest repair of that microbatch id
+                    ks = [x for x in started if x[1] == k[1] and started[x] <= t]
+                    k = max(ks, key=lambda x: started[x]) if ks else None
+                if k in started:
+                    resumed.append((t - started.pop(k)) / 1000.0)
             elif ev == "peer.lost" and "peer" in a:
                 known.setdefault((who, a["peer"].strip('"')), t)
             elif ev == "peer.probe_unanswered":
@@ -70,15 +82,16 @@ def scan(log):
                 k = (who, a.get("from_peer", ""))
                 if k in known:
                     reroute_after.append(t - known[k])
-    return repairs, reroute_after, counts
+    return repairs, resumed, reroute_after, counts
 
 
 def summary(dirs):
-    repairs, reroutes, counts = [], [], {}
+    repairs, resumes, reroutes, counts = [], [], [], {}
     for d in dirs:
         for log in sorted(glob.glob(os.path.join(d, "**", "swarm.log"), recursive=True)):
-            r, f, c = scan(log)
+            r, u, f, c = scan(log)
             repairs += r
+            resumes += u
             reroutes += f
             for k, v in c.items():
                 counts[k] = counts.get(k, 0) + v
@@ -87,6 +100,9 @@ def summary(dirs):
         "repair_median_s": pct(repairs, 0.5),
         "repair_p95_s": pct(repairs, 0.95),
         "repair_max_s": max(repairs) if repairs else None,
+        "resumed": len(resumes),
+        "resumed_median_s": pct(resumes, 0.5),
+        "resumed_p95_s": pct(resumes, 0.95),
         "reroutes_after_loss": len(reroutes),
         "reroute_median_ms": pct(reroutes, 0.5),
         "reroute_p95_ms": pct(reroutes, 0.95),
@@ -111,9 +127,10 @@ def main(argv):
         print(json.dumps(rows, indent=1))
         return 0
     for d, s in rows.items():
-        print("%s: repairs %d median %s s p95 %s s max %s s; re-routes after a loss %d median %s ms p95 %s ms; "
+        print("%s: repairs %d median %s s p95 %s s max %s s (to the gradient flowing again: %d, median %s s, p95 %s s); re-routes after a loss %d median %s ms p95 %s ms; "
               "presumed dead %d (by probe %d), probes %d unanswered %d, slow %d, fallbacks %d, DENY full %d" %
               (d, s["repairs"], fmt(s["repair_median_s"]), fmt(s["repair_p95_s"]), fmt(s["repair_max_s"]),
+               s["resumed"], fmt(s["resumed_median_s"]), fmt(s["resumed_p95_s"]),
                s["reroutes_after_loss"], fmt(s["reroute_median_ms"], "%.0f"), fmt(s["reroute_p95_ms"], "%.0f"),
                s["presumed_dead"], s["presumed_dead_probe"], s["probes"], s["probes_unanswered"], s["peer_slow"],
                s["fallbacks"], s["deny_full"]))
