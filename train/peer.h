@@ -518,6 +518,7 @@ typedef struct train_load {
   uint32_t outstanding; /* our microbatches holding one of its slots (sent, or passed on and not back) */
   uint32_t capacity;    /* its announced slots (0: unknown) */
   double compute_ms;    /* its HELLO: forward + backward per microbatch (0: unknown) */
+  double queue_ms;      /* our bytes queued to it, at the link's measured rate (train_io.link) */
   bool full;            /* it said DENY full lately */
 } train_load;
 /* Fills *out; -1 when the peer is gone (no session, or it failed a probe

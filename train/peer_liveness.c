@@ -190,6 +190,9 @@ int train_peer_next_load(train_peer *p, const gw_id *peer, train_load *out) {
   live_peer *e = live_find(p, peer);
   if (e && e->failed_ms) return -1; /* failed a probe, not heard since */
   out->outstanding = outstanding_at(p, peer);
+  train_link l;
+  memset(&l, 0, sizeof(l));
+  if (p->io.link && p->io.link(p->io.ud, peer, &l) && isfinite(l.queue_ms) && l.queue_ms > 0) out->queue_ms = l.queue_ms;
   out->compute_ms = e ? e->compute_ms : 0;
   int next = p->stage < 0 ? -1 : p->stage == p->cfg.n_stages ? 0 : p->stage + 1;
   peer_stage_view *v = next >= 0 ? peer_stage(p, next) : NULL;

@@ -39,12 +39,14 @@ double route_flow_score(const route_flow *r, const gw_id *peer, double cost_ms, 
   double c = isfinite(cost_ms) && cost_ms >= 0 ? cost_ms : 1e30;
   if (!r->load) return c;
   if (r->load(r->load_ud, peer, load) != 0) return HUGE_VAL;
-  /* Each microbatch ahead of ours there costs about one of its computes
-   * (a relay computes one at a time); unknown compute: a share of the
-   * link's cost, which includes it. */
+  /* What is queued on the link goes first (on a slow link, one activation
+   * ahead of ours is a whole transfer), and each microbatch ahead of ours
+   * there costs about one of its computes (a relay computes one at a
+   * time); unknown compute: a share of the link's cost, which includes it. */
   double cap = load->capacity ? (double)load->capacity : 1.0;
   double per = load->compute_ms > 0 ? load->compute_ms : c / cap;
-  double score = c + (double)load->outstanding * per;
+  double queue = isfinite(load->queue_ms) && load->queue_ms > 0 ? load->queue_ms : 0;
+  double score = c + queue + (double)load->outstanding * per;
   if (load->full || (load->capacity && load->outstanding >= load->capacity)) score += ROUTE_FULL_PENALTY_MS;
   return score;
 }
@@ -118,8 +120,9 @@ static int fallback(route_flow *r, const gw_id *avoid, size_t n_avoid, gw_id *ou
   r->fallbacks++;
   char who[GW_ID_SHORT_LEN + 1];
   gw_id_to_short(best, who);
-  GW_INFO(r->log, "route.fallback", "to=%s reason=no_flow cost_ms=%.1f outstanding=%u full=%d score_ms=%.1f candidates=%zu",
-          who, best_cost, best_load.outstanding, best_load.full, best_score, candidates);
+  GW_INFO(r->log, "route.fallback",
+          "to=%s reason=no_flow cost_ms=%.1f queue_ms=%.0f outstanding=%u full=%d score_ms=%.1f candidates=%zu", who,
+          best_cost, best_load.queue_ms, best_load.outstanding, best_load.full, best_score, candidates);
   return 0;
 }
 

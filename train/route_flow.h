@@ -9,8 +9,9 @@
  * state's units for the same data node is used; when the flow state has no
  * route at all (in the seconds after a crash, before flows are rebuilt) the
  * microbatch goes to the live next-stage peer with the least cost by Eq. 1
- * plus the wait its load implies (the microbatches we have outstanding there
- * times its compute time, and a peer that just said DENY full last), and
+ * plus the wait its load implies (our bytes queued on the link to it, the
+ * microbatches we have outstanding there times its compute time, and a peer
+ * that just said DENY full last), and
  * the choice is logged as a fallback. A hop the load callback says is gone
  * (no session, or it left a probe unanswered) is never chosen, not even
  * when a flow names it: the flow protocol hears of it on its own. The flow protocol itself runs beside the

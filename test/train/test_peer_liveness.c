@@ -3,7 +3,8 @@
  * that hangs without its session dropping is declared failed after a few
  * RTTs and a probe it leaves unanswered, not after the fixed hop timeout; a
  * next hop that is only slow answers its probes and is never declared
- * failed; the fallback sends a microbatch to the cheapest peer after load. */
+ * failed; the fallback sends a microbatch to the cheapest peer after load
+ * (its link's queue, our microbatches there, DENY full). */
 #include "testutil.h"
 
 #include <math.h>
@@ -261,6 +262,11 @@ static void test_fallback_weighs_cost_and_load(void **state) {
   loads[1].outstanding = 4;
   train_load l;
   assert_true(route_flow_score(&r, &ids[1], 12, &l) > 1e5);
+  /* a transfer queued on the link to n0 goes first: 10 + 50 > 30 */
+  gone_mask = 2;
+  loads[0] = (train_load){.outstanding = 0, .capacity = 4, .compute_ms = 5, .queue_ms = 50};
+  got = pick(&t);
+  assert_true(gw_id_eq(&got, &ids[2]));
   flow_free(f);
 }
 
