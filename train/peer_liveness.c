@@ -79,6 +79,15 @@ uint64_t live_deadline(train_peer *p, const gw_id *peer, double work_ms, uint64_
   return at < cap ? at : cap;
 }
 
+/* `e` left a probe unanswered and nothing was heard from it since (l:
+ * its link now, or NULL without one); a peer heard from again is cleared. */
+static bool still_failed(live_peer *e, const train_link *l) {
+  if (!e->failed_ms) return false;
+  bool heard = (l && l->heard != e->probe_heard) || (e->msg_ms && e->msg_ms >= e->failed_ms);
+  if (heard) e->failed_ms = 0;
+  return !heard;
+}
+
 /* Whether `e` answered since its probe went out: anything heard from it. */
 static bool probe_answered(const live_peer *e, const train_link *l) {
   return l->heard != e->probe_heard || (e->msg_ms && e->msg_ms >= e->probe_sent_ms);
@@ -111,11 +120,7 @@ live_verdict live_check(train_peer *p, const gw_id *peer, uint64_t *deadline, ui
   live_peer *e = live_get(p, peer);
   e->touched_ms = p->now;
   peer_short(peer, who);
-  if (e->failed_ms) {
-    /* It failed a probe for another microbatch; heard from since? */
-    if (l.heard == e->probe_heard && (!e->msg_ms || e->msg_ms < e->failed_ms)) return LIVE_DEAD;
-    e->failed_ms = 0;
-  }
+  if (still_failed(e, &l)) return LIVE_DEAD; /* it failed a probe for another microbatch */
   if (e->probing) {
     if (probe_answered(e, &l)) {
       e->probing = false;
@@ -188,11 +193,12 @@ int train_peer_next_load(train_peer *p, const gw_id *peer, train_load *out) {
   memset(out, 0, sizeof(*out));
   if (!peer_alive(p, peer)) return -1;
   live_peer *e = live_find(p, peer);
-  if (e && e->failed_ms) return -1; /* failed a probe, not heard since */
-  out->outstanding = outstanding_at(p, peer);
   train_link l;
   memset(&l, 0, sizeof(l));
-  if (p->io.link && p->io.link(p->io.ud, peer, &l) && isfinite(l.queue_ms) && l.queue_ms > 0) out->queue_ms = l.queue_ms;
+  bool have = p->io.link && p->io.link(p->io.ud, peer, &l);
+  if (e && still_failed(e, have ? &l : NULL)) return -1; /* failed a probe, not heard since */
+  out->outstanding = outstanding_at(p, peer);
+  if (have && isfinite(l.queue_ms) && l.queue_ms > 0) out->queue_ms = l.queue_ms;
   out->compute_ms = e ? e->compute_ms : 0;
   int next = p->stage < 0 ? -1 : p->stage == p->cfg.n_stages ? 0 : p->stage + 1;
   peer_stage_view *v = next >= 0 ? peer_stage(p, next) : NULL;
