@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Failure handling times from `gwtf swarm` logs (swarm.log of each run of a
-`gwtf experiment --workdir DIR`): backward repairs (backward.recovered secs:
+`gwtf experiment --workdir DIR`): iteration times after the first (the
+slowest data node's), backward repairs (backward.recovered secs:
 from the origin's first recovery_started to the microbatch complete; and to
 the gradient flowing again, backward.resumed, when the log names its origin),
 forward re-routes after a lost next hop (from the first sign of the loss at
@@ -42,6 +43,7 @@ def pct(v, q):
 def scan(log):
     repairs, reroute_after, known = [], [], {}
     started, resumed = {}, []  # (origin, mb) -> recovery_started; resumed after it (s)
+    iters = {}  # iteration -> the slowest data node's secs
     counts = {"presumed_dead": 0, "presumed_dead_probe": 0, "probes": 0, "probes_unanswered": 0, "peer_slow": 0,
               "fallbacks": 0, "deny_full": 0}
     with open(log, errors="replace") as f:
@@ -51,7 +53,9 @@ def scan(log):
                 continue
             who, t, node, ev, rest = m.group(1), ms(m.group(2)), m.group(3), m.group(4), m.group(5)
             a = kv(rest)
-            if ev == "backward.recovered" and "secs" in a:
+            if ev == "iteration.done" and "secs" in a and a.get("iter", "0") != "0":
+                iters[a["iter"]] = max(iters.get(a["iter"], 0.0), float(a["secs"]))
+            elif ev == "backward.recovered" and "secs" in a:
                 repairs.append(float(a["secs"]))
             elif ev == "backward.recovery_started" and "mb" in a:
                 started[(node, a["mb"])] = t
@@ -82,14 +86,15 @@ def scan(log):
                 k = (who, a.get("from_peer", ""))
                 if k in known:
                     reroute_after.append(t - known[k])
-    return repairs, resumed, reroute_after, counts
+    return repairs, resumed, reroute_after, counts, list(iters.values())
 
 
 def summary(dirs):
-    repairs, resumes, reroutes, counts = [], [], [], {}
+    repairs, resumes, reroutes, counts, its = [], [], [], {}, []
     for d in dirs:
         for log in sorted(glob.glob(os.path.join(d, "**", "swarm.log"), recursive=True)):
-            r, u, f, c = scan(log)
+            r, u, f, c, i = scan(log)
+            its += i
             repairs += r
             resumes += u
             reroutes += f
@@ -100,6 +105,9 @@ def summary(dirs):
         "repair_median_s": pct(repairs, 0.5),
         "repair_p95_s": pct(repairs, 0.95),
         "repair_max_s": max(repairs) if repairs else None,
+        "iterations": len(its),
+        "iteration_median_s": pct(its, 0.5),
+        "iteration_p90_s": pct(its, 0.9),
         "resumed": len(resumes),
         "resumed_median_s": pct(resumes, 0.5),
         "resumed_p95_s": pct(resumes, 0.95),
@@ -127,9 +135,10 @@ def main(argv):
         print(json.dumps(rows, indent=1))
         return 0
     for d, s in rows.items():
-        print("%s: repairs %d median %s s p95 %s s max %s s (to the gradient flowing again: %d, median %s s, p95 %s s); re-routes after a loss %d median %s ms p95 %s ms; "
+        print("%s: iterations %d median %s s p90 %s s; repairs %d median %s s p95 %s s max %s s (to the gradient flowing again: %d, median %s s, p95 %s s); re-routes after a loss %d median %s ms p95 %s ms; "
               "presumed dead %d (by probe %d), probes %d unanswered %d, slow %d, fallbacks %d, DENY full %d" %
-              (d, s["repairs"], fmt(s["repair_median_s"]), fmt(s["repair_p95_s"]), fmt(s["repair_max_s"]),
+              (d, s["iterations"], fmt(s["iteration_median_s"], "%.2f"), fmt(s["iteration_p90_s"], "%.2f"),
+               s["repairs"], fmt(s["repair_median_s"]), fmt(s["repair_p95_s"]), fmt(s["repair_max_s"]),
                s["resumed"], fmt(s["resumed_median_s"]), fmt(s["resumed_p95_s"]),
                s["reroutes_after_loss"], fmt(s["reroute_median_ms"], "%.0f"), fmt(s["reroute_p95_ms"], "%.0f"),
                s["presumed_dead"], s["presumed_dead_probe"], s["probes"], s["probes_unanswered"], s["peer_slow"],
