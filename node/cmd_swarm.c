@@ -32,6 +32,7 @@
 #include <uv.h>
 
 #include "node/cmd.h"
+#include "node/swarm_kill.h"
 #include "node/swarm_opts.h"
 #include "node/swarm_val.h"
 #include "node/swarm_waste.h"
@@ -81,6 +82,7 @@ struct peer_proc {
   bool crashed_itself; /* logged debug.crash: its SIGKILL is the test's */
   int killed_generation; /* the latest generation that was killed (-1: none) */
   bool no_restart;       /* killed by --kill-stage: that identity never comes back */
+  bool replacement;      /* a fresh data node in place of one --kill-data-node killed: it joins the run */
 };
 
 typedef struct iter_rec {
@@ -144,17 +146,13 @@ struct swarm {
   size_t n_costs, next_cost;
   int crashes, unexpected_exits;
   long long reroutes, recoveries, lost;
+  /* exactly once (train/peer_ledger.h): the aggregators' ledger events */
+  struct { long long rounds, counted, duplicates, missing, extra, inexact, reruns, unchecked, recovered; } ledger;
   double unaggregated_s; /* compute whose gradient never reached an aggregation */
   swarm_waste *waste;    /* the paper's wasted compute */
   swarm_val *val;        /* the validation curve (eval.done) */
   uint64_t start_ms, end_ms;
-  /* --kill-stage: when it struck, how many it killed, and the seconds to
-   * the next completed iteration (-1 while none) */
-  bool stage_killed;
-  int stage_kill_peers;
-  uint64_t stage_kill_ms;
-  double stage_kill_to_next_s;
-  int stage_restored;   /* stage.restored lines seen after the kill */
+  swarm_kill kill;      /* --kill-stage, --kill-data-node, --kill-fraction (node/swarm_kill.h) */
   int stage_lost;       /* the stage a peer or the leader declared lost (0: none) */
   uv_timer_t stop_timer;
   uv_signal_t sigint;
@@ -314,6 +312,7 @@ static bool check_hashes(swarm *sw) {
 
 static void schedule_churn(swarm *sw);
 static void start_late(swarm *sw);
+static void kill_ops(swarm *sw, swarm_kill_ops *ops);
 
 static mb_cost *cost_of(swarm *sw, const char *origin, const char *mb, bool create) {
   for (size_t i = 0; i < sw->n_costs; i++)
@@ -378,6 +377,28 @@ static json_t *flow_instance(const swarm *sw) {
 }
 
 /* A data node finished a microbatch: what of its trip was not compute. */
+/* The aggregators' ledger events (train/peer_ledger.h): counted per stage round. */
+static void on_ledger(swarm *sw, const char *what, json_t *ev) {
+  if (!strcmp(what, "counted")) {
+    sw->ledger.rounds++;
+    double n = num(ev, "microbatches");
+    if (isfinite(n)) sw->ledger.counted += (long long)n;
+    if (num(ev, "checked") == 0) sw->ledger.unchecked++; /* no ledger reached that aggregator */
+  } else if (!strcmp(what, "duplicate")) {
+    sw->ledger.duplicates++;
+  } else if (!strcmp(what, "missing")) {
+    sw->ledger.missing++;
+  } else if (!strcmp(what, "extra")) {
+    sw->ledger.extra++;
+  } else if (!strcmp(what, "inexact")) {
+    sw->ledger.inexact++;
+  } else if (!strcmp(what, "rerun")) {
+    sw->ledger.reruns++;
+  } else if (!strcmp(what, "recovered")) {
+    sw->ledger.recovered++;
+  }
+}
+
 static void on_microbatch_done(swarm *sw, json_t *ev) {
   const char *node = json_string_value(json_object_get(ev, "node"));
   const char *mb = json_string_value(json_object_get(ev, "mb"));
@@ -390,7 +411,6 @@ static void on_microbatch_done(swarm *sw, json_t *ev) {
   r->comm_n++;
 }
 static void stop_all(swarm *sw);
-static void kill_stage(swarm *sw);
 
 static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
   double it = num(ev, "iter");
@@ -407,15 +427,10 @@ static void on_iteration_done(swarm *sw, peer_proc *p, json_t *ev) {
     sw->leader_iterations = (uint64_t)it + 1;
     if (isfinite(secs)) sw->last_iter_secs = secs;
     (void)p;
-    if (sw->stage_killed && sw->stage_kill_to_next_s < 0) {
-      sw->stage_kill_to_next_s = (double)(uv_now(sw->loop) - sw->stage_kill_ms) / 1000.0;
-      say(sw, "iteration %llu completed %.2f s after stage %d was killed", (unsigned long long)it,
-          sw->stage_kill_to_next_s, sw->o.kill_stage);
-    }
     schedule_churn(sw);
     if (sw->o.late_relays > 0 && sw->o.kill_stage == 0 && (int)sw->leader_iterations == sw->o.late_after)
       start_late(sw);
-    if (sw->o.kill_stage > 0 && !sw->stage_killed && (int)sw->leader_iterations == sw->o.kill_at) kill_stage(sw);
+    swarm_kill_on_iteration(&sw->kill, sw->leader_iterations, uv_now(sw->loop));
   }
 }
 
@@ -501,9 +516,12 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
     sw->recoveries++;
   } else if (!strcmp(e, "microbatch.lost")) {
     sw->lost++;
+  } else if (!strncmp(e, "ledger.", 7)) {
+    on_ledger(sw, e + 7, ev);
   } else if (!strcmp(e, "stage.restored")) {
-    if (sw->stage_killed) sw->stage_restored++;
+    swarm_kill_on_event(&sw->kill, e, ev);
   } else if (!strcmp(e, "stage.lost") || !strcmp(e, "run.stage_lost")) {
+    swarm_kill_on_event(&sw->kill, e, ev);
     /* the lost stage: the line's stage= (the JSON log names it field_stage,
      * `stage` being the node's own, 0 on the leader's line) */
     double st = json_object_get(ev, "field_stage") ? num(ev, "field_stage") : num(ev, "stage");
@@ -590,7 +608,11 @@ static void start_peer(peer_proc *p);
 
 static void restart_cb(uv_timer_t *t) {
   peer_proc *p = t->data;
-  if (p->sw->stopping || p->running || streams_open(p) || p->process_open) return;
+  if (p->sw->stopping || p->running) return;
+  if (streams_open(p) || p->process_open) { /* the old process is not reaped yet */
+    uv_timer_start(t, restart_cb, 100, 0);
+    return;
+  }
   p->generation++;
   start_peer(p);
 }
@@ -654,6 +676,12 @@ static int relay_capacity(const swarm *sw, const peer_proc *p) {
   return v >= 1 ? (int)v : sw->o.capacity;
 }
 
+/* --join-stages: the stage relay p asks for on its first start (0: none). */
+static int relay_join_stage(const swarm *sw, const peer_proc *p) {
+  if (p->data || p->generation > 0) return 0;
+  return (int)list_entry(sw->o.join_stages, p->index - sw->o.data_nodes);
+}
+
 /* Arguments longer than PATH_MAX are cut; the node then reports the bad path. */
 static void set_arg(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void set_arg(char *dst, const char *fmt, ...) {
@@ -688,6 +716,14 @@ static int byzantine_identity(const swarm *sw, const peer_proc *p) {
     if (first == 0xff) return 0;
   }
   return GW_EIO;
+}
+
+/* The first data node's port while it runs (the run's creator), else the
+ * first live peer's: a fresh data node must not bootstrap from the dead. */
+static int bootstrap_port(const swarm *sw, const peer_proc *self) {
+  for (int i = 0; i < sw->n_peers; i++)
+    if (&sw->peers[i] != self && sw->peers[i].running) return sw->peers[i].port;
+  return sw->peers[0].port;
 }
 
 /* Builds the argument list for peer p's current generation. */
@@ -732,7 +768,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
     ARG("--links");
     ARG("%s", sw->o.links);
   }
-  if (p->index == 0) {
+  if (p->index == 0 && !p->replacement) {
     ARG("--create-run");
     ARG("swarm");
     ARG("--open"); /* one machine, one owner: a public run (docs/TRAINING.md, Private runs) */
@@ -756,7 +792,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
     ARG("--run");
     ARG("swarm");
     ARG("--bootstrap");
-    ARG("127.0.0.1:%d", sw->peers[0].port);
+    ARG("127.0.0.1:%d", bootstrap_port(sw, p));
     if (p->data) {
       ARG("--role");
       ARG("data");
@@ -792,6 +828,7 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
     ARG("%s", sw->o.aggregate);
   }
   if (sw->o.no_validation) ARG("--no-validate-contributions");
+  if (sw->o.deterministic) ARG("--deterministic");
   if (sw->o.replicate_every >= 0) {
     ARG("--replicate-every");
     ARG("%d", sw->o.replicate_every);
@@ -799,6 +836,15 @@ static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX
   if (sw->o.replicas > 0) {
     ARG("--replicas");
     ARG("%d", sw->o.replicas);
+  }
+  if (p->data && sw->o.join_stages) ARG("--grant-join-stages");
+  if (p->data) {
+    ARG("--rebalance-after");
+    ARG("%d", sw->o.rebalance_after);
+  }
+  if (relay_join_stage(sw, p) > 0) {
+    ARG("--join-stage");
+    ARG("%d", relay_join_stage(sw, p));
   }
   if (is_byzantine(sw, p)) {
     ARG("--byzantine");
@@ -890,29 +936,44 @@ static void start_late(swarm *sw) {
   }
 }
 
-/* ---- --kill-stage ---- */
+/* ---- --kill-stage, --kill-data-node, --kill-fraction (node/swarm_kill.c decides) ---- */
 
-/* Every live peer of the stage at once, for good; then the spares
- * (--late-relays) start, for the leader to place into the empty stage. */
-static void kill_stage(swarm *sw) {
-  sw->stage_killed = true;
-  sw->stage_kill_ms = uv_now(sw->loop);
-  sw->stage_kill_to_next_s = -1;
-  for (int i = sw->o.data_nodes; i < sw->n_peers; i++) {
-    peer_proc *p = &sw->peers[i];
-    if (!p->running || p->stage != sw->o.kill_stage) continue;
-    p->killed_by_us = true;
-    p->no_restart = true;
-    uv_timer_stop(&p->kill_timer);
-    sw->crashes++;
-    sw->stage_kill_peers++;
-    say(sw, "kill-stage: killing %s of stage %d (SIGKILL, not restarted)", p->name, p->stage);
-    swarm_web_note(sw->web, p->name, "warn", "swarm.kill", "\"signal\":\"SIGKILL\",\"reason\":\"kill-stage\"");
-    uv_process_kill(&p->proc, SIGKILL);
-  }
-  say(sw, "kill-stage: stage %d had %d live peer(s) in iteration %d", sw->o.kill_stage, sw->stage_kill_peers,
-      sw->o.kill_at);
-  start_late(sw);
+static void kop_peer(void *ud, int i, swarm_kill_peer *out) {
+  const peer_proc *p = &((swarm *)ud)->peers[i];
+  *out = (swarm_kill_peer){.running = p->running, .data = p->data, .stage = p->stage};
+}
+
+static void kop_kill(void *ud, int i, bool restart, const char *reason) {
+  swarm *sw = ud;
+  peer_proc *p = &sw->peers[i];
+  if (!p->running) return;
+  p->killed_by_us = true;
+  p->no_restart = !restart;
+  uv_timer_stop(&p->kill_timer);
+  p->kill_pending = false;
+  sw->crashes++;
+  say(sw, "%s: killing %s of stage %d (SIGKILL, %s)", reason, p->name, p->stage,
+      restart ? "restarted later with a fresh identity" : "not restarted");
+  char fields[96];
+  snprintf(fields, sizeof(fields), "\"signal\":\"SIGKILL\",\"reason\":\"%s\"", reason);
+  swarm_web_note(sw->web, p->name, "warn", "swarm.kill", fields);
+  uv_process_kill(&p->proc, SIGKILL);
+}
+
+/* A fresh data node in p's place: a new identity and data dir (the next
+ * generation), the same dataset; it joins the run rather than create it. */
+static void kop_replace(void *ud, int i, uint64_t after_ms) {
+  peer_proc *p = &((swarm *)ud)->peers[i];
+  p->replacement = true;
+  uv_timer_start(&p->restart_timer, restart_cb, after_ms, 0);
+}
+
+static void kop_start_late(void *ud) { start_late(ud); }
+static void kop_say(void *ud, const char *line) { say(ud, "%s", line); }
+
+static void kill_ops(swarm *sw, swarm_kill_ops *ops) {
+  *ops = (swarm_kill_ops){.ud = sw, .peer = kop_peer, .kill = kop_kill, .replace = kop_replace,
+                          .start_late = kop_start_late, .say = kop_say};
 }
 
 /* ---- churn ---- */
@@ -1021,6 +1082,13 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
   json_object_set_new(root, "forward_reroutes", json_integer(sw->reroutes));
   json_object_set_new(root, "backward_recoveries", json_integer(sw->recoveries));
   json_object_set_new(root, "lost_microbatches", json_integer(sw->lost));
+  json_object_set_new(root, "ledger",
+                      json_pack("{sI sI sI sI sI sI sI sI sI}", "rounds", (json_int_t)sw->ledger.rounds, "counted",
+                                (json_int_t)sw->ledger.counted, "duplicates", (json_int_t)sw->ledger.duplicates,
+                                "missing", (json_int_t)sw->ledger.missing, "extra", (json_int_t)sw->ledger.extra,
+                                "inexact", (json_int_t)sw->ledger.inexact, "reruns", (json_int_t)sw->ledger.reruns,
+                                "unchecked", (json_int_t)sw->ledger.unchecked, "recovered",
+                                (json_int_t)sw->ledger.recovered));
   json_object_set_new(root, "wasted_compute_s", json_real(swarm_waste_wasted_s(sw->waste)));
   json_object_set_new(root, "unaggregated_compute_s", json_real(sw->unaggregated_s));
   json_object_set_new(root, "compute_s", json_real(swarm_waste_total_s(sw->waste)));
@@ -1036,17 +1104,7 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
                                                     sw->flows_probed, "sum", isfinite(sw->flows_sum) ? sw->flows_sum : 0));
   json_object_set_new(root, "flow_instance", flow_instance(sw));
   json_object_set_new(root, "validation", swarm_val_json(sw->val));
-  if (sw->o.kill_stage > 0)
-    json_object_set_new(root, "stage_kill",
-                        json_pack("{s:i,s:i,s:b,s:i,s:o,s:i,s:i}", "stage", sw->o.kill_stage, "at_iteration",
-                                  sw->o.kill_at, "killed", sw->stage_killed, "peers_killed", sw->stage_kill_peers,
-                                  "secs_to_next_iteration",
-                                  sw->stage_killed && sw->stage_kill_to_next_s >= 0
-                                      ? json_real(sw->stage_kill_to_next_s)
-                                      : json_null(),
-                                  "restored", sw->stage_restored, "lost_stage", sw->stage_lost));
-  else if (sw->stage_lost)
-    json_object_set_new(root, "stage_kill", json_pack("{s:i}", "lost_stage", sw->stage_lost));
+  swarm_kill_json(&sw->kill, root, sw->stage_lost);
   return root;
 }
 
@@ -1068,14 +1126,15 @@ static int write_summary(swarm *sw) {
   }
   printf("  crashes %d, forward re-routes %lld, backward recoveries %lld, lost microbatches %lld\n", sw->crashes,
          sw->reroutes, sw->recoveries, sw->lost);
+  if (sw->ledger.rounds)
+    printf("  ledger: %lld microbatches counted in %lld stage rounds; duplicates %lld, missing %lld, extra %lld, "
+           "inexact %lld, re-runs %lld, recovered %lld, rounds without a ledger %lld\n",
+           sw->ledger.counted, sw->ledger.rounds, sw->ledger.duplicates, sw->ledger.missing, sw->ledger.extra,
+           sw->ledger.inexact, sw->ledger.reruns, sw->ledger.recovered, sw->ledger.unchecked);
   printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
          swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
   swarm_val_print(sw->val, stdout);
-  if (sw->o.kill_stage > 0 && sw->stage_killed)
-    printf("  stage %d killed in iteration %d (%d peers): next iteration completed %s%.2f s later, %d restore(s)%s\n",
-           sw->o.kill_stage, sw->o.kill_at, sw->stage_kill_peers, sw->stage_kill_to_next_s < 0 ? "never, " : "",
-           sw->stage_kill_to_next_s < 0 ? 0.0 : sw->stage_kill_to_next_s, sw->stage_restored,
-           sw->stage_lost ? ", its state LOST" : "");
+  swarm_kill_print(&sw->kill, stdout, sw->stage_lost);
   if (sw->hashes_agree)
     printf("  stage weights agree: yes, unexpected exits: %d\n", sw->unexpected_exits);
   else
@@ -1173,6 +1232,9 @@ int cmd_swarm(int argc, char **argv) {
     uv_timer_init(sw.loop, &p->restart_timer);
     p->kill_timer.data = p->restart_timer.data = p;
   }
+  swarm_kill_ops kops;
+  kill_ops(&sw, &kops);
+  swarm_kill_init(&sw.kill, &sw.o, &kops, sw.n_peers);
   uv_timer_init(sw.loop, &sw.stop_timer);
   sw.stop_timer.data = &sw;
   uv_signal_init(sw.loop, &sw.sigint);

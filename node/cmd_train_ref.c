@@ -15,7 +15,9 @@
 #include "gpu/backend.h"
 #include "node/cmd.h"
 #include "train/checkpoint.h"
+#include "train/agg_robust.h"
 #include "train/data.h"
+#include "train/grad_capture.h"
 #include "train/run.h"
 #include "train/wire_codec.h"
 #include "util/err.h"
@@ -25,7 +27,7 @@ void cmd_train_ref_help(void) {
   printf("usage: gwtf train-ref --dataset PATH [--model PRESET|FILE] [--stages S] [--iterations N]\n"
          "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--seed S]\n"
          "                      [--data-seed D] [--threads N] [--json]\n"
-         "                      [--wire-dtype DTYPE[/GRAD_DTYPE]]\n"
+         "                      [--wire-dtype DTYPE[/GRAD_DTYPE]] [--deterministic [--replay FILE]]\n"
          "                      [--checkpoint-dir DIR [--run NAME]]\n"
          "                      [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
          "                      [--eval-microbatches N]\n\n"
@@ -44,7 +46,15 @@ void cmd_train_ref_help(void) {
          "--wire-dtype passes every activation and gradient between two stages through\n"
          "that wire format (fp32 bf16 fp16 int8 rot4 rot3 rot2 lr8 lr16 lr32; ACT/GRAD:\n"
          "activations in ACT, their gradients in GRAD, e.g. rot4/lr8), as a swarm whose\n"
-         "peers all use it does.\n");
+         "peers all use it does.\n"
+         "--deterministic trains as a swarm of `gwtf node --deterministic` peers does: each\n"
+         "microbatch's gradient on its own, summed per stage in microbatch-ID order and\n"
+         "divided by their number (docs/TRAINING.md, \"Exactly once\"). --replay FILE then\n"
+         "takes each stage's microbatches of each iteration from FILE, lines\n"
+         "\"ITER STAGE ID,ID,...\" (hex microbatch IDs, iteration << 20 | index, as the\n"
+         "aggregators' ledger.counted events list them; \"-\" for none: no step), so that a\n"
+         "churned swarm's deferred or missing microbatches are replayed as they happened.\n"
+         "The output ends with each stage's final weights hash (as aggregation.done logs it).\n");
 }
 
 typedef struct ref {
@@ -59,6 +69,14 @@ typedef struct ref {
   int eval_every;
   train_dtype wire, wire_grad; /* stage boundaries go through these wire formats (F32: untouched) */
   uint8_t *wire_buf;
+  bool det;             /* --deterministic */
+  struct replay_line {  /* --replay: stage `stage` of iteration `it` averages ids[0..n) */
+    int it, stage;
+    uint64_t *ids;
+    uint32_t n;
+  } *replay;
+  size_t n_replay;
+  float *cap_save, *cap_scratch;
 } ref;
 
 /* What crossing one link in dtype d does to an activation or gradient. */
@@ -173,6 +191,213 @@ static int step_all(ref *r) {
   return 0;
 }
 
+/* ---- --deterministic ---- */
+
+static int cmp_u64(const void *x, const void *y) {
+  uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+  return a < b ? -1 : a > b;
+}
+
+/* Stage s's microbatches in iteration it: the replay's, or all M. *ids is
+ * malloc'd, sorted ascending. */
+static int stage_ids(ref *r, int it, int s, uint64_t **ids, uint32_t *n) {
+  *ids = NULL;
+  *n = 0;
+  if (!r->replay) {
+    *ids = malloc((size_t)r->run.microbatches * sizeof(uint64_t));
+    if (!*ids) return GW_ENOMEM;
+    for (int j = 0; j < r->run.microbatches; j++) (*ids)[j] = (uint64_t)it << 20 | (uint64_t)j;
+    *n = (uint32_t)r->run.microbatches;
+    return 0;
+  }
+  for (size_t i = 0; i < r->n_replay; i++) {
+    if (r->replay[i].it != it || r->replay[i].stage != s) continue;
+    if (!r->replay[i].n) return 0;
+    *ids = malloc(r->replay[i].n * sizeof(uint64_t));
+    if (!*ids) return GW_ENOMEM;
+    memcpy(*ids, r->replay[i].ids, r->replay[i].n * sizeof(uint64_t));
+    *n = r->replay[i].n;
+    qsort(*ids, *n, sizeof(uint64_t), cmp_u64);
+    return 0;
+  }
+  return 0;
+}
+
+static bool has_id(const uint64_t *ids, uint32_t n, uint64_t id) {
+  return bsearch(&id, ids, n, sizeof(id), cmp_u64) != NULL;
+}
+
+/* Runs `op` on stage st with its gradient captured into part (grad_capture.h). */
+#define CAPTURED(st, part, op)                                                                                    \
+  ((rc = grad_capture_begin((st), r->cap_save)) != 0 ? rc                                                          \
+   : (rc = (op)) != 0                                 ? rc                                                          \
+                      : grad_capture_end((st), r->cap_save, r->cap_scratch, (part)))
+
+/* One microbatch (its ID: iteration << 20 | index) forward and backward,
+ * each stage's own gradient into part[s] (zeroed here). */
+static int det_microbatch(ref *r, uint64_t id, float *bufs[2], int32_t *tok, int32_t *tgt, float *part[],
+                          float *loss) {
+  const train_run *run = &r->run;
+  int S = run->stages, rc;
+  for (int s = 0; s <= S; s++) memset(part[s], 0, stage_n_params(r->st[s]) * sizeof(float));
+  if ((rc = train_dataset_sample(&r->ds, r->data_seed, id >> 20, (uint32_t)(id & 0xfffff), run->batch, run->seq,
+                                 tok, tgt)) != 0)
+    return rc;
+  float *x = bufs[0], *y = bufs[1], *t;
+  if ((rc = stage_embed_forward(r->st[0], id, tok, x)) != 0 || (rc = wire_cross(r, r->wire, x)) != 0) return rc;
+  for (int s = 1; s <= S; s++, t = x, x = y, y = t)
+    if ((rc = stage_forward(r->st[s], id, x, y)) != 0 || (rc = wire_cross(r, r->wire, y)) != 0) return rc;
+  if ((rc = CAPTURED(r->st[0], part[0], stage_loss(r->st[0], x, tgt, loss, y))) != 0) return rc;
+  if ((rc = wire_cross(r, r->wire_grad, y)) != 0) return rc;
+  for (int s = S; s >= 1; s--, t = x, x = y, y = t) {
+    if ((rc = CAPTURED(r->st[s], part[s], stage_backward(r->st[s], id, y, x))) != 0 ||
+        (rc = wire_cross(r, r->wire_grad, x)) != 0)
+      return rc;
+    stage_release(r->st[s], id);
+  }
+  rc = CAPTURED(r->st[0], part[0], stage_embed_backward(r->st[0], id, y));
+  stage_release(r->st[0], id);
+  return rc;
+}
+
+/* As the swarm's aggregator and APPLY job: the mean of the stage's
+ * per-microbatch gradients in ID order, written as the gradient, one step
+ * with scale 1; none: no step (SKIP_STEP). */
+static int det_step(ref *r, int s, const float *const *vecs, uint32_t m, float *avg) {
+  stage *st = r->st[s];
+  size_t n = stage_n_params(st);
+  int rc = 0;
+  if (m > 0) {
+    train_agg_mean(vecs, m, n, m, avg);
+    rc = stage_write(st, STAGE_GRADS, 0, n, avg);
+    if (rc == 0) rc = stage_step(st, &r->opt, adamw_lr_at(&r->opt, stage_step_count(st) + 1), 1.0f);
+  }
+  return rc ? rc : stage_zero_grads(st);
+}
+
+/* One --deterministic iteration; the loss is the mean over stage 0's microbatches. */
+static int det_iteration(ref *r, int it, float *bufs[2], int32_t *tok, int32_t *tgt, double *loss_out) {
+  int S = r->run.stages, rc = 0;
+  uint64_t *ids[TRAIN_RUN_MAX_STAGES + 1] = {0}, *all = NULL;
+  uint32_t n[TRAIN_RUN_MAX_STAGES + 1] = {0}, n_all = 0, max_n = 0;
+  for (int s = 0; rc == 0 && s <= S; s++) {
+    rc = stage_ids(r, it, s, &ids[s], &n[s]);
+    n_all += n[s];
+    if (n[s] > max_n) max_n = n[s];
+  }
+  /* every microbatch some stage counts runs the whole pipeline, ascending */
+  if (rc == 0 && n_all && !(all = malloc(n_all * sizeof(uint64_t)))) rc = GW_ENOMEM;
+  uint32_t u = 0;
+  for (int s = 0; rc == 0 && s <= S; s++)
+    for (uint32_t i = 0; i < n[s]; i++) all[u++] = ids[s][i];
+  if (u) qsort(all, u, sizeof(uint64_t), cmp_u64);
+  uint32_t k = 0;
+  for (uint32_t i = 0; i < u; i++)
+    if (i == 0 || all[i] != all[k - 1]) all[k++] = all[i];
+  u = k;
+  /* per stage, its counted microbatches' gradients, in ID order */
+  float **vec = calloc((size_t)(S + 1) * (max_n ? max_n : 1), sizeof(float *));
+  uint32_t got[TRAIN_RUN_MAX_STAGES + 1] = {0};
+  float *part[TRAIN_RUN_MAX_STAGES + 1] = {0};
+  if (rc == 0 && !vec) rc = GW_ENOMEM;
+  double sum = 0;
+  for (uint32_t i = 0; rc == 0 && i < u; i++) {
+    for (int s = 0; rc == 0 && s <= S; s++) {
+      part[s] = malloc(stage_n_params(r->st[s]) * sizeof(float));
+      if (!part[s]) rc = GW_ENOMEM;
+    }
+    float l = 0;
+    if (rc == 0) rc = det_microbatch(r, all[i], bufs, tok, tgt, part, &l);
+    for (int s = 0; s <= S; s++) {
+      if (rc == 0 && has_id(ids[s], n[s], all[i])) {
+        vec[(size_t)s * max_n + got[s]++] = part[s];
+        if (s == 0) sum += l;
+      } else {
+        free(part[s]);
+      }
+      part[s] = NULL;
+    }
+  }
+  size_t big = 0;
+  for (int s = 0; s <= S; s++) big = stage_n_params(r->st[s]) > big ? stage_n_params(r->st[s]) : big;
+  float *avg = rc == 0 ? malloc(big * sizeof(float)) : NULL;
+  if (rc == 0 && !avg) rc = GW_ENOMEM;
+  for (int s = 0; rc == 0 && s <= S; s++)
+    rc = det_step(r, s, (const float *const *)&vec[(size_t)s * max_n], got[s], avg);
+  *loss_out = n[0] ? sum / n[0] : NAN;
+  for (int s = 0; vec && s <= S; s++)
+    for (uint32_t i = 0; i < got[s]; i++) free(vec[(size_t)s * max_n + i]);
+  for (int s = 0; s <= S; s++) free(ids[s]);
+  free(vec);
+  free(all);
+  free(avg);
+  return rc;
+}
+
+/* --replay FILE: "ITER STAGE ID,ID,..." lines (hex IDs, "-" for none). */
+static int load_replay(ref *r, const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) return GW_EIO;
+  char line[65536];
+  int rc = 0;
+  while (rc == 0 && fgets(line, sizeof(line), f)) {
+    int it, s, off = 0;
+    if (line[0] == '#' || line[0] == '\n') continue;
+    if (sscanf(line, "%d %d %n", &it, &s, &off) != 2 || it < 0 || s < 0 || s > r->run.stages) {
+      rc = GW_EINVAL;
+      break;
+    }
+    struct replay_line *nl = realloc(r->replay, (r->n_replay + 1) * sizeof(*nl));
+    if (!nl) {
+      rc = GW_ENOMEM;
+      break;
+    }
+    r->replay = nl;
+    struct replay_line *L = &r->replay[r->n_replay++];
+    memset(L, 0, sizeof(*L));
+    L->it = it;
+    L->stage = s;
+    for (char *p = line + off; rc == 0 && *p && *p != '\n' && *p != '-';) {
+      char *end;
+      unsigned long long v = strtoull(p, &end, 16);
+      if (end == p) {
+        rc = GW_EINVAL;
+        break;
+      }
+      uint64_t *ni = realloc(L->ids, (L->n + 1) * sizeof(uint64_t));
+      if (!ni) {
+        rc = GW_ENOMEM;
+        break;
+      }
+      L->ids = ni;
+      L->ids[L->n++] = v;
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+static void hash_hex16(const uint8_t *h, char out[17]) {
+  for (int i = 0; i < 8; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
+}
+
+/* Each stage's weights hash, as aggregation.done logs it. */
+static int print_hashes(ref *r, bool json) {
+  if (json) printf(",\"hashes\":[");
+  for (int s = 0; s <= r->run.stages; s++) {
+    uint8_t h[STAGE_HASH_BYTES];
+    char hex[17];
+    int rc = stage_weight_hash(r->st[s], h);
+    if (rc != 0) return rc;
+    hash_hex16(h, hex);
+    if (json) printf("%s\"%s\"", s ? "," : "", hex);
+    else printf("hash stage %d %s\n", s, hex);
+  }
+  if (json) printf("]");
+  return 0;
+}
+
 static int train(ref *r, int iterations, bool json) {
   const train_run *run = &r->run;
   size_t act = (size_t)run->batch * run->seq * run->model.d_model, bt = (size_t)run->batch * run->seq;
@@ -186,14 +411,18 @@ static int train(ref *r, int iterations, bool json) {
   if (json) printf("{\"validation\":[");
   for (int it = 0; rc == 0 && it < iterations; it++) {
     if (eval_due(r, it, iterations)) rc = print_eval(r, it, bufs, tok, tgt, json, &n_evals);
-    double sum = 0;
-    for (int j = 0; rc == 0 && j < run->microbatches; j++) {
-      float l = 0;
-      rc = one_microbatch(r, (uint64_t)it, (uint32_t)j, bufs, tok, tgt, &l);
-      sum += l;
+    double sum = 0, loss = 0;
+    if (r->det) {
+      rc = det_iteration(r, it, bufs, tok, tgt, &loss);
+    } else {
+      for (int j = 0; rc == 0 && j < run->microbatches; j++) {
+        float l = 0;
+        rc = one_microbatch(r, (uint64_t)it, (uint32_t)j, bufs, tok, tgt, &l);
+        sum += l;
+      }
+      if (rc == 0) rc = step_all(r);
+      loss = sum / run->microbatches;
     }
-    if (rc == 0) rc = step_all(r);
-    double loss = sum / run->microbatches;
     if (rc == 0) losses[it] = loss;
     if (!json) printf("iter %d loss %.6f\n", it, loss);
   }
@@ -201,8 +430,13 @@ static int train(ref *r, int iterations, bool json) {
   if (json) {
     printf("],\"iterations\":[");
     for (int it = 0; rc == 0 && it < iterations; it++)
-      printf("%s{\"iteration\":%d,\"loss\":%.9g}", it ? "," : "", it, losses[it]);
-    printf("]}\n");
+      if (isfinite(losses[it])) printf("%s{\"iteration\":%d,\"loss\":%.9g}", it ? "," : "", it, losses[it]);
+      else printf("%s{\"iteration\":%d,\"loss\":null}", it ? "," : "", it); /* --replay: no microbatch */
+    printf("]");
+    if (rc == 0) rc = print_hashes(r, true);
+    printf("}\n");
+  } else if (rc == 0) {
+    rc = print_hashes(r, false);
   }
   free(losses);
   free(bufs[0]);
@@ -224,10 +458,12 @@ int cmd_train_ref(int argc, char **argv) {
       {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'W'},
       {"eval-every", required_argument, 0, 'E'}, {"eval-microbatches", required_argument, 0, 'N'},
       {"wire-dtype", required_argument, 0, 'w'},
+      {"deterministic", no_argument, 0, 'X'}, {"replay", required_argument, 0, 'P'},
       {"help", no_argument, 0, 'h'},          {0}};
   static ref r;
   memset(&r, 0, sizeof(r));
   const char *dataset = NULL, *model = "tiny", *ckpt_dir = NULL, *run_name = "ref", *val_dataset = NULL;
+  const char *replay = NULL;
   double val_fraction = 0;
   r.eval_every = 10;
   int eval_mbs = 0;
@@ -268,6 +504,8 @@ int cmd_train_ref(int argc, char **argv) {
       }
       break;
     case 'N': eval_mbs = atoi(optarg); break;
+    case 'X': r.det = true; break;
+    case 'P': replay = optarg; break;
     case 'h': cmd_train_ref_help(); return 0;
     default: cmd_train_ref_help(); return 2;
     }
@@ -285,6 +523,14 @@ int cmd_train_ref(int argc, char **argv) {
       eval_mbs < 0 || eval_mbs > 65536) {
     fprintf(stderr, "gwtf train-ref: --val-fraction in [0, 0.5] or --val-dataset, --eval-every >= 0, "
                     "--eval-microbatches in [0, 65536]\n");
+    return 2;
+  }
+  if (replay && !r.det) {
+    fprintf(stderr, "gwtf train-ref: --replay goes with --deterministic\n");
+    return 2;
+  }
+  if (replay && load_replay(&r, replay) != 0) {
+    fprintf(stderr, "gwtf train-ref: cannot read --replay %s (lines: ITER STAGE ID,ID,... in hex, or -)\n", replay);
     return 2;
   }
   if (train_dataset_open(dataset, &r.ds, err, sizeof(err)) != 0) {
@@ -313,11 +559,22 @@ int cmd_train_ref(int argc, char **argv) {
     r.wire_buf = n ? malloc(n) : NULL;
     if (!r.wire_buf) rc = GW_ENOMEM;
   }
+  if (rc == 0 && r.det) {
+    size_t big = 0;
+    for (int s = 0; s <= r.run.stages; s++) big = stage_n_params(r.st[s]) > big ? stage_n_params(r.st[s]) : big;
+    r.cap_save = malloc(big * sizeof(float));
+    r.cap_scratch = malloc(big * sizeof(float));
+    if (!r.cap_save || !r.cap_scratch) rc = GW_ENOMEM;
+  }
   if (rc == 0) rc = train(&r, iterations, json);
   if (rc == 0 && ckpt_dir) rc = save_checkpoints(&r, ckpt_dir, run_name, iterations);
   if (rc != 0) fprintf(stderr, "gwtf train-ref: %s\n", *err ? err : gw_strerror(rc));
   for (int s = 0; s <= r.run.stages; s++) stage_destroy(r.st[s]);
   free(r.wire_buf);
+  free(r.cap_save);
+  free(r.cap_scratch);
+  for (size_t i = 0; i < r.n_replay; i++) free(r.replay[i].ids);
+  free(r.replay);
   gpu_backend_close(r.be);
   train_dataset_close(&r.val);
   train_dataset_close(&r.ds);

@@ -22,13 +22,16 @@ void cmd_swarm_help(void) {
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
       "                  [--slowdown F] [--slowdowns F1,F2,...] [--capacities C1,C2,...]\n"
       "                  [--aggregate mean|trimmed-mean] [--byzantine N:MODE]\n"
-      "                  [--no-validate-contributions] [--log-level LEVEL] [--quiet]\n"
+      "                  [--no-validate-contributions] [--deterministic] [--log-level LEVEL] [--quiet]\n"
       "                  [--http [IP:]PORT [--http-public]]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
       "                  [--eval-microbatches N] [--checkpoint-every N]\n"
       "                  [--wire-dtype DTYPE[/GRAD]] [--wire-accept LIST]\n"
       "                  [--replicate-every K] [--replicas R]\n"
-      "                  [--kill-stage S --at-iteration N [--late-relays K]]\n\n"
+      "                  [--kill-stage S --at-iteration N [--late-relays K]]\n"
+      "                  [--kill-data-node --at-iteration N [--replace-after MS]]\n"
+      "                  [--kill-fraction F --at-iteration N]\n"
+      "                  [--rebalance-after M | --no-rebalance] [--join-stages S1,S2,...]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -41,7 +44,10 @@ void cmd_swarm_help(void) {
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
       "likewise gives each relay its own capacity.\n"
-      "--aggregate is passed to every peer (see gwtf help node).\n"
+      "--aggregate and --deterministic are passed to every peer (see gwtf help node);\n"
+      "the summary's \"ledger\" counts what each stage's average covered: duplicates\n"
+      "(0 expected), missing (a member died with its gradient during the aggregation)\n"
+      "and, with --deterministic, microbatches re-run or recovered for a dead member.\n"
       "TEST TOOLS: --byzantine N:MODE makes the last N relays hostile (gwtf node\n"
       "--byzantine MODE: nan, scale=K, random, wrong-shape, lying-costs), with node IDs\n"
       "above the honest ones so that they contribute rather than aggregate;\n"
@@ -70,7 +76,23 @@ void cmd_swarm_help(void) {
       "--late-relays K then start right after the kill (spares the leader places into\n"
       "the empty stage, which restores its newest replica; without spares the leader\n"
       "moves a relay of the stage with the most members there). The summary reports the\n"
-      "seconds from the kill to the next completed iteration (stage_kill).\n\n"
+      "seconds from the kill to the next completed iteration (stage_kill).\n"
+      "TEST TOOL: --kill-data-node --at-iteration N kills every data node at once\n"
+      "(SIGKILL) in iteration N; --replace-after MS later (default 2000) a fresh data\n"
+      "node (new identity, empty data dir, same dataset) joins, restores stage 0 from\n"
+      "its newest replica and resumes in the relays' iteration (data_node_kill).\n"
+      "TEST TOOL: --kill-fraction F --at-iteration N kills ceil(F x --relays) live relays\n"
+      "drawn at random, at once (a correlated outage, no stage spared); they come back\n"
+      "with fresh identities as churn's victims do (fraction_kill). Both report the\n"
+      "seconds from the kill to the next completed iteration and the aggregations lost.\n"
+      "At most one of --kill-stage, --kill-data-node, --kill-fraction.\n"
+      "--rebalance-after M goes to the data nodes (see gwtf help node): the leader moves a\n"
+      "relay into the bottleneck stage (stage.rebalance). Off in a swarm unless given\n"
+      "(--no-rebalance, the default here, keeps the placement of the scenarios as before).\n"
+      "TEST TOOL: --join-stages S1,S2,... makes each relay (cycled) ask the leader for that\n"
+      "stage when it first joins (gwtf node --join-stage; the data nodes get\n"
+      "--grant-join-stages), to start a skewed swarm, e.g.\n"
+      "--relays 6 --join-stages 1,1,1,1,2,3 (restarted relays are placed by the leader).\n\n"
       "defaults: --data-nodes 1 --stages 3 --relays 6 --model tiny --iterations 20\n"
       "          --capacity 4 --microbatches 4 --batch 4 --seq 64 --lr 1e-3\n"
       "          --routing gwtf --threads 1 --device cpu --seed 1 --base-port 27000\n"
@@ -83,6 +105,7 @@ enum {
   SW_AGGREGATE = 256,
   SW_BYZANTINE,
   SW_NO_VALIDATE,
+  SW_DETERMINISTIC,
   SW_WIRE_DTYPE,
   SW_WIRE_ACCEPT,
   SW_HTTP,
@@ -96,7 +119,26 @@ enum {
   SW_REPLICAS,
   SW_KILL_STAGE,
   SW_AT_ITERATION,
+  SW_KILL_DATA_NODE,
+  SW_REPLACE_AFTER,
+  SW_KILL_FRACTION,
+  SW_REBALANCE_AFTER,
+  SW_NO_REBALANCE,
+  SW_JOIN_STAGES,
 };
+
+/* --join-stages: a comma list of stages in 1..stages (NULL: none). */
+static bool swarm_join_stages_ok(const char *list, int stages) {
+  if (!list) return true;
+  const char *c = list;
+  for (;;) {
+    char *end = NULL;
+    long v = strtol(c, &end, 10);
+    if (end == c || v < 1 || v > stages || (*end != ',' && *end)) return false;
+    if (!*end) return true;
+    c = end + 1;
+  }
+}
 
 int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   static const struct option opts[] = {
@@ -119,6 +161,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"aggregate", required_argument, 0, SW_AGGREGATE},
       {"byzantine", required_argument, 0, SW_BYZANTINE},
       {"no-validate-contributions", no_argument, 0, SW_NO_VALIDATE},
+      {"deterministic", no_argument, 0, SW_DETERMINISTIC},
       {"wire-dtype", required_argument, 0, SW_WIRE_DTYPE},
       {"wire-accept", required_argument, 0, SW_WIRE_ACCEPT},
       {"http", required_argument, 0, SW_HTTP},
@@ -132,12 +175,19 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"replicas", required_argument, 0, SW_REPLICAS},
       {"kill-stage", required_argument, 0, SW_KILL_STAGE},
       {"at-iteration", required_argument, 0, SW_AT_ITERATION},
+      {"kill-data-node", no_argument, 0, SW_KILL_DATA_NODE},
+      {"replace-after", required_argument, 0, SW_REPLACE_AFTER},
+      {"kill-fraction", required_argument, 0, SW_KILL_FRACTION},
+      {"rebalance-after", required_argument, 0, SW_REBALANCE_AFTER},
+      {"no-rebalance", no_argument, 0, SW_NO_REBALANCE},
+      {"join-stages", required_argument, 0, SW_JOIN_STAGES},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
                     .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
-                    .eval_every = -1, .replicate_every = -1};
+                    .eval_every = -1, .replicate_every = -1, .replace_after_ms = 2000,
+                    .rebalance_after = 0};
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
@@ -182,6 +232,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case 'q': o->quiet = true; break;
     case SW_AGGREGATE: o->aggregate = optarg; break;
     case SW_NO_VALIDATE: o->no_validation = true; break;
+    case SW_DETERMINISTIC: o->deterministic = true; break;
     case SW_BYZANTINE: {
       char *colon = NULL;
       long k = strtol(optarg, &colon, 10);
@@ -207,6 +258,12 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_REPLICAS: o->replicas = atoi(optarg); break;
     case SW_KILL_STAGE: o->kill_stage = atoi(optarg); break;
     case SW_AT_ITERATION: o->kill_at = atoi(optarg); break;
+    case SW_KILL_DATA_NODE: o->kill_data_node = true; break;
+    case SW_REPLACE_AFTER: o->replace_after_ms = atoi(optarg); break;
+    case SW_KILL_FRACTION: o->kill_fraction = atof(optarg); break;
+    case SW_REBALANCE_AFTER: o->rebalance_after = atoi(optarg); break;
+    case SW_NO_REBALANCE: o->rebalance_after = 0; break;
+    case SW_JOIN_STAGES: o->join_stages = optarg; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;
     }
@@ -225,6 +282,12 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->kill_stage < 0 || o->kill_stage > o->stages) bad = "--kill-stage must be a relay stage (1..--stages)";
   else if (o->kill_stage > 0 && (o->kill_at < 1 || o->kill_at >= o->iterations))
     bad = "--kill-stage needs --at-iteration N with 1 <= N < --iterations";
+  else if ((o->kill_stage > 0) + o->kill_data_node + (o->kill_fraction != 0) > 1)
+    bad = "at most one of --kill-stage, --kill-data-node, --kill-fraction";
+  else if (!(o->kill_fraction >= 0 && o->kill_fraction <= 1)) bad = "--kill-fraction must be in (0, 1]";
+  else if ((o->kill_data_node || o->kill_fraction > 0) && (o->kill_at < 1 || o->kill_at >= o->iterations))
+    bad = "--kill-data-node and --kill-fraction need --at-iteration N with 1 <= N < --iterations";
+  else if (o->replace_after_ms < 0 || o->replace_after_ms > 600000) bad = "--replace-after must be in 0..600000 ms";
   else if (o->replicate_every < -1) bad = "--replicate-every must be >= 0";
   else if (o->replicas != 0 && (o->replicas < 2 || o->replicas > 16)) bad = "--replicas must be in 2..16";
   else if (o->iterations < 1 || o->iterations >= SWARM_MAX_ITERS) bad = "--iterations out of range";
@@ -240,6 +303,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->byzantine >= o->relays) bad = "--byzantine N needs N below --relays";
   else if (o->aggregate && strcmp(o->aggregate, "mean") != 0 && strcmp(o->aggregate, "trimmed-mean") != 0)
     bad = "--aggregate is mean or trimmed-mean";
+  else if (o->deterministic && o->aggregate && strcmp(o->aggregate, "mean") != 0)
+    bad = "--deterministic goes with --aggregate mean only";
   else if (o->http && swarm_web_check(o->http, o->http_public, &is_public, why, sizeof(why)) != 0) bad = why;
   else if (!(o->val_fraction >= 0 && o->val_fraction <= 0.5)) bad = "--val-fraction must be in [0, 0.5]";
   else if (o->val_fraction > 0 && o->val_dataset) bad = "--val-fraction and --val-dataset exclude each other";
@@ -250,6 +315,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
   else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   else if (o->checkpoint_every < 0) bad = "--checkpoint-every must be >= 0";
+  else if (o->rebalance_after < 0) bad = "--rebalance-after must be >= 0";
+  else if (!swarm_join_stages_ok(o->join_stages, o->stages)) bad = "--join-stages wants a comma list of 1..--stages";
   if (bad) {
     fprintf(stderr, "gwtf swarm: %s\n", bad);
     return 2;

@@ -25,6 +25,7 @@ typedef struct swarm_opts {
   double slowdown;       /* every peer */
   const char *aggregate; /* --aggregate, passed to every peer (NULL: the node's default) */
   bool no_validation;    /* --no-validate-contributions, passed to every peer (tests) */
+  bool deterministic;    /* --deterministic, passed to every peer */
   int byzantine;         /* --byzantine N:MODE: the last N relays misbehave (tests) */
   const char *byzantine_mode;
   const char *http;      /* --http [IP:]PORT: the live web view (node/swarm_web.h) */
@@ -39,6 +40,11 @@ typedef struct swarm_opts {
   int replicas;          /* peers' --replicas (0: the node's default) */
   int kill_stage;        /* --kill-stage S: SIGKILL every peer of stage S at once (0: none) ... */
   int kill_at;           /* ... once the leader finished this many iterations (--at-iteration) */
+  bool kill_data_node;   /* --kill-data-node: every data node at --at-iteration, a fresh one ... */
+  int replace_after_ms;  /* ... --replace-after MS later (node/swarm_kill.h) */
+  double kill_fraction;  /* --kill-fraction F: ceil(F x relays) relays at once at --at-iteration (0: none) */
+  int rebalance_after;   /* data nodes' --rebalance-after (0, the default here: --no-rebalance) */
+  const char *join_stages; /* test tool: each relay's --join-stage, cycled (NULL: the leader places) */
 } swarm_opts;
 
 /* Parses argv into *o with the defaults `gwtf help swarm` states. Returns 0,

@@ -66,6 +66,8 @@ void train_node_opts_default(train_node_opts *o) {
   o->replicate_every = 5;
   o->replicas = 2;
   o->replica_max = REPLICA_DEFAULT_MAX_ENTRIES;
+  o->rebalance_after = 3;
+  o->rebalance_margin = 0.2;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
   o->live_k = 4;
@@ -296,6 +298,11 @@ static void stop_cb(uv_timer_t *t) {
   node_stop(rt->n);
 }
 
+/* Stops the node from the loop, not from here: we may be inside one of the
+ * peer's callbacks (an event, a job's result), and stopping frees the peer,
+ * which then goes on writing to itself (seen with ASan after stage.lost). */
+static void stop_soon(train_rt *rt) { uv_timer_start(&rt->stop_timer, stop_cb, 0, 0); }
+
 static void peer_tick_cb(uv_timer_t *t) {
   train_rt *rt = t->data;
   uint64_t now = now_ms(rt);
@@ -312,7 +319,11 @@ static void peer_tick_cb(uv_timer_t *t) {
 
 /* On the worker thread. --slowdown stretches every job to F times its
  * duration, as a device F times slower would (the paper's heterogeneous
- * peers); the job's measured time then includes it, so Eq. 1 sees it too. */
+ * peers); the job's measured time then includes it, so Eq. 1 sees it too.
+ * With one compute thread the stretch is F - 1 times the job's CPU time,
+ * not its wall time: on a machine whose cores the swarm's peers share, a
+ * job that waited for a core would otherwise wait F times as long, and
+ * the emulated device's speed would follow the host's load. */
 static void run_job(void *ctx, train_job *job) {
   train_rt *rt = ctx;
   if (job->owner == &rt->switch_marker) {
@@ -324,8 +335,13 @@ static void run_job(void *ctx, train_job *job) {
     return;
   }
   uint64_t t0 = uv_hrtime();
+  struct timespec c0, c1;
+  bool cpu = rt->o->threads == 1 && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0) == 0;
   train_compute_run(&rt->compute, job);
-  double extra_ns = (double)(uv_hrtime() - t0) * (rt->o->slowdown - 1.0);
+  double ran_ns = (double)(uv_hrtime() - t0);
+  if (cpu && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1) == 0)
+    ran_ns = fmin(ran_ns, (double)(c1.tv_sec - c0.tv_sec) * 1e9 + (double)(c1.tv_nsec - c0.tv_nsec));
+  double extra_ns = ran_ns * (rt->o->slowdown - 1.0);
   if (extra_ns > 0) uv_sleep((unsigned)(extra_ns / 1e6));
 }
 
@@ -349,7 +365,7 @@ static void write_checkpoint(train_rt *rt, train_job *job) {
  * iteration job->key (whose logged hash is job->hash), goes to the holders
  * closest to the stage's replica key (train/peer_replica.c). */
 static void push_replica(train_rt *rt, train_job *job) {
-  if (job->rc != 0 || !job->blob || rt->stage < 1) return;
+  if (job->rc != 0 || !job->blob || rt->stage < 0) return;
   gw_id key;
   if (stage_dir_replica_key(rt->run.name, (uint32_t)rt->stage, &key) != 0) return;
   train_peer_push_replica(rt->peer, &key, (uint32_t)rt->o->replicas, job->blob, job->blob_len, job->key,
@@ -935,7 +951,7 @@ static void enter_stage(train_rt *rt, int s) {
   rt->stage = s;
   gw_log_set_stage(&rt->log, s);
   if (start_compute(rt, s) != 0) {
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   start_routing(rt, s);
@@ -950,19 +966,19 @@ static void switch_stage(train_rt *rt, int s) {
   int old = rt->stage;
   if (rt->switching || compute_args(rt, s, &rt->switch_spec, &rt->switch_dev, &rt->switch_opt) != 0) {
     GW_ERROR(&rt->log, "stage.switch_failed", "from_stage=%d to_stage=%d", old, s);
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   train_job *job = calloc(1, sizeof(*job));
   if (!job) {
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   job->kind = TRAIN_JOB_RELEASE; /* never run as one: run_job knows the marker */
   job->owner = &rt->switch_marker;
   if (node_worker_submit(rt->worker, job) != 0) {
     free(job);
-    node_stop(rt->n);
+    stop_soon(rt);
     return;
   }
   rt->switching = true;
@@ -997,7 +1013,7 @@ static void start_routing(train_rt *rt, int s) {
     fc.log = &rt->log;
     if (flow_new(&fc, &rt->flow) != 0) {
       GW_ERROR(&rt->log, "flow.failed", "for_stage=%d", s);
-      node_stop(rt->n);
+      stop_soon(rt);
       return;
     }
     for (size_t i = 0; i < rt->n_known; i++) flow_add_peer(rt->flow, &rt->known[i].id, rt->known[i].stage);
@@ -1058,7 +1074,7 @@ static void on_peer_event(void *ud, const train_event *ev) {
      * silently throw the run's work away */
     if (!rt->stopping) {
       node_set_exit_code(rt->n, 3);
-      node_stop(rt->n);
+      stop_soon(rt);
     }
     break;
   case TRAIN_EV_AGGREGATED:
@@ -1150,6 +1166,7 @@ static int start_peer(train_rt *rt) {
   cfg.tun.live_floor_ms = o->live_floor_ms;
   cfg.tun.aggregate = o->aggregate;
   cfg.tun.no_validation = o->no_validation;
+  cfg.tun.deterministic = o->deterministic;
   cfg.tun.byzantine = o->byzantine;
   cfg.tun.byzantine_scale = o->byzantine_scale;
   if (o->byzantine != TRAIN_BYZ_NONE)
@@ -1160,6 +1177,15 @@ static int start_peer(train_rt *rt) {
   cfg.wire_accept = o->wire_accept;
   cfg.initial_weights = o->create_run != NULL;
   cfg.movable = !data; /* switch_stage */
+  cfg.tun.rebalance_after = (uint32_t)o->rebalance_after;
+  cfg.tun.rebalance_margin = o->rebalance_margin;
+  cfg.join_stage = o->join_stage <= rt->run.stages ? o->join_stage : 0;
+  cfg.grant_join_stage = o->grant_join_stages;
+  for (int s = 1; s <= rt->run.stages && s < (int)(sizeof(cfg.stage_layers) / sizeof(cfg.stage_layers[0])); s++) {
+    int first, nl;
+    train_run_stage_layers(&rt->run, s, &first, &nl);
+    cfg.stage_layers[s] = (uint16_t)nl;
+  }
   memcpy(cfg.node_pk, node_identity(rt->n)->pk, sizeof(cfg.node_pk));
   gw_id run_id; /* the run record's DHT key: every average's signature covers it */
   if (stage_dir_run_key(rt->run.name, &run_id) != 0) return GW_EINVAL;

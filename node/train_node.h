@@ -59,6 +59,10 @@ typedef struct train_node_opts {
                              (0: never; default 5; train/peer_replica.c) */
   int replicas;           /* holders each push goes to (default 2) */
   int replica_max;        /* replicas of other stages this peer holds at most (default 4) */
+  int rebalance_after;    /* the leader: live rebalancing after M iterations (default 3; 0: never) */
+  double rebalance_margin; /* ... when a move beats the bottleneck by this fraction (default 0.2) */
+  int join_stage;         /* relays, test tool: the stage asked for in JOIN (0: the leader's choice) */
+  bool grant_join_stages; /* data nodes, test tool: as the leader, grant those wishes */
   uint64_t flow_tick_ms;  /* flow protocol tick (default 2000, the prototype's) */
   uint64_t hop_timeout_ms;
   int live_k;             /* failure detection: deadline = k x (srtt + 4 rttvar) + compute (default 4; 0: off) */
@@ -85,6 +89,7 @@ typedef struct train_node_opts {
   char join_bootstrap[GW_ID_HEX_LEN + 2 + MEMBER_ADDR_MAX + 1]; /* "ID@ADDR" of the invite's creator */
   train_aggregate aggregate;   /* --aggregate mean|trimmed-mean */
   bool no_validation;          /* --no-validate-contributions (tests only) */
+  bool deterministic;          /* --deterministic: exactly train-ref's sums (train/peer_ledger.h) */
   train_byzantine byzantine;   /* --byzantine MODE (test tool) */
   double byzantine_scale;
 } train_node_opts;

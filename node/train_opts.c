@@ -47,6 +47,7 @@ enum {
   T_RUN_KEY,
   T_AGGREGATE,
   T_NO_VALIDATE,
+  T_DETERMINISTIC,
   T_BYZANTINE,
   T_VAL_FRACTION,
   T_VAL_DATASET,
@@ -58,6 +59,11 @@ enum {
   T_REPL_EVERY,
   T_REPLICAS,
   T_REPLICA_MAX,
+  T_REBAL_AFTER,
+  T_NO_REBAL,
+  T_REBAL_MARGIN,
+  T_JOIN_STAGE,
+  T_GRANT_JOIN_STAGES,
 };
 
 const struct option train_node_options[] = {
@@ -93,6 +99,7 @@ const struct option train_node_options[] = {
     {"run-key", required_argument, 0, T_RUN_KEY},
     {"aggregate", required_argument, 0, T_AGGREGATE},
     {"no-validate-contributions", no_argument, 0, T_NO_VALIDATE},
+    {"deterministic", no_argument, 0, T_DETERMINISTIC},
     {"byzantine", required_argument, 0, T_BYZANTINE},
     {"val-fraction", required_argument, 0, T_VAL_FRACTION},
     {"val-dataset", required_argument, 0, T_VAL_DATASET},
@@ -104,6 +111,11 @@ const struct option train_node_options[] = {
     {"replicate-every", required_argument, 0, T_REPL_EVERY},
     {"replicas", required_argument, 0, T_REPLICAS},
     {"replica-max", required_argument, 0, T_REPLICA_MAX},
+    {"rebalance-after", required_argument, 0, T_REBAL_AFTER},
+    {"no-rebalance", no_argument, 0, T_NO_REBAL},
+    {"rebalance-margin", required_argument, 0, T_REBAL_MARGIN},
+    {"join-stage", required_argument, 0, T_JOIN_STAGE},
+    {"grant-join-stages", no_argument, 0, T_GRANT_JOIN_STAGES},
     {0},
 };
 _Static_assert(sizeof(train_node_options) / sizeof(train_node_options[0]) - 1 <= TRAIN_NODE_MAX_OPTIONS,
@@ -144,6 +156,17 @@ void train_node_print_help(void) {
          "                             the stage, so it outlives them (default 5; 0: never)\n"
          "  --replicas R               holders of each replica (default 2, at least 2)\n"
          "  --replica-max N            replicas of other stages this peer holds, oldest dropped (default 4)\n"
+         "  --rebalance-after M        data nodes, as the leader: move a relay into the bottleneck stage\n"
+         "                             once the same stage was it, with a move worth making, M\n"
+         "                             iterations in a row; M more after a move (default 3;\n"
+         "                             0: never); docs/TRAINING.md, Live rebalancing\n"
+         "  --no-rebalance             the same as --rebalance-after 0\n"
+         "  --rebalance-margin H       a move is worth making when it raises the bottleneck's rate\n"
+         "                             (and leaves the donor's) above (1 + H) x the bottleneck's (0.2)\n"
+         "  --join-stage S             TEST TOOL, relays: ask the leader for stage S when joining (to\n"
+         "                             start a swarm skewed)\n"
+         "  --grant-join-stages        TEST TOOL, data nodes: as the leader, place a joiner in the stage\n"
+         "                             it asks for (otherwise ignored: a peer must not choose its stage)\n"
          "  --flow-tick MS             flow protocol tick (default 2000, the GWTF prototype's)\n"
          "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000);\n"
          "                             the cap of the RTT-based deadlines below\n"
@@ -159,6 +182,13 @@ void train_node_print_help(void) {
          "                             the mean (default) or a coordinate-wise trimmed mean that drops\n"
          "                             floor(0.2 x M) of the M contributions at each end, per coordinate\n"
          "                             (nothing below 5 contributions)\n"
+         "  --deterministic             every member keeps each microbatch's own gradient and the\n"
+         "                             aggregator sums them in microbatch-ID order, each once: the\n"
+         "                             run equals gwtf train-ref --deterministic bit for bit on the\n"
+         "                             same microbatches; a data node re-runs a microbatch whose\n"
+         "                             member died, members share each gradient with their stage\n"
+         "                             (each holds n_params floats per microbatch of its stage;\n"
+         "                             with --aggregate mean only)\n"
          "  --no-validate-contributions\n"
          "                             TEST ONLY: take stage members' gradients unchecked (shows what\n"
          "                             the checks save; never use it in a real run)\n"
@@ -246,6 +276,15 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     if (strcmp(arg, "gwtf") && strcmp(arg, "swarm")) return bad("--routing", arg, "gwtf or swarm");
     o->routing = arg;
     return 0;
+  case T_NO_REBAL: o->rebalance_after = 0; return 0;
+  case T_GRANT_JOIN_STAGES: o->grant_join_stages = true; return 0;
+  case T_REBAL_MARGIN: {
+    char *end = NULL;
+    o->rebalance_margin = strtod(arg, &end);
+    return end != arg && !*end && o->rebalance_margin >= 0 && o->rebalance_margin <= 10
+               ? 0
+               : bad("--rebalance-margin", arg, "a fraction in [0, 10]");
+  }
   case T_SLOWDOWN:
     o->slowdown = atof(arg);
     return o->slowdown >= 1 && o->slowdown <= 1000 ? 0 : bad("--slowdown", arg, "a factor in [1, 1000]");
@@ -284,6 +323,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     else return bad("--aggregate", arg, "mean or trimmed-mean");
     return 0;
   case T_NO_VALIDATE: o->no_validation = true; return 0;
+  case T_DETERMINISTIC: o->deterministic = true; return 0;
   case T_BYZANTINE:
     if (train_byzantine_parse(arg, &o->byzantine, &o->byzantine_scale) != 0)
       return bad("--byzantine", arg, "nan, scale=K, random, wrong-shape or lying-costs");
@@ -326,6 +366,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       {T_STAGE_MEM, "--stage-memory-mb", 1, 1 << 24},
       {T_REPL_EVERY, "--replicate-every", 0, 100000000}, {T_REPLICAS, "--replicas", 2, 16},
       {T_REPLICA_MAX, "--replica-max", 1, 1024},
+      {T_REBAL_AFTER, "--rebalance-after", 0, 1000000}, {T_JOIN_STAGE, "--join-stage", 1, 64},
   };
   for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
     if (ints[i].code != code) continue;
@@ -340,6 +381,8 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     case T_REPL_EVERY: o->replicate_every = (int)v; break;
     case T_REPLICAS: o->replicas = (int)v; break;
     case T_REPLICA_MAX: o->replica_max = (int)v; break;
+    case T_REBAL_AFTER: o->rebalance_after = (int)v; break;
+    case T_JOIN_STAGE: o->join_stage = (int)v; break;
     case T_CAPACITY: o->capacity = (int)v; break;
     case T_MICRO: o->microbatches = (int)v; break;
     case T_BATCH: o->batch = (int)v; break;
@@ -384,6 +427,10 @@ int train_node_check(const train_node_opts *o, bool *training) {
   }
   if (o->val_dataset && o->val_fraction > 0) {
     fprintf(stderr, "gwtf node: --val-dataset and --val-fraction exclude each other\n");
+    return 2;
+  }
+  if (o->deterministic && o->aggregate != TRAIN_AGG_MEAN) {
+    fprintf(stderr, "gwtf node: --deterministic averages exactly: it goes with --aggregate mean only\n");
     return 2;
   }
   return 0;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/grad_capture.h"
 #include "util/err.h"
 
 void train_compute_init(train_compute *c, const stage_spec *spec, const gpu_device *dev, int threads,
@@ -20,6 +21,9 @@ void train_compute_init(train_compute *c, const stage_spec *spec, const gpu_devi
 void train_compute_free(train_compute *c) {
   stage_destroy(c->st);
   gpu_backend_close(c->be);
+  free(c->cap_save);
+  free(c->cap_scratch);
+  c->cap_save = c->cap_scratch = NULL;
   c->st = NULL;
   c->be = NULL;
 }
@@ -108,10 +112,35 @@ static int eval_forward(train_compute *c, train_job *job, bool data_node) {
   return rc;
 }
 
+static void run_job(train_compute *c, train_job *job);
+
+/* --deterministic: the job runs on a zeroed gradient and adds its own into
+ * job->grad_part (train/grad_capture.h). */
+static void run_captured(train_compute *c, train_job *job) {
+  size_t n = stage_n_params(c->st);
+  if (!c->cap_save) c->cap_save = malloc(n * sizeof(float));
+  if (!c->cap_scratch) c->cap_scratch = malloc(n * sizeof(float));
+  if (!c->cap_save || !c->cap_scratch) {
+    job->rc = GW_ENOMEM;
+    return;
+  }
+  job->rc = grad_capture_begin(c->st, c->cap_save);
+  if (job->rc != 0) return;
+  run_job(c, job);
+  int rc = grad_capture_end(c->st, c->cap_save, c->cap_scratch, job->grad_part);
+  if (job->rc == 0) job->rc = rc;
+}
+
 void train_compute_run(void *ctx, train_job *job) {
   train_compute *c = ctx;
   job->rc = ensure_stage(c);
   if (job->rc != 0) return;
+  bool grads = job->kind == TRAIN_JOB_LOSS || job->kind == TRAIN_JOB_BACKWARD || job->kind == TRAIN_JOB_EMBED_BACKWARD;
+  if (grads && job->grad_part) run_captured(c, job);
+  else run_job(c, job);
+}
+
+static void run_job(train_compute *c, train_job *job) {
   switch (job->kind) {
   case TRAIN_JOB_EMBED: job->rc = embed(c, job); break;
   case TRAIN_JOB_FORWARD: job->rc = forward(c, job); break;

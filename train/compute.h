@@ -21,6 +21,7 @@ typedef struct train_compute {
   /* created by the first job */
   gpu_backend *be;
   stage *st;
+  float *cap_save, *cap_scratch; /* --deterministic: grad_capture's scratch (n_params each), lazily */
   char err[256];
 } train_compute;
 

@@ -28,6 +28,8 @@ void train_tunables_default(train_tunables *t) {
   t->trim_fraction = 0.2;
   t->byzantine = TRAIN_BYZ_NONE;
   t->byzantine_scale = 100.0;
+  t->rebalance_after = 3;
+  t->rebalance_margin = 0.2;
 }
 
 /* ---- small helpers ---- */
@@ -129,6 +131,7 @@ train_job *peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const vo
   job->out_bytes = out_bytes;
   job->targets = mb ? mb->targets : NULL;
   job->owner = mb;
+  job->grad_part = ledger_part_for(p, mb, kind);
   if (p->io.compute(p->io.ud, job) != 0) {
     free(job);
     return NULL;
@@ -200,6 +203,7 @@ void train_peer_free(train_peer *p) {
   free(p->backlog);
   eval_free(p);
   agg_free(p);
+  ledger_free(p);
   join_free(p);
   replica_free(p);
   admit_free(p);
@@ -372,6 +376,7 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
   drop_member(p, peer);
   if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, peer);
   mb_peer_down(p, peer);
+  ledger_peer_down(p, peer);
   agg_peer_down(p, peer);
   join_peer_down(p, peer);
   admit_peer_down(p, peer);
@@ -393,17 +398,26 @@ double train_peer_compute_ms(const train_peer *p) {
   return jobs ? 1000.0 * p->counters.compute_seconds / (double)jobs * 2.0 : 0.0;
 }
 
+double train_peer_mb_compute_ms(const train_peer *p) {
+  const train_counters *c = &p->counters;
+  uint64_t jobs = c->forward_computed + c->forward_recomputed + c->backward_computed;
+  return jobs ? 1000.0 * c->microbatch_seconds / (double)jobs * 2.0 : 0.0;
+}
+
 static void fill_hello(train_peer *p, Gwtf__TrainHello *h0) {
   Gwtf__TrainHello h = GWTF__TRAIN_HELLO__INIT;
   h.role = p->cfg.role == TRAIN_DATA ? GWTF__TRAIN_ROLE__TRAIN_ROLE_DATA : GWTF__TRAIN_ROLE__TRAIN_ROLE_RELAY;
   h.stage = p->stage;
   h.capacity = p->cfg.capacity;
   h.compute_ms = (float)train_peer_compute_ms(p);
+  h.mb_compute_ms = (float)train_peer_mb_compute_ms(p);
   h.iteration = p->iteration;
   h.step = p->step;
+  h.joining = p->stage >= 0 && p->state != PEER_READY;
   if (p->cfg.tun.byzantine == TRAIN_BYZ_LYING_COSTS) { /* test tool: attract every flow */
     h.capacity = 4096;
     h.compute_ms = 0.001f;
+    h.mb_compute_ms = 0.001f;
   }
   wire_fill_hello(p, &h);
   *h0 = h;
@@ -419,12 +433,19 @@ void peer_send_hellos(train_peer *p) {
     if (k > 0 && neighbours[k] == p->stage) continue;
     peer_broadcast_stage(p, neighbours[k], GWTF__TRAIN_MSG__TRAIN_HELLO, &h.base);
   }
+  rebalance_hello_leader(p, &h); /* a middle stage's speed reaches the leader too */
 }
 
-static void hello_to(train_peer *p, const gw_id *to) {
+void peer_hello_to(train_peer *p, const gw_id *to) {
   Gwtf__TrainHello me = GWTF__TRAIN_HELLO__INIT;
   fill_hello(p, &me);
   peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_HELLO, &me.base, NULL);
+}
+
+void peer_hello_stage(train_peer *p, int stage) {
+  Gwtf__TrainHello h;
+  fill_hello(p, &h);
+  peer_broadcast_stage(p, stage, GWTF__TRAIN_MSG__TRAIN_HELLO, &h.base);
 }
 
 /* A member of our stage says it serves another now (the leader moved it,
@@ -450,11 +471,16 @@ static void forget_moved(train_peer *p, const gw_id *id) {
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
   if (p->stage >= 0 && h->stage >= 0 && h->stage != p->stage && peer_is_member(p, p->stage, from, false))
     forget_moved(p, from);
-  if (wire_on_hello(p, from, h) && p->stage >= 0) hello_to(p, from);
+  if (wire_on_hello(p, from, h) && p->stage >= 0) peer_hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
-  live_on_hello(p, from, h->compute_ms);
-  if (p->stage >= 0 && h->stage == p->stage) heard_member(p, from, h->capacity);
-  if (h->stage != p->stage || p->state != PEER_READY || p->aggregating) return;
+  live_on_hello(p, from, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms);
+  rebalance_on_hello(p, from, h->stage, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms, h->joining);
+  if (p->stage >= 0 && h->stage == p->stage) {
+    heard_member(p, from, h->capacity);
+    agg_member_joining(p, from, h->joining);
+  }
+  stage0_on_hello(p, from, h); /* the run's iteration, for a data node restoring stage 0 */
+  if (h->stage != p->stage || h->joining || p->state != PEER_READY || p->aggregating) return;
   /* Same stage, different iteration: whoever is behind missed a round (it
    * got ready while the stage aggregated) and must fetch the state again,
    * once directory members say so (trust_claim_ahead): a HELLO alone from
@@ -462,7 +488,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
   if (h->iteration > p->iteration) {
     trust_claim_ahead(p, from, h->iteration, "hello");
   } else if (h->iteration < p->iteration) {
-    hello_to(p, from);
+    peer_hello_to(p, from);
   }
 }
 
@@ -540,6 +566,7 @@ void train_peer_on_message(train_peer *p, const gw_id *from, uint32_t type, cons
 void train_peer_on_job_done(train_peer *p, train_job *job, uint64_t now_ms) {
   p->now = now_ms;
   p->counters.compute_seconds += job->seconds;
+  if (job->kind == TRAIN_JOB_FORWARD || job->kind == TRAIN_JOB_BACKWARD) p->counters.microbatch_seconds += job->seconds;
   switch (job->kind) {
   case TRAIN_JOB_GRAD_EXPORT:
   case TRAIN_JOB_APPLY:
@@ -564,8 +591,10 @@ void train_peer_on_tick(train_peer *p, uint64_t now_ms) {
   agg_tick(p);
   join_tick(p);
   verify_tick(p);
+  behind_tick(p);
   replica_tick(p);
   move_tick(p);
+  stage0_tick(p);
   if (p->cfg.role == TRAIN_DATA) {
     leader_check(p);
     data_tick(p);

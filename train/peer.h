@@ -114,7 +114,7 @@ typedef enum train_job_kind {
   TRAIN_JOB_EVAL_LOSS,        /* data: in [B,T,C], targets -> loss                       */
 } train_job_kind;
 
-#define TRAIN_JOB_MAX_ORPHANS 5
+#define TRAIN_JOB_MAX_ORPHANS 6
 
 typedef struct train_job {
   train_job_kind kind;
@@ -132,6 +132,10 @@ typedef struct train_job {
   void *blob;       /* SNAPSHOT: malloc'd serialized state (the peer frees it) */
   size_t blob_len;
   void *owner;      /* the peer's bookkeeping; NULL once the peer abandoned the job */
+  /* --deterministic, LOSS / BACKWARD / EMBED_BACKWARD: the job's own
+   * gradient is added into this (n_params floats, the peer's; see
+   * train/grad_capture.h); NULL: accumulate as usual. */
+  float *grad_part;
   /* Buffers the peer let go of while this job still reads or writes them
    * (its microbatch or round was abandoned): they live until the job ends
    * and are freed with it, by train_job_free. */
@@ -295,6 +299,15 @@ typedef struct train_tunables {
                                     per coordinate (0.2) */
   train_byzantine byzantine;     /* tests only: misbehave this way (none) */
   double byzantine_scale;        /* TRAIN_BYZ_SCALE: multiply our contribution by this (100) */
+  bool deterministic;            /* --deterministic: per-microbatch gradients summed in microbatch-ID
+                                    order (train/peer_ledger.h), bit for bit train-ref's (false) */
+  /* Live rebalancing (the leader, train/peer_rebalance.c): a relay is moved
+   * into the bottleneck stage once the same move would have raised the
+   * bottleneck's rate by more than rebalance_margin for rebalance_after
+   * iterations in a row (3; 0: never), and no other move follows for
+   * rebalance_after iterations after it landed. */
+  uint32_t rebalance_after;
+  double rebalance_margin;       /* 0.2 */
 } train_tunables;
 
 void train_tunables_default(train_tunables *t);
@@ -318,6 +331,11 @@ typedef struct train_peer_config {
   bool initial_weights; /* this peer may start from its seeded init (the run's first members) */
   bool movable;         /* the driver can switch this relay's stage at run time: the leader may move it
                            into a stage left empty (TRAIN_MOVE, train/peer_move.c) */
+  int join_stage;       /* relays, test tool: ask the leader for this stage in JOIN (0: its choice) */
+  bool grant_join_stage; /* data nodes, test tool: as the leader, place a joiner in the stage it asks for
+                            (else the wish is ignored: a peer must not choose the stage it attacks) */
+  uint16_t stage_layers[65]; /* blocks of each relay stage 1..n_stages (0: unknown, taken as equal): the
+                                rebalancer scales a relay's speed by them when it moves it */
   /* Wire compression of activations and their gradients (--wire-dtype):
    * what we would like to send (0 = F32), and the set of dtypes we accept
    * (WIRE_BIT mask, train/wire_codec.h; 0 = every one this build decodes).
@@ -488,6 +506,7 @@ typedef struct train_counters {
   uint64_t repairs_started; /* data: repairs begun (a microbatch may need more than one) */
   uint64_t microbatches_done;
   double compute_seconds, wasted_seconds;
+  double microbatch_seconds; /* relays: of FORWARD and BACKWARD jobs only */
   uint64_t aggregations;
   /* trust: messages refused by the dispatch table (or as evidence), contributions
    * rejected by validation, bans, resyncs started */
@@ -505,6 +524,17 @@ typedef struct train_counters {
    * a bad signature, a signer we do not follow, floats that do not match the signed
    * hash) or because they misstate our contribution */
   uint64_t averages_signed, averages_forged;
+  /* exactly once (train/peer_ledger.h): microbatches a member accumulated
+   * twice or an aggregator found listed twice in a round (duplicates), in
+   * the iteration's ledger but in no contribution (missing), listed but
+   * deferred by their data node (extra); rounds averaged exactly
+   * (--deterministic) */
+  uint64_t ledger_duplicates, ledger_missing, ledger_extra, ledger_exact_rounds;
+  uint64_t ledger_reruns; /* data, --deterministic: microbatches run again for a member that died */
+  uint64_t ledger_recovered; /* aggregator, --deterministic: missing, but a dead member had shared it */
+  uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
+  uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
+  uint64_t downloads_caught_up; /* it aggregated once: we asked for that average instead */
   /* failure detection (train/peer_liveness.c): peers probed after missing an
    * RTT-based deadline, and probes left unanswered (the peer declared failed) */
   uint64_t probes_sent, probes_failed;
@@ -527,5 +557,7 @@ int train_peer_next_load(train_peer *p, const gw_id *peer, train_load *out);
 /* What our HELLO claims as compute time (ms per forward + backward): the
  * mean over every job so far, 0 before the first. */
 double train_peer_compute_ms(const train_peer *p);
+/* The same of forward and backward jobs only (0: none yet). */
+double train_peer_mb_compute_ms(const train_peer *p);
 
 #endif

@@ -90,6 +90,28 @@ static void reset_round(peer_agg *a) {
 
 static bool is_failed(const peer_agg *a, const gw_id *id) { return id_in(a->failed, a->n_failed, id); }
 
+/* A joining mark lasts while its HELLOs (one per gradient it cannot take)
+ * keep saying so, and at most this long after the last. */
+#define JOINING_MS(p) (2 * (p)->cfg.tun.agg_timeout_ms)
+
+static int joining_slot(const train_peer *p, const gw_id *id) {
+  for (size_t i = 0; i < sizeof(p->agg.joining) / sizeof(p->agg.joining[0]); i++)
+    if (p->agg.joining[i].at_ms && gw_id_eq(&p->agg.joining[i].id, id)) return (int)i;
+  return -1;
+}
+
+static bool member_joining(const train_peer *p, const gw_id *id) {
+  int k = joining_slot(p, id);
+  return k >= 0 && p->now - p->agg.joining[k].at_ms < JOINING_MS(p);
+}
+
+/* Not waited for, not picked: it gave up on the round (failed), or it
+ * waits for our state, which we serve only once the round is over (a
+ * request that came between two rounds held the next for its timeout). */
+static bool out_of_round(const train_peer *p, const gw_id *id) {
+  return is_failed(&p->agg, id) || join_awaits_our_state(p, id) || member_joining(p, id);
+}
+
 /* The lowest live node ID among us and the members of our stage that the
  * directory (or the leader's ASSIGN) vouches for. A peer only heard by
  * HELLO is never picked: anyone can say HELLO, and a stranger with a
@@ -102,13 +124,19 @@ static gw_id pick_aggregator(train_peer *p) {
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
     if ((!v->v[i].heard || v->v[i].vouched) && gw_id_cmp(id, &best) < 0 && peer_alive(p, id) &&
-        !is_failed(&p->agg, id))
+        !out_of_round(p, id))
       best = *id;
   }
   return best;
 }
 
-static bool i_aggregate(train_peer *p) { return gw_id_eq(&p->agg.aggregator, &p->cfg.self); }
+bool agg_i_aggregate(train_peer *p) { return gw_id_eq(&p->agg.aggregator, &p->cfg.self); }
+
+/* We are fetching (or checking) our stage's state; `from` is a directory
+ * member of it (our source, or the aggregator whose view has us). */
+bool agg_joining_from(train_peer *p, const gw_id *from) {
+  return (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) && peer_is_member(p, p->stage, from, true);
+}
 
 /* Only the aggregator we chose for the round may send us its average: one
  * TRAIN_AVG from anyone used to rewrite a whole stage. Before we picked
@@ -128,6 +156,11 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
       (p->state != PEER_READY || (p->dl.done_ms && p->iteration == p->dl.iteration &&
                                   p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms)))
     return true;
+  /* getting ready, a directory member's average tells us the round ended
+   * (missed_while_joining): nothing of it is applied now */
+  if (agg_joining_from(p, from)) return true;
+  /* ... and the one we then asked for it (agg_ask_missed_average) */
+  if (p->dl.catch_up && gw_id_eq(from, &p->dl.avg_from) && p->iteration == p->dl.iteration) return true;
   gw_id now = pick_aggregator(p);
   if (gw_id_eq(from, &now)) return true;
   /* A vouched member of lower ID than the aggregator we followed: its
@@ -157,6 +190,14 @@ bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer) {
   if (gw_id_eq(signer, &p->dl.from) && p->dl.done_ms && p->iteration == p->dl.iteration &&
       p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms)
     return true;
+  /* our source passes on the average it applied after serving us (its
+   * aggregator's, a directory member of our stage: the signature says who
+   * made it); asked for it (agg_ask_missed_average), we step with what it stepped */
+  if (p->dl.catch_up && gw_id_eq(from, &p->dl.avg_from) && p->iteration == p->dl.iteration &&
+      gw_id_eq(signer, &p->dl.avg_signer))
+    return true;
+  /* getting ready: our source's word, or a directory member's own average */
+  if (agg_joining_from(p, from) && (gw_id_eq(from, &p->dl.from) || gw_id_eq(signer, from))) return true;
   gw_id now = pick_aggregator(p);
   if (gw_id_eq(signer, &now)) return true;
   return peer_vouched(p, signer) && (gw_id_cmp(signer, &a->aggregator) < 0 ||
@@ -168,11 +209,12 @@ bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer) {
 /* BEGIN_AGG to our stage names the members our directory lists (and us):
  * a member that only heard one of them by HELLO may then pick it to
  * aggregate, so views that differ by a joiner still agree (peer_vouch). */
-static void flood_begin(train_peer *p, uint64_t iteration) {
+void agg_flood_begin(train_peer *p, uint64_t iteration) {
   Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
   ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
   size_t n = 0;
   m.iteration = iteration;
+  ledger_fill_begin(p, &m, iteration); /* the iteration's ledger travels with it (peer_ledger.h) */
   if (p->stage < p->cfg.n_stages)
     peer_broadcast_stage(p, p->stage + 1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
   ids[n++] = id_bytes(&p->cfg.self);
@@ -186,7 +228,7 @@ static void flood_begin(train_peer *p, uint64_t iteration) {
 
 /* Enters the round for `iteration` (weights frozen, microbatches dropped);
  * exports our gradient unless an average is already arriving. */
-static void enter_round(train_peer *p, uint64_t iteration, bool export) {
+void agg_enter_round(train_peer *p, uint64_t iteration, bool export) {
   peer_agg *a = &p->agg;
   if (p->aggregating) return;
   p->aggregating = true;
@@ -215,6 +257,16 @@ static void enter_round(train_peer *p, uint64_t iteration, bool export) {
   }
 }
 
+void agg_begin_late(train_peer *p) {
+  if (p->aggregating || p->state != PEER_READY || p->begin_agg_seen > p->iteration) return;
+  GW_WARN(&p->log, "aggregation.late_begin",
+          "iter=%llu msg=\"upstream moved on without a BEGIN_AGG reaching us: we begin the round\"",
+          (unsigned long long)p->iteration);
+  p->begin_agg_seen = p->iteration + 1;
+  agg_flood_begin(p, p->iteration);
+  agg_enter_round(p, p->iteration, true);
+}
+
 void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *msg) {
   uint64_t iteration = msg->iteration;
   if (msg->n_members && p->stage >= 0 && peer_is_member(p, p->stage, from, true) && iteration >= p->iteration &&
@@ -226,6 +278,7 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
       peer_vouch(p, &id);
     }
   }
+  ledger_on_begin(p, from, msg); /* every data node's flood adds its ledger */
   if (p->begin_agg_seen > iteration) return; /* already flooded */
   /* A far-future iteration is never remembered: one forged BEGIN_AGG made
    * us ignore every real one up to it. */
@@ -249,8 +302,8 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
     return;
   }
   p->begin_agg_seen = iteration + 1;
-  flood_begin(p, iteration);
-  enter_round(p, iteration, true);
+  agg_flood_begin(p, iteration);
+  agg_enter_round(p, iteration, true);
 }
 
 /* ---- sending gradients and averages ---- */
@@ -264,6 +317,8 @@ static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const f
     ids[i] = id_bytes(&contributors[i]);
     if (hashes) hs[i] = (ProtobufCBinaryData){32, hashes[i]};
   }
+  bool own_sum = type == GWTF__TRAIN_MSG__TRAIN_GRAD && v; /* our contribution: with its ledger */
+  if (own_sum) ledger_send_mb_grads(p, to, iteration);
   for (size_t off = 0; off < n || off == 0; off += step) {
     Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
     train_tensor t;
@@ -281,6 +336,7 @@ static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const f
     }
     g.total_count = total_count;
     if (off == 0) avgsig_fill(sig, &g); /* an average's signature: first chunk only */
+    if (off == 0 && own_sum) ledger_fill_grad(p, &g);
     if (v) tensor_1d(&t, v + off, len);
     peer_send(p, to, type, &g.base, v ? &t : NULL);
     if (!v) break;
@@ -316,7 +372,7 @@ static void send_mine(train_peer *p) {
 /* The average we applied last, ours or another aggregator's, with its
  * aggregator's signature as it came: a copy we pass on verifies as that
  * aggregator's (peer_avgsig.c). */
-static void send_last_avg(train_peer *p, const gw_id *to) {
+void agg_send_last_avg(train_peer *p, const gw_id *to) {
   peer_agg *a = &p->agg;
   /* No microbatch anywhere in the stage: the "average" is a skipped step. */
   send_vector(p, to, GWTF__TRAIN_MSG__TRAIN_AVG, a->last_avg_total_count ? a->last_avg : NULL, 0,
@@ -352,7 +408,8 @@ static bool round_complete(train_peer *p) {
      * and a stranger claiming our stage held every round for its timeout.
      * Its gradient is taken if it comes in time. One that is vouched for
      * is waited for, as it may be picked (pick_aggregator). */
-    if ((v->v[i].heard && !v->v[i].vouched) || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) || is_failed(a, id))
+    if ((v->v[i].heard && !v->v[i].vouched) || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) ||
+        out_of_round(p, id))
       continue;
     bool have = false;
     for (uint32_t k = 0; k < a->n_contrib; k++)
@@ -362,7 +419,6 @@ static bool round_complete(train_peer *p) {
   return true;
 }
 
-static void apply_average(train_peer *p, const float *avg, uint32_t total_count);
 
 /* --aggregate trimmed-mean: the coordinate-wise trimmed mean of the
  * non-empty contributions' per-microbatch gradients (in node-ID order; the
@@ -394,6 +450,7 @@ static void finish_round(train_peer *p) {
   a->n_contrib = kept;
   qsort(a->contrib, a->n_contrib, sizeof(a->contrib[0]), cmp_contrib);
   for (uint32_t i = 0; i < a->n_contrib; i++) total += a->contrib[i].count;
+  ledger_round(p, &total); /* each microbatch once (peer_ledger.h) */
   free(a->last_avg);
   a->last_avg = NULL;
   if (total > 0) {
@@ -401,7 +458,7 @@ static void finish_round(train_peer *p) {
     if (!a->last_avg) return;
     if (p->cfg.tun.aggregate == TRAIN_AGG_TRIMMED) {
       trimmed_mean(p);
-    } else {
+    } else if (!ledger_average(p, a->last_avg)) {
       const float *sums[PEER_MAX_CONTRIB];
       for (uint32_t i = 0; i < a->n_contrib; i++) sums[i] = a->contrib[i].buf;
       train_agg_mean(sums, a->n_contrib, n, total, a->last_avg);
@@ -420,7 +477,7 @@ static void finish_round(train_peer *p) {
   avgsig_sign_last(p);
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++)
-    if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id)) send_last_avg(p, &v->v[i].id);
+    if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id)) agg_send_last_avg(p, &v->v[i].id);
   /* Peers that just fetched our state may not be in our view yet: without
    * this average they would start the next iteration one step behind. */
   for (size_t i = 0; i < sizeof(p->served) / sizeof(p->served[0]); i++) {
@@ -429,14 +486,14 @@ static void finish_round(train_peer *p) {
     for (size_t k = 0; v && k < v->n; k++) known |= gw_id_eq(&v->v[k].id, id);
     if (p->served[i].at_ms && !known && p->now - p->served[i].at_ms < 4 * p->cfg.tun.agg_timeout_ms &&
         peer_alive(p, id))
-      send_last_avg(p, id);
+      agg_send_last_avg(p, id);
   }
-  apply_average(p, a->last_avg, total);
+  agg_apply_average(p, a->last_avg, total);
 }
 
 static void maybe_finish(train_peer *p) {
   peer_agg *a = &p->agg;
-  if (!p->aggregating || a->phase != AGG_COLLECT || !i_aggregate(p)) return;
+  if (!p->aggregating || a->phase != AGG_COLLECT || !agg_i_aggregate(p)) return;
   if (round_complete(p)) finish_round(p);
 }
 
@@ -447,7 +504,7 @@ static void contribute(train_peer *p) {
   a->aggregator = pick_aggregator(p);
   a->picked = true;
   a->deadline = p->now + p->cfg.tun.agg_timeout_ms;
-  if (i_aggregate(p)) {
+  if (agg_i_aggregate(p)) {
     agg_contrib *c = contrib_for(a, &p->cfg.self);
     if (!c) return;
     free(c->buf);
@@ -465,9 +522,17 @@ static void contribute(train_peer *p) {
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
   peer_agg *a = &p->agg;
   size_t n = p->cfg.shape.n_params;
-  if (g->stage != p->stage || p->state != PEER_READY) return;
+  if (ledger_on_grad(p, from, g, t)) return; /* a per-microbatch gradient (--deterministic) */
+  if (g->stage != p->stage) return;
+  if (p->state != PEER_READY) {
+    /* A member picked us from a directory that lists us (we restarted, or
+     * its view is ahead of our download): tell it we are joining, and it
+     * sends its gradient to another member rather than wait for us. */
+    if (g->offset == 0 && (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING)) peer_hello_to(p, from);
+    return;
+  }
   if (a->have_last_avg && g->iteration == a->last_avg_iteration && g->offset == 0) {
-    send_last_avg(p, from); /* a member that missed our average */
+    agg_send_last_avg(p, from); /* a member that missed our average */
     return;
   }
   if (g->iteration != p->iteration) return;
@@ -481,8 +546,8 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
    * the whole timeout for it. */
   if (!p->aggregating) {
     p->begin_agg_seen = p->iteration + 1;
-    flood_begin(p, p->iteration);
-    enter_round(p, p->iteration, true);
+    agg_flood_begin(p, p->iteration);
+    agg_enter_round(p, p->iteration, true);
   }
   agg_contrib *c = contrib_for(a, from);
   if (!c || c->rejected) return;
@@ -509,9 +574,9 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
   maybe_finish(p);
 }
 
-/* ---- members ---- */
+/* ---- applying an average (ours as aggregator, or a member's: peer_avg.c) ---- */
 
-static void apply_average(train_peer *p, const float *avg, uint32_t total_count) {
+void agg_apply_average(train_peer *p, const float *avg, uint32_t total_count) {
   peer_agg *a = &p->agg;
   a->phase = AGG_APPLY;
   a->applied_from = a->aggregator;
@@ -520,233 +585,6 @@ static void apply_average(train_peer *p, const float *avg, uint32_t total_count)
   train_job *job = avg ? peer_submit(p, TRAIN_JOB_APPLY, NULL, avg, n * sizeof(float), NULL, 0)
                        : peer_submit(p, TRAIN_JOB_SKIP_STEP, NULL, NULL, 0, NULL, 0);
   if (!job) GW_ERROR(&p->log, "aggregation.failed", "iter=%llu reason=apply", (unsigned long long)a->iteration);
-}
-
-/* If we contributed, the average must list our contribution with the hash
- * of what we sent: one that lists a different hash was not made from our
- * gradient (refused, agg.forged). One that leaves us out is applied all the
- * same (logged once it is whole and checked): the aggregator may have timed
- * out on us or rejected us, and a member that refused it would split from
- * its stage. */
-static bool avg_lists_us_right(train_peer *p, const gw_id *from, const peer_avg_sig *sig, const Gwtf__TrainGrad *g,
-                               bool *left_out) {
-  peer_agg *a = &p->agg;
-  *left_out = false;
-  /* not in a round yet: nothing of ours went anywhere (`contributed` is
-   * the last round's until we enter one) */
-  if (!p->aggregating || !a->contributed || !gw_id_eq(from, &a->aggregator)) return true;
-  for (size_t i = 0; i < g->n_contributors; i++) {
-    gw_id id;
-    id_from_bytes(&id, g->contributors[i]);
-    if (!gw_id_eq(&id, &p->cfg.self)) continue;
-    if (i < g->n_contributor_hashes && g->contributor_hashes[i].len == 32 &&
-        memcmp(g->contributor_hashes[i].data, a->my_hash, 32) == 0)
-      return true;
-    avgsig_refuse(p, from, &sig->signer, g->iteration, "contribution_hash");
-    return false;
-  }
-  *left_out = true; /* counted once its floats check out (commit_average) */
-  return true;
-}
-
-/* Whether an average lists exactly the contributors and hashes of the one
- * we applied last (then it is the same average: the same inputs in the same
- * order give the same bits). */
-static bool same_as_applied(const peer_agg *a, const Gwtf__TrainGrad *g) {
-  if (g->n_contributors != a->n_last_contributors || g->n_contributor_hashes != g->n_contributors) return false;
-  for (uint32_t i = 0; i < a->n_last_contributors; i++) {
-    gw_id id;
-    id_from_bytes(&id, g->contributors[i]);
-    if (!gw_id_eq(&id, &a->last_contributors[i]) || g->contributor_hashes[i].len != 32 ||
-        memcmp(g->contributor_hashes[i].data, a->last_contrib_hashes[i], 32) != 0)
-      return false;
-  }
-  return true;
-}
-
-/* The round we finished was also averaged by a vouched member of lower ID
- * than the aggregator we followed: two views picked two aggregators and
- * the stage split. The lowest one's weights are the stage's, so we fetch
- * them from it (its own state is its average applied). */
-static void on_split(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g) {
-  peer_agg *a = &p->agg;
-  if (g->offset != 0 || !a->have_last_avg || g->iteration != a->last_avg_iteration ||
-      (p->aggregating && a->phase == AGG_APPLY) ||
-      !peer_vouched(p, from) || gw_id_cmp(from, &a->applied_from) >= 0 || same_as_applied(a, g))
-    return;
-  /* It makes us download our state again: only for an average its
-   * aggregator really made (a vouched one of lower ID than ours). */
-  peer_avg_sig sig;
-  if (!avgsig_check(p, from, g, &sig)) return;
-  char who[GW_ID_SHORT_LEN + 1], mine[GW_ID_SHORT_LEN + 1];
-  peer_short(from, who);
-  peer_short(&a->applied_from, mine);
-  GW_WARN(&p->log, "agg.split_detected", "iter=%llu aggregator=%s followed=%s members=%zu",
-          (unsigned long long)g->iteration, who, mine, g->n_contributors);
-  p->counters.splits_healed++;
-  a->aggregator = *from; /* RESYNC from it is now in order too */
-  p->dl.prefer = *from;
-  p->dl.has_prefer = true;
-  join_resync(p, p->iteration, "split");
-}
-
-/* Members that contributed to us though we do not aggregate (or no longer)
- * wait for our average: they get the stage's, which leaves them out
- * (agg.left_out), and they apply it. */
-static void pass_on(train_peer *p) {
-  peer_agg *a = &p->agg;
-  if (!a->pass_on) return;
-  a->pass_on = false;
-  for (uint32_t i = 0; i < a->n_pass_on; i++)
-    if (peer_alive(p, &a->pass_to[i])) send_last_avg(p, &a->pass_to[i]);
-  a->n_pass_on = 0;
-}
-
-/* The average whose floats just checked out becomes the one we applied:
- * kept, with its list and signature, for members that ask us late (they
- * must get exactly these bits, verifiable as its aggregator's). */
-static void commit_average(train_peer *p, uint64_t iteration, uint32_t total_count) {
-  peer_agg *a = &p->agg;
-  free(a->last_avg);
-  a->last_avg = total_count ? a->avg : NULL;
-  if (total_count) a->avg = NULL;
-  a->have_last_avg = true;
-  a->last_avg_iteration = iteration;
-  a->last_avg_total_count = total_count;
-  a->last_sig = a->pend.sig;
-  a->n_last_contributors = a->pend.n_contributors;
-  memcpy(a->last_contributors, a->pend.contributors, a->pend.n_contributors * sizeof(gw_id));
-  memcpy(a->last_contrib_hashes, a->pend.hashes, a->pend.n_contributors * 32);
-  a->pend.sig.have = false;
-  if (a->pend.left_out) {
-    char who[GW_ID_SHORT_LEN + 1];
-    peer_short(&a->pend.from, who);
-    p->counters.rounds_left_out++;
-    GW_WARN(&p->log, "agg.left_out", "aggregator=%s iter=%llu", who, (unsigned long long)iteration);
-  }
-}
-
-/* An average's first chunk, its signature checked: we are in the round
- * now, and this is the average we expect the rest of. */
-static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const peer_avg_sig *sig,
-                          bool left_out) {
-  peer_agg *a = &p->agg;
-  if (!p->aggregating) {
-    /* The average overtook BEGIN_AGG: we are not in it, but we step with it. */
-    p->begin_agg_seen = p->iteration + 1;
-    flood_begin(p, p->iteration);
-    enter_round(p, p->iteration, false);
-  }
-  if (!gw_id_eq(from, &p->cfg.self)) {
-    /* Members that sent us their gradient picked us to aggregate (their view
-     * lacks the one we follow, or we did, until now). The average we apply
-     * is the stage's: they get it from us once it is whole (pass_on), see
-     * themselves left out and apply it, rather than give up on us and step
-     * alone. */
-    a->n_pass_on = 0;
-    for (uint32_t i = 0; i < a->n_contrib; i++)
-      if (!gw_id_eq(&a->contrib[i].id, &p->cfg.self)) a->pass_to[a->n_pass_on++] = a->contrib[i].id;
-    a->pass_on = a->n_pass_on > 0;
-    if (i_aggregate(p)) {
-      char who[GW_ID_SHORT_LEN + 1];
-      peer_short(from, who);
-      GW_WARN(&p->log, "agg.deferred", "iter=%llu to=%s contributors_waiting=%u", (unsigned long long)g->iteration,
-              who, a->n_pass_on);
-    }
-  }
-  a->aggregator = *from;
-  a->picked = true;
-  /* avgsig_check took only lists of at most PEER_MAX_CONTRIB well-formed entries */
-  a->pend.from = *from;
-  a->pend.sig = *sig;
-  a->pend.left_out = left_out;
-  a->pend.n_contributors = (uint32_t)g->n_contributors;
-  for (uint32_t i = 0; i < a->pend.n_contributors; i++) {
-    id_from_bytes(&a->pend.contributors[i], g->contributors[i]);
-    memcpy(a->pend.hashes[i], g->contributor_hashes[i].data, 32);
-  }
-  a->avg_received = 0;
-}
-
-void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
-  peer_agg *a = &p->agg;
-  size_t n = p->cfg.shape.n_params;
-  if (g->stage == p->stage && p->state == PEER_READY && g->iteration + 1 == p->iteration) {
-    on_split(p, from, g);
-    return;
-  }
-  if (g->stage != p->stage || p->state != PEER_READY || g->iteration != p->iteration) return;
-  if (p->aggregating && (a->phase == AGG_APPLY)) return;
-  if (g->offset == 0) {
-    /* Checked before anything changes: a refused average leaves us waiting
-     * for the real one, or for the deadline that moves us on. */
-    peer_avg_sig sig;
-    bool left_out;
-    if (!avgsig_check(p, from, g, &sig) || !avg_lists_us_right(p, from, &sig, g, &left_out)) return;
-    begin_average(p, from, g, &sig, left_out);
-    if (g->total_count == 0 || g->total == 0) {
-      if (!avgsig_check_floats(p, from, &a->pend.sig, g->iteration, NULL, 0)) {
-        a->pend.sig.have = false;
-        return;
-      }
-      commit_average(p, g->iteration, 0);
-      pass_on(p);
-      apply_average(p, NULL, 0);
-      return;
-    }
-  } else if (!p->aggregating || !a->pend.sig.have || !gw_id_eq(from, &a->pend.from)) {
-    return; /* the rest of an average we refused, or another sender's */
-  }
-  if (g->total != n || !t || t->dtype != TRAIN_F32) return;
-  size_t len = t->nbytes / sizeof(float);
-  if (g->offset > n || len > n - g->offset) return;
-  if (!a->avg) a->avg = malloc(n * sizeof(float));
-  if (!a->avg) return;
-  /* in order, as a contribution's chunks */
-  if (g->offset != a->avg_received) return;
-  memcpy(a->avg + g->offset, t->data, len * sizeof(float));
-  a->avg_received += len;
-  if (a->avg_received != n) return;
-  if (!avgsig_check_floats(p, from, &a->pend.sig, g->iteration, a->avg, n)) {
-    a->pend.sig.have = false;
-    a->avg_received = 0;
-    return;
-  }
-  if (!p->cfg.tun.no_validation) {
-    for (size_t k = 0; k < n; k++) {
-      if (isfinite(a->avg[k])) continue;
-      /* even the round's aggregator does not get to step us into NaN: we
-       * wait it out, and the next aggregator (agg_tick) takes over */
-      trust_reject(p, from, g->iteration, "nonfinite");
-      a->pend.sig.have = false;
-      a->avg_received = 0;
-      return;
-    }
-  }
-  commit_average(p, g->iteration, g->total_count);
-  pass_on(p);
-  apply_average(p, a->last_avg, g->total_count);
-}
-
-void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d) {
-  char who[GW_ID_SHORT_LEN + 1], theirs[17], mine[17];
-  if (d->stage != p->stage || d->hash.len != 32 || d->iteration + 1 != p->iteration) return;
-  if (memcmp(d->hash.data, p->agg.last_hash, 32) == 0) return;
-  peer_short(from, who);
-  hash_hex(d->hash.data, theirs);
-  hash_hex(p->agg.last_hash, mine);
-  GW_ERROR(&p->log, "aggregation.hash_mismatch", "iter=%llu peer=%s theirs=%s mine=%s",
-           (unsigned long long)d->iteration, who, theirs, mine);
-  /* The aggregator's weights are the stage's: the member that differs
-   * fetches them again rather than drift. */
-  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
-  m.iteration = p->iteration;
-  peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_RESYNC, &m.base, NULL);
-}
-
-void agg_on_resync(train_peer *p, const gw_id *from, uint64_t iteration) {
-  if (p->state != PEER_READY || p->aggregating || !gw_id_eq(from, &p->agg.aggregator)) return;
-  join_resync(p, iteration, "hash_mismatch");
 }
 
 /* ---- CAN_TAKE ---- */
@@ -819,7 +657,7 @@ static void round_done(train_peer *p, train_job *job) {
           "iter=%llu hash=%s step=%llu microbatches=%u total=%u members=%u wasted_s=%.4f",
           (unsigned long long)a->iteration, hash, (unsigned long long)p->step, a->my_count,
           a->avg_total_count, a->n_last_contributors, wasted);
-  if (!i_aggregate(p)) {
+  if (!agg_i_aggregate(p)) {
     Gwtf__TrainAggDone d = GWTF__TRAIN_AGG_DONE__INIT;
     d.iteration = a->iteration;
     d.stage = p->stage;
@@ -843,6 +681,7 @@ static void round_done(train_peer *p, train_job *job) {
   mb_release_queued(p);
   agg_try_can_take(p);
   join_serve_pending(p);
+  move_after_round(p); /* a rebalancing move waited for this round (peer_move.c) */
 }
 
 void agg_job_done(train_peer *p, train_job *job) {
@@ -899,6 +738,16 @@ static void ask_for_applied_average(train_peer *p) {
   p->agg.asked_applied = true;
 }
 
+void agg_ask_missed_average(train_peer *p, const gw_id *from) {
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  p->counters.downloads_caught_up++;
+  GW_INFO(&p->log, "weights.catch_up", "iter=%llu from=%s", (unsigned long long)p->iteration, who);
+  /* an empty gradient for the round it averaged: it answers with the
+   * average it applied (agg_on_grad), which we step with */
+  send_vector(p, from, GWTF__TRAIN_MSG__TRAIN_GRAD, NULL, 0, NULL, NULL, 0, 0, p->iteration, NULL);
+}
+
 void agg_tick(train_peer *p) {
   peer_agg *a = &p->agg;
   reflood(p);
@@ -906,7 +755,7 @@ void agg_tick(train_peer *p) {
    * first member of an empty stage) owes its stage's CAN_TAKE too. */
   agg_try_can_take(p);
   if (!p->aggregating || a->phase != AGG_COLLECT) return;
-  if (i_aggregate(p)) {
+  if (agg_i_aggregate(p)) {
     maybe_finish(p);
     return;
   }
@@ -923,7 +772,7 @@ void agg_tick(train_peer *p) {
     if (!a->mine) return;
   }
   contribute(p);
-  if (i_aggregate(p)) ask_for_applied_average(p);
+  if (agg_i_aggregate(p)) ask_for_applied_average(p);
 }
 
 /* We are resyncing: the round we were in (waiting for an average that did
@@ -943,18 +792,44 @@ void agg_abandon_round(train_peer *p) {
 /* A member asked us for our weights: it is (re)joining and will not take
  * part in this round. Neither wait for it nor pick it to aggregate (else the
  * round stalls a whole timeout on it while its download waits on the round). */
+void agg_member_joining(train_peer *p, const gw_id *peer, bool joining) {
+  peer_agg *a = &p->agg;
+  int k = joining_slot(p, peer);
+  if (!joining) {
+    if (k >= 0) a->joining[k].at_ms = 0;
+    return;
+  }
+  if (k < 0) {
+    k = 0; /* a free slot, or the oldest mark */
+    for (size_t i = 1; i < sizeof(a->joining) / sizeof(a->joining[0]); i++)
+      if (a->joining[i].at_ms < a->joining[k].at_ms) k = (int)i;
+    a->joining[k].id = *peer;
+  }
+  a->joining[k].at_ms = p->now ? p->now : 1;
+  if (!p->aggregating || a->phase != AGG_COLLECT) return;
+  if (agg_i_aggregate(p)) {
+    maybe_finish(p); /* not waited for any more */
+  } else if (gw_id_eq(&a->aggregator, peer)) {
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(peer, who);
+    GW_INFO(&p->log, "aggregation.aggregator_joining", "iter=%llu aggregator=%s", (unsigned long long)a->iteration,
+            who);
+    a->deadline = p->now; /* agg_tick gives up on it and contributes to the next */
+  }
+}
+
 void agg_member_downloading(train_peer *p, const gw_id *peer) {
   peer_agg *a = &p->agg;
   if (!p->aggregating || is_failed(a, peer)) return;
   if (a->n_failed < PEER_MAX_CONTRIB) a->failed[a->n_failed++] = *peer;
   if (a->phase != AGG_COLLECT) return;
-  if (i_aggregate(p)) maybe_finish(p);
+  if (agg_i_aggregate(p)) maybe_finish(p);
   else if (gw_id_eq(&a->aggregator, peer)) a->deadline = p->now;
 }
 
 void agg_peer_down(train_peer *p, const gw_id *peer) {
   peer_agg *a = &p->agg;
   if (!p->aggregating || a->phase != AGG_COLLECT) return;
-  if (i_aggregate(p)) maybe_finish(p);
+  if (agg_i_aggregate(p)) maybe_finish(p);
   else if (gw_id_eq(&a->aggregator, peer)) a->deadline = p->now;
 }

@@ -6,6 +6,7 @@
 #include "train/member.h"
 #include "train/replica_store.h"
 #include "train/peer.h"
+#include "train/peer_ledger.h"
 #include "train.pb-c.h"
 
 #define PEER_MAX_STAGES 64
@@ -86,6 +87,7 @@ typedef struct peer_mb {
   int gap_last;              /* last stage of the gap */
   gw_id gap_target;          /* first live peer after the gap (holds the gradient) */
   uint64_t recover_started_ms;
+  float *gpart; /* --deterministic: this microbatch's own gradient on us (train/peer_ledger.h) */
 } peer_mb;
 
 /* ---- membership ---- */
@@ -185,6 +187,8 @@ typedef struct peer_agg {
    * (a reference for the norm check when a round has few contributions) */
   double norm_hist[8];
   uint32_t n_norm_hist, norm_hist_pos;
+  /* stage-mates whose HELLO said they are fetching their state (joining) */
+  struct { gw_id id; uint64_t at_ms; } joining[8];
 } peer_agg;
 
 /* ---- joins and weight transfer ---- */
@@ -204,12 +208,23 @@ typedef struct peer_download {
   uint64_t done_ms;           /* the last download finished (from `from`, for `iteration`) */
   gw_id prefer;               /* resync after a split: the winning aggregator first */
   bool has_prefer;
+  /* The stage ended one round while we fetched (`avg_from` sent us its
+   * average of round avg_of - 1): once ready we ask it for it and step
+   * with it (agg_ask_missed_average), rather than fetch again. A round
+   * that only began (BEGIN_AGG) is waited for until wait_round_until. */
+  bool catch_up;
+  uint64_t catch_up_until; /* a stage-mate one round ahead is expected until then */
+  uint64_t avg_of, wait_round_until;
+  gw_id avg_from; /* who sent that average: our source, or its maker (a directory member) */
+  gw_id avg_signer; /* who signed it, and the hash of its floats: the catch-up */
+  uint8_t avg_hash[32]; /* must bring exactly that average */
 } peer_download;
 
 typedef struct peer_candidate {
   gw_id id;
   uint32_t capacity;
   double compute_ms;
+  int want_stage; /* asked for in JOIN (--join-stage, a test tool; 0: none) */
 } peer_candidate;
 
 typedef struct peer_pending_snapshot {
@@ -246,6 +261,15 @@ typedef struct peer_trust {
   trust_claim claims[PEER_MAX_CONTRIB];
   uint32_t n_claims;
 } peer_trust;
+
+/* ---- a stage left behind (peer_behind.c) ---- */
+
+typedef struct peer_behind {
+  uint64_t iteration; /* the iteration of the latest offer past our next one this spell (0: none) */
+  uint64_t since_ms, last_ms; /* the spell's first and latest such offer */
+  /* the first microbatch of our next iteration we queued while in `next_of` (0: none) */
+  uint64_t next_since_ms, next_of;
+} peer_behind;
 
 /* ---- private runs (peer_admit.c) ---- */
 
@@ -304,6 +328,8 @@ typedef struct peer_verify {
   uint64_t deadline;
   gw_id agree[PEER_MAX_CONTRIB], disagree[PEER_MAX_CONTRIB];
   uint32_t n_agree, n_disagree;
+  gw_id abstain[PEER_MAX_CONTRIB]; /* answered that they have no weights to compare yet */
+  uint32_t n_abstain;
 } peer_verify;
 
 /* ---- wire compression (peer_wire.c) ---- */
@@ -345,6 +371,13 @@ typedef struct peer_replicas {
   uint32_t want_votes;        /* holders announcing it in the DHT (0: the holder's chunk says it) */
   uint64_t want_iteration;    /* the run's iteration when we were placed */
   bool lost_logged;
+  /* stage 0 outliving its data nodes (peer_stage0.c) */
+  uint64_t run_iter_seen;     /* data node getting ready: the newest iteration relays of the run said they are in */
+  bool s0_restored;           /* data node: stage 0 came from a replica, no iteration started since */
+  bool s0_waiting_logged;
+  bool data_seen, paused;     /* relay: a live data node was seen; none is live now (run.paused) */
+  uint64_t paused_since;
+  uint64_t no_data_since;     /* relay: no live data node in our view since (0: one is) */
   /* leader: stages seen without a live member (stage.empty logged once) */
   bool empty_logged[PEER_MAX_STAGES + 1];
   uint64_t empty_since[PEER_MAX_STAGES + 1]; /* 0: not empty */
@@ -352,7 +385,34 @@ typedef struct peer_replicas {
   bool move_pending;
   int move_stage;
   uint64_t move_iteration, move_step;
+  uint64_t move_after; /* a rebalancing move waits until our iteration reaches this (0: none) */
+  gw_id move_peers[PEER_MAX_CONTRIB]; /* the new stage's members the leader named (download sources) */
+  uint32_t n_move_peers;
 } peer_replicas;
+
+/* ---- live rebalancing (the leader, peer_rebalance.c) ---- */
+
+#define REBALANCE_MAX_RATES 256
+
+typedef struct peer_rate {
+  gw_id id;
+  int stage;         /* the stage its last HELLO named */
+  double compute_ms; /* its forward+backward time per microbatch (0: not measured yet) */
+  uint64_t at_ms;
+} peer_rate;
+
+typedef struct peer_rebalance {
+  peer_rate rates[REBALANCE_MAX_RATES]; /* data nodes: relays' HELLO claims */
+  uint32_t n_rates;
+  int streak_stage;     /* the bottleneck of the last iterations ... */
+  uint32_t streak;      /* ... for this many in a row, each with a move worth making */
+  bool pending;         /* a move in flight: until `moving` says hello from `to` */
+  gw_id moving;
+  int from, to;
+  uint64_t sent_ms;
+  uint64_t cool_until;  /* no decision before this iteration */
+  const char *waiting;  /* the reason last logged at info level (stage.rebalance_wait) */
+} peer_rebalance;
 
 /* ---- failure detection (peer_liveness.c) ---- */
 
@@ -465,11 +525,14 @@ struct train_peer {
   uint64_t last_join_ms;
 
   peer_agg agg;
+  peer_ledger ledger;
   peer_trust trust;
+  peer_behind behind;
   peer_download dl;
   peer_admit admit;
   peer_verify verify;
   peer_replicas rep;
+  peer_rebalance rebal;
   /* leader: JOINs seen lately, one per peer per JOIN_MIN_INTERVAL_MS */
   struct { gw_id id; uint64_t at_ms; } join_seen[PEER_MAX_CONTRIB];
   peer_pending_snapshot snap_queue[8];
@@ -501,6 +564,7 @@ peer_stage_view *peer_stage(train_peer *p, int stage);
 void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const ProtobufCMessage *msg);
 void peer_emit(train_peer *p, train_event_kind kind);
 void peer_send_hellos(train_peer *p);
+void peer_hello_to(train_peer *p, const gw_id *to);
 void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]);
 /* The first 8 bytes of a hash (an invite ID, a weights hash) in hex, for logs. */
 void peer_hex8(const uint8_t *b, char out[17]);
@@ -551,6 +615,10 @@ void mb_release_queued(train_peer *p);
 void data_tick(train_peer *p);
 void data_start_iteration(train_peer *p);
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
+/* Launches a completed microbatch of this iteration again, with `attempt`
+ * (train/peer_ledger.c: a member on its path died with its gradient).
+ * GW_EAGAIN: the iteration is over or wrapping up; GW_EEXIST: it runs. */
+int data_rerun(train_peer *p, uint64_t id, uint32_t attempt);
 bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots);
 uint32_t data_share(train_peer *p);
 
@@ -598,6 +666,20 @@ void repair_restart_timed_out(train_peer *p, peer_mb *mb);
 
 /* peer_agg.c */
 void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *m);
+/* A stage-mate's HELLO says whether it is fetching its state (joining):
+ * a joining member is neither waited for nor picked to aggregate. */
+void agg_member_joining(train_peer *p, const gw_id *peer, bool joining);
+/* Shared by the round (peer_agg.c) and the member's side of it (peer_avg.c). */
+bool agg_i_aggregate(train_peer *p);
+bool agg_joining_from(train_peer *p, const gw_id *from);
+void agg_flood_begin(train_peer *p, uint64_t iteration);
+void agg_enter_round(train_peer *p, uint64_t iteration, bool export);
+void agg_send_last_avg(train_peer *p, const gw_id *to);
+/* Steps with `avg` (NULL: an empty round, the step is skipped). */
+void agg_apply_average(train_peer *p, const float *avg, uint32_t total_count);
+/* Begins our round as a BEGIN_AGG would (peer_behind.c: the upstream is in
+ * the next iteration and its BEGIN_AGG passed us by). */
+void agg_begin_late(train_peer *p);
 /* Whether `from` is the aggregator of our stage's current round for us. */
 bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
@@ -659,6 +741,15 @@ void trust_validate_round(train_peer *p);
 /* A peer of our stage says it is in `iteration`, later than ours (HELLO,
  * BEGIN_AGG): resync once the evidence suffices (see peer_trust.c). */
 void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, const char *why);
+/* The lowest iteration a live directory member of our stage lately said it
+ * is in past ours (one claim is enough: the caller has other evidence). */
+bool trust_stage_ahead(train_peer *p, uint64_t *iteration);
+
+/* peer_behind.c: upstream offers microbatches of an iteration past our next
+ * one; a stage whose members all fell behind moves on (behind_tick). */
+void behind_note_future(train_peer *p, const gw_id *from, const gw_id *origin, uint64_t iteration);
+void behind_note_next(train_peer *p); /* a microbatch of our next iteration was queued */
+void behind_tick(train_peer *p);
 
 /* peer_admit.c: membership of private runs */
 /* Whether a message of `type` from `from` passes admission; logs and
@@ -720,6 +811,11 @@ bool replica_next_holder(train_peer *p, gw_id *out);
 /* peer_move.c: the leader moves a relay of an over-provisioned stage into an empty one */
 void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
 void move_tick(train_peer *p);
+void move_after_round(train_peer *p); /* our aggregation is done: a waiting move goes now */
+/* peer_rebalance.c: the leader moves a relay into the bottleneck stage */
+void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms, bool joining);
+void rebalance_hello_leader(train_peer *p, const Gwtf__TrainHello *h);
+void rebalance_on_iteration(train_peer *p);
 
 /* peer_join.c */
 /* Sends a serialised stage state in chunks of `type` (WEIGHTS_CHUNK,
@@ -739,11 +835,27 @@ void join_tick(train_peer *p);
 void join_peer_down(train_peer *p, const gw_id *peer);
 void join_become_ready(train_peer *p);
 void join_serve_pending(train_peer *p);
+/* `id` waits for a snapshot of our state (queued or being made): it cannot
+ * contribute to a round of ours, nor aggregate one, until we served it. */
+bool join_awaits_our_state(const train_peer *p, const gw_id *id);
+/* Ready one round behind our source: asks it for that round's average. */
+void agg_ask_missed_average(train_peer *p, const gw_id *from);
+/* Our source's average of `iteration` reached us while we got ready. */
+void join_on_source_average(train_peer *p, uint64_t iteration);
 void join_free(train_peer *p);
 void join_resync(train_peer *p, uint64_t target, const char *why);
 /* A verified download (peer_verify.c): take the restored state. */
 void join_accept_download(train_peer *p);
 /* A refuted one: try another member. */
 void join_refetch(train_peer *p);
+void join_request_replica(train_peer *p, const gw_id *holder);
+void join_stage_lost(train_peer *p);
+
+/* peer_stage0.c: stage 0 outlives its data nodes. */
+bool stage0_trained(train_peer *p);
+bool stage0_fetch(train_peer *p);
+void stage0_on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h);
+void stage0_tick(train_peer *p);
+void peer_hello_stage(train_peer *p, int stage);
 
 #endif

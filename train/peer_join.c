@@ -116,6 +116,7 @@ void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
   c->id = *from;
   c->capacity = j->capacity;
   c->compute_ms = j->compute_ms;
+  c->want_stage = p->cfg.grant_join_stage && j->want_stage >= 1 && j->want_stage <= p->cfg.n_stages ? j->want_stage : 0;
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   GW_INFO(&p->log, "join.candidate", "peer=%s capacity=%u", who, j->capacity);
@@ -199,6 +200,18 @@ void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capaci
 static void place_candidates(train_peer *p) {
   if (!p->was_leader || p->n_candidates == 0 || p->now - p->last_join_ms < PLACEMENT_PERIOD_MS) return;
   p->last_join_ms = p->now;
+  /* A candidate that asks for a stage (test tools: --join-stage, and
+   * --grant-join-stages on the leader, to start a swarm skewed) gets it;
+   * the others are ranked. */
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < p->n_candidates; i++) {
+    peer_candidate *c = &p->candidates[i];
+    if (c->want_stage && peer_alive(p, &c->id))
+      assign(p, c, c->want_stage, NAN);
+    else if (!c->want_stage)
+      p->candidates[kept++] = *c;
+  }
+  p->n_candidates = kept;
   qsort(p->candidates, p->n_candidates, sizeof(p->candidates[0]), cmp_candidate);
   stage_rank ranks[PEER_MAX_STAGES];
   uint32_t next = 0;
@@ -227,6 +240,8 @@ static void download_begin(train_peer *p, const gw_id *from) {
   if (p->dl.n_tried < PEER_MAX_AVOID) p->dl.tried[p->dl.n_tried++] = *from;
   p->state = PEER_DOWNLOADING;
   p->missed_agg = 0;
+  p->dl.catch_up = false;
+  p->dl.avg_of = p->dl.wait_round_until = 0;
 }
 
 static void request_weights(train_peer *p, const gw_id *from) {
@@ -238,6 +253,16 @@ static void request_weights(train_peer *p, const gw_id *from) {
   peer_short(from, who);
   GW_INFO(&p->log, "weights.requested", "from=%s", who);
   peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, &r.base, NULL);
+  /* The directory still lists us (we restarted, or resync): our
+   * stage-mates, the source too (it serves us, then restoring we still
+   * cannot contribute), are told not to wait for us or pick us until we
+   * are ready.
+   * A newcomer's HELLO would only make them flood it BEGIN_AGG as it
+   * downloads, and fetch again a state it could have stepped with. */
+  if (!peer_is_member(p, p->stage, &p->cfg.self, true)) return;
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++)
+    if (!gw_id_eq(&v->v[i].id, &p->cfg.self)) peer_hello_to(p, &v->v[i].id);
 }
 
 /* A stage member we have not asked yet; false when there is none. */
@@ -264,7 +289,7 @@ static bool next_source(train_peer *p, gw_id *out) {
   return false;
 }
 
-static void request_replica(train_peer *p, const gw_id *holder) {
+void join_request_replica(train_peer *p, const gw_id *holder) {
   Gwtf__TrainReplicaReq r = GWTF__TRAIN_REPLICA_REQ__INIT;
   r.stage = p->stage;
   download_begin(p, holder);
@@ -278,7 +303,7 @@ static void request_replica(train_peer *p, const gw_id *holder) {
 /* Every peer of our stage is gone, it had trained and no holder of a
  * replica answered: its state is lost. Say which, tell the leader (which
  * stops the run, peer_leader.c) and never train on fresh weights. */
-static void stage_lost(train_peer *p) {
+void join_stage_lost(train_peer *p) {
   if (!p->rep.lost_logged) {
     p->rep.lost_logged = true;
     GW_ERROR(&p->log, "stage.lost",
@@ -323,6 +348,9 @@ static void fetch_or_init(train_peer *p) {
     request_weights(p, &src);
     return;
   }
+  /* A data node with no live stage-0 member in a run that trained: stage
+   * 0's newest replica, or the run stops (peer_stage0.c). */
+  if (stage0_fetch(p)) return;
   /* A stage that trained and has no reachable member: its newest replica
    * (peer_replica.c), at once when the leader told us the stage was empty,
    * else once no member showed up for JOIN_SOURCE_WAIT_MS (a live member
@@ -334,7 +362,7 @@ static void fetch_or_init(train_peer *p) {
   uint64_t waited = p->now - p->dl.waiting_since;
   if (trained && p->cfg.role == TRAIN_RELAY && (p->dl.assigned_members == 0 || waited >= JOIN_SOURCE_WAIT_MS) &&
       replica_next_holder(p, &src)) {
-    request_replica(p, &src);
+    join_request_replica(p, &src);
     return;
   }
   p->dl.n_tried = 0;
@@ -349,7 +377,7 @@ static void fetch_or_init(train_peer *p) {
       p->dl.deadline = p->now + 2 * p->cfg.tun.tick_ms; /* the driver looks the holders up meanwhile */
       return;
     }
-    stage_lost(p);
+    join_stage_lost(p);
     return;
   }
   /* The stage has members but we cannot reach one yet (sessions are being
@@ -364,7 +392,7 @@ static void fetch_or_init(train_peer *p) {
   if (trained && p->cfg.role == TRAIN_RELAY) {
     /* members were listed but none could be reached for JOIN_SOURCE_WAIT_MS,
      * and no replica holder is known */
-    stage_lost(p);
+    join_stage_lost(p);
     return;
   }
   /* Nobody serves this stage and it never trained (the run's first
@@ -436,6 +464,13 @@ void join_serve_pending(train_peer *p) {
     start_snapshot(p, &p->snap_queue[i].to);
     return;
   }
+}
+
+bool join_awaits_our_state(const train_peer *p, const gw_id *id) {
+  if (p->snapshot_running && gw_id_eq(&p->snapshot_for, id)) return true;
+  for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++)
+    if (p->snap_queue[i].used && gw_id_eq(&p->snap_queue[i].to, id)) return true;
+  return false;
 }
 
 void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r) {
@@ -630,6 +665,7 @@ static void restored_from_replica(train_peer *p, train_job *job) {
   p->rep.from_replica = false;
   p->rep.lost_logged = false;
   d->iteration = run_iter;
+  if (p->cfg.role == TRAIN_DATA) p->rep.s0_restored = true; /* it may still meet the relays ahead (peer_stage0.c) */
   join_accept_download(p);
 }
 
@@ -639,6 +675,42 @@ void join_refetch(train_peer *p) {
   fetch_or_init(p); /* the refuted source is in dl.tried: another member first */
 }
 
+/* Whether the stage aggregated while we fetched (peer_download's avg_of,
+ * missed_agg), and the download is not to be used now: we wait for the
+ * round that began to end, or fetch again. One round that ended sets
+ * catch_up: we use the download and step with that round's average. */
+static bool overtaken(train_peer *p) {
+  peer_download *d = &p->dl;
+  d->catch_up = false;
+  uint64_t missed = p->missed_agg > d->avg_of ? p->missed_agg : d->avg_of;
+  if (missed == p->iteration + 1 && d->avg_of == missed) {
+    /* One round ended: we step with its average, asked of the member that
+     * sent it. Fetching the whole state again raced every later round
+     * (one snapshot per peer per second: a stage that aggregates faster
+     * than that left a joiner fetching stale state for ever, as
+     * test_node_private's restarted relay did). */
+    d->catch_up = true;
+    d->wait_round_until = 0;
+    return false;
+  }
+  if (missed == p->iteration + 1 && (!d->wait_round_until || p->now < d->wait_round_until)) {
+    /* One began (BEGIN_AGG): its end brings its average
+     * (join_on_source_average), or the wait runs out (join_tick). */
+    if (!d->wait_round_until) {
+      d->wait_round_until = p->now + p->cfg.tun.agg_timeout_ms;
+      GW_INFO(&p->log, "weights.wait_round", "iter=%llu", (unsigned long long)p->iteration);
+    }
+    return true;
+  }
+  if (missed <= p->iteration) return false;
+  p->counters.downloads_stale++;
+  GW_INFO(&p->log, "weights.stale", "iter=%llu stage_aggregated=%llu", (unsigned long long)p->iteration,
+          (unsigned long long)(missed - 1));
+  p->state = PEER_DOWNLOADING;
+  fetch_or_init(p);
+  return true;
+}
+
 void join_accept_download(train_peer *p) {
   peer_download *d = &p->dl;
   p->iteration = d->iteration;
@@ -646,13 +718,8 @@ void join_accept_download(train_peer *p) {
   d->active = false;
   d->done_ms = p->now;
   d->n_tried = 0;
-  if (p->missed_agg > p->iteration) {
-    /* The stage aggregated while we downloaded: these weights are stale. */
-    p->state = PEER_DOWNLOADING;
-    fetch_or_init(p);
-    return;
-  }
-  if (p->resync_target > p->iteration) {
+  if (overtaken(p)) return;
+  if (p->resync_target > p->iteration + (d->catch_up ? 1 : 0)) {
     /* Every member of our stage was behind the run: the stage's newest
      * weights died with the peers that had them. Carry on from the newest
      * we could get rather than stall the run, and say so. */
@@ -663,6 +730,16 @@ void join_accept_download(train_peer *p) {
   p->resync_target = 0;
   p->begin_agg_seen = p->iteration; /* the next round we flood is this iteration's */
   join_become_ready(p);
+  if (d->catch_up) {
+    d->catch_up_until = p->now + p->cfg.tun.agg_timeout_ms;
+    agg_ask_missed_average(p, &d->avg_from);
+  }
+}
+
+void join_on_source_average(train_peer *p, uint64_t iteration) {
+  peer_download *d = &p->dl;
+  if (p->state == PEER_RESTORING && d->wait_round_until && !p->verify.active && iteration == d->iteration)
+    join_accept_download(p);
 }
 
 /* ---- time and failures ---- */
@@ -697,6 +774,8 @@ static void note_empty_stages(train_peer *p) {
 }
 
 void join_tick(train_peer *p) {
+  if (p->state == PEER_RESTORING && p->dl.wait_round_until && p->now >= p->dl.wait_round_until)
+    join_accept_download(p); /* no average came: these weights are stale, fetch again */
   note_empty_stages(p);
   place_candidates(p);
   join_serve_pending(p); /* requests held back by WEIGHTS_REQ_MIN_INTERVAL_MS */
@@ -705,12 +784,14 @@ void join_tick(train_peer *p) {
       (p->last_join_ms == 0 || p->now - p->last_join_ms >= JOIN_RETRY_MS)) {
     Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
     j.capacity = p->cfg.capacity;
+    j.want_stage = p->cfg.join_stage;
     p->last_join_ms = p->now;
     peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
     GW_DEBUG(&p->log, "join.requested", "capacity=%u", p->cfg.capacity);
   }
   /* A fixed stage (a data node joining later) fetches from its stage. */
-  if (p->state == PEER_UNASSIGNED && p->stage >= 0 && peer_stage(p, p->stage)->n > 0) fetch_or_init(p);
+  if (p->state == PEER_UNASSIGNED && p->stage >= 0 && (peer_stage(p, p->stage)->n > 0 || stage0_trained(p)))
+    fetch_or_init(p);
   if (p->state == PEER_DOWNLOADING && p->now >= p->dl.deadline) {
     if (p->dl.active) {
       char who[GW_ID_SHORT_LEN + 1];

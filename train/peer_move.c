@@ -107,21 +107,47 @@ static void leave_stage(train_peer *p) {
   p->rep.lost_logged = false;
 }
 
+/* The peers that knew us in our old stage: its members (who would wait for
+ * our gradient) and its neighbours (whose flows send us microbatches). */
+static size_t old_area(train_peer *p, gw_id *out, size_t max) {
+  int S = p->cfg.n_stages, st = p->stage;
+  int area[3] = {st, (st + S) % (S + 1), (st + 1) % (S + 1)};
+  size_t n = 0;
+  for (int k = 0; k < 3; k++) {
+    peer_stage_view *v = peer_stage(p, area[k]);
+    for (size_t i = 0; v && i < v->n && n < max; i++)
+      if (!gw_id_eq(&v->v[i].id, &p->cfg.self)) out[n++] = v->v[i].id;
+  }
+  return n;
+}
+
 static void try_move(train_peer *p) {
   peer_replicas *r = &p->rep;
   if (!r->move_pending || p->state != PEER_READY || p->aggregating || p->snapshot_running) return;
+  if (p->iteration < r->move_after) return; /* a rebalancing move: after our aggregation of that round */
   r->move_pending = false;
   if (r->move_stage == p->stage) return;
   GW_INFO(&p->log, "stage.moving", "from_stage=%d to_stage=%d iter=%llu", p->stage, r->move_stage,
           (unsigned long long)p->iteration);
   uint64_t iteration = r->move_iteration > p->iteration ? r->move_iteration : p->iteration;
+  gw_id told[3 * PEER_MAX_CONTRIB];
+  size_t n_told = old_area(p, told, sizeof(told) / sizeof(told[0]));
   leave_stage(p);
   p->state = PEER_UNASSIGNED;
   Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
   a.stage = r->move_stage;
   a.iteration = iteration;
   a.step = r->move_step;
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+  for (uint32_t i = 0; i < r->n_move_peers; i++) ids[i] = id_bytes(&r->move_peers[i]);
+  a.n_stage_peers = r->n_move_peers;
+  a.stage_peers = ids;
   join_on_assign(p, &p->leader, &a); /* as a placed joiner: the newest replica, or stage.lost */
+  /* Our HELLO from the new stage tells them we left (forget_moved in
+   * peer.c): before, the old stage's aggregator waited out its timeout for
+   * our gradient, and upstream flows kept sending to us, when the new stage
+   * was no neighbour of the old one. */
+  for (size_t i = 0; i < n_told; i++) peer_hello_to(p, &told[i]);
 }
 
 void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a) {
@@ -135,8 +161,15 @@ void move_on_move(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a) 
   p->rep.move_stage = a->stage;
   p->rep.move_iteration = a->iteration;
   p->rep.move_step = a->step;
+  p->rep.move_after = a->after_round ? a->iteration + 1 : 0;
+  p->rep.n_move_peers = 0;
+  for (size_t i = 0; i < a->n_stage_peers && p->rep.n_move_peers < PEER_MAX_CONTRIB; i++)
+    if (a->stage_peers[i].len == GW_ID_BYTES)
+      id_from_bytes(&p->rep.move_peers[p->rep.n_move_peers++], a->stage_peers[i]);
   try_move(p);
 }
+
+void move_after_round(train_peer *p) { try_move(p); }
 
 void move_tick(train_peer *p) {
   leader_moves(p);

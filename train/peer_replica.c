@@ -54,8 +54,9 @@ uint64_t train_peer_step(const train_peer *p) { return p->step; }
 /* ---- pushing ---- */
 
 bool train_peer_replica_pusher(const train_peer *p) {
-  return p->cfg.role == TRAIN_RELAY && p->stage >= 1 && p->state == PEER_READY &&
-         gw_id_eq(&p->agg.applied_from, &p->cfg.self);
+  /* relays of stages 1..S, and the data node that aggregated stage 0 */
+  bool stage_ok = p->cfg.role == TRAIN_RELAY ? p->stage >= 1 : p->stage == 0;
+  return stage_ok && p->state == PEER_READY && gw_id_eq(&p->agg.applied_from, &p->cfg.self);
 }
 
 typedef struct holder_cand {
@@ -91,7 +92,7 @@ static size_t holder_candidates(train_peer *p, const gw_id *key, holder_cand *ou
 
 int train_peer_push_replica(train_peer *p, const gw_id *key, uint32_t replicas, const void *blob, size_t len,
                             uint64_t iteration, uint64_t step, const uint8_t weights_hash[32]) {
-  if (!blob || len == 0 || p->stage < 1) return 0;
+  if (!blob || len == 0 || p->stage < 0) return 0;
   holder_cand c[4 * PEER_MAX_CONTRIB];
   size_t n = holder_candidates(p, key, c, sizeof(c) / sizeof(c[0]));
   int sent = 0;
@@ -179,8 +180,9 @@ static void store_inbound(train_peer *p, replica_inbound *in) {
 
 void replica_on_push(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t) {
   /* Who may push: a directory member of the stage it names, which is not
-   * ours (our own stage's state we hold anyway). */
-  if (c->stage < 1 || c->stage > p->cfg.n_stages || !peer_is_member(p, c->stage, from, true)) {
+   * ours (our own stage's state we hold anyway). Stage 0 (the data nodes'
+   * state) too: relays hold it, so that the run outlives its data nodes. */
+  if (c->stage < 0 || c->stage > p->cfg.n_stages || !peer_is_member(p, c->stage, from, true)) {
     trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_REPLICA_PUSH, "not_stage_member");
     return;
   }
@@ -273,6 +275,8 @@ void train_peer_set_replica_holders(train_peer *p, const train_replica_holder *h
 }
 
 bool train_peer_wants_replicas(const train_peer *p) {
+  if (p->cfg.role == TRAIN_DATA) /* a data node with no live stage-0 member to fetch from (peer_stage0.c) */
+    return p->stage == 0 && (p->state == PEER_UNASSIGNED || p->state == PEER_DOWNLOADING);
   return p->cfg.role == TRAIN_RELAY && p->stage >= 1 && p->state == PEER_DOWNLOADING;
 }
 
@@ -292,7 +296,8 @@ static uint32_t votes(const train_peer *p, uint64_t iteration, const uint8_t has
  * most holders announce (a holder's hash is its own word: a hostile one
  * could announce forged weights with their own hash, and the others
  * outvote it; a tie goes to the lowest holder ID); a holder of that hash
- * we have not tried. The restore must then give exactly that hash. */
+ * we have not tried, one we are connected to first. The restore must then
+ * give exactly that hash. */
 bool replica_next_holder(train_peer *p, gw_id *out) {
   const train_replica_holder *newest = NULL;
   for (uint32_t i = 0; i < p->rep.n_holders; i++) {
@@ -302,13 +307,20 @@ bool replica_next_holder(train_peer *p, gw_id *out) {
   if (!newest) return false;
   const train_replica_holder *best = NULL;
   uint32_t best_votes = 0;
+  bool best_alive = false;
   for (uint32_t i = 0; i < p->rep.n_holders; i++) {
     const train_replica_holder *h = &p->rep.holders[i];
     if (h->iteration != newest->iteration || !holder_usable(p, h)) continue;
     uint32_t v = votes(p, h->iteration, h->weights_hash);
-    if (!best || v > best_votes || (v == best_votes && gw_id_cmp(&h->id, &best->id) < 0)) {
+    /* of holders announcing the same hash, one we have a session to first:
+     * a dead holder's DHT record outlives it, and asking it costs the whole
+     * download timeout (a correlated outage kills holders too) */
+    bool alive = peer_alive(p, &h->id);
+    if (!best || v > best_votes ||
+        (v == best_votes && (alive > best_alive || (alive == best_alive && gw_id_cmp(&h->id, &best->id) < 0)))) {
       best = h;
       best_votes = v;
+      best_alive = alive;
     }
   }
   *out = best->id;

@@ -292,6 +292,11 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
     }
   }
   t->claims[k] = (trust_claim){*from, iteration, p->now};
+  /* one round ahead while we catch up with that round's average (we asked
+   * for it, agg_ask_missed_average): expected, not a reason to refetch */
+  if (p->dl.catch_up && p->iteration == p->dl.iteration && iteration == p->iteration + 1 &&
+      p->now < p->dl.catch_up_until)
+    return;
   size_t need = peer_dir_others(p) >= 2 ? 2 : 1, have = 0;
   uint64_t target = UINT64_MAX;
   for (uint32_t i = 0; i < t->n_claims; i++) {
@@ -305,6 +310,20 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
   if (have < need) return;
   t->n_claims = 0;
   join_resync(p, target, why);
+}
+
+bool trust_stage_ahead(train_peer *p, uint64_t *iteration) {
+  peer_trust *t = &p->trust;
+  bool any = false;
+  for (uint32_t i = 0; i < t->n_claims; i++) {
+    trust_claim *c = &t->claims[i];
+    if (c->iteration <= p->iteration || p->now - c->at_ms > TRUST_CLAIM_MS(p) ||
+        !peer_is_member(p, p->stage, &c->id, true) || !peer_alive(p, &c->id))
+      continue;
+    if (!any || c->iteration < *iteration) *iteration = c->iteration;
+    any = true;
+  }
+  return any;
 }
 
 /* ---- validating contributions (issue 17, item 2) ---- */

@@ -15,6 +15,11 @@
  *   - nobody contradicting it (the source is the only member at that
  *     iteration, or members not yet aggregated once have no hash):
  *     accepted on the source's word (`weights.unconfirmed`).
+ * A member that has no weights to compare (itself still joining) answers
+ * with an empty hash, and one already past the download's iteration has no
+ * hash of it: both count as answered, so a joiner does not wait the hop
+ * timeout for them (the stage aggregates meanwhile, and the download is
+ * stale before it is used).
  * Members of another iteration are not counted: the join code fetches
  * again when the stage aggregated meanwhile. */
 #include "train/peer_internal.h"
@@ -70,7 +75,7 @@ bool verify_begin(train_peer *p, const gw_id *source, uint64_t iteration, const 
 
 static void decide(train_peer *p, bool final) {
   peer_verify *v = &p->verify;
-  bool all = v->n_agree + v->n_disagree >= n_asked(p);
+  bool all = v->n_agree + v->n_disagree + v->n_abstain >= n_asked(p);
   char src[GW_ID_SHORT_LEN + 1], mine[17];
   peer_short(&v->source, src);
   peer_hex8(v->hash, mine);
@@ -99,20 +104,32 @@ static void decide(train_peer *p, bool final) {
 
 void verify_on_hash_req(train_peer *p, const gw_id *from, uint64_t iteration) {
   (void)iteration; /* we answer with where we are; the asker compares */
-  if (p->state != PEER_READY || p->stage < 0 || zero_hash(p->agg.last_hash)) return;
+  if (p->stage < 0) return;
   Gwtf__TrainAggDone h = GWTF__TRAIN_AGG_DONE__INIT;
   h.iteration = p->iteration;
   h.stage = p->stage;
-  h.hash = (ProtobufCBinaryData){32, p->agg.last_hash};
+  if (p->state == PEER_READY && !zero_hash(p->agg.last_hash))
+    h.hash = (ProtobufCBinaryData){32, p->agg.last_hash};
+  /* else an empty hash: nothing to compare yet (an older asker ignores it) */
   peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_HASH, &h.base, NULL);
 }
 
 void verify_on_hash(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *h) {
   peer_verify *v = &p->verify;
-  if (!v->active || p->state != PEER_RESTORING || h->stage != p->stage || h->iteration != v->iteration ||
-      h->hash.len != 32 || zero_hash(h->hash.data))
+  if (!v->active || p->state != PEER_RESTORING || h->stage != p->stage) return;
+  if (id_in(v->agree, v->n_agree, from) || id_in(v->disagree, v->n_disagree, from) ||
+      id_in(v->abstain, v->n_abstain, from))
     return;
-  if (id_in(v->agree, v->n_agree, from) || id_in(v->disagree, v->n_disagree, from)) return;
+  if (h->hash.len == 0 || h->iteration > v->iteration) {
+    /* nothing to compare: it has no weights yet, or its stage moved on
+     * (join_accept_download then steps with the round's average or
+     * fetches again); waiting the hop timeout for it only let the stage
+     * move further */
+    if (v->n_abstain < PEER_MAX_CONTRIB) v->abstain[v->n_abstain++] = *from;
+    decide(p, false);
+    return;
+  }
+  if (h->iteration != v->iteration || h->hash.len != 32 || zero_hash(h->hash.data)) return;
   if (memcmp(h->hash.data, v->hash, 32) == 0) {
     if (v->n_agree < PEER_MAX_CONTRIB) v->agree[v->n_agree++] = *from;
   } else {

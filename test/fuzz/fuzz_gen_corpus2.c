@@ -273,6 +273,11 @@ static void t_msg_wire(buf *s, int from, uint32_t type, const ProtobufCMessage *
 }
 
 /* A gradient or weights chunk: F32 over `total` floats, this chunk at offset. */
+/* fuzz_train.h's tensor byte for a chunk of `dtype` (0 raw, then the
+ * gwtf.DType values): bit 7 set, bit 6 clear, and byte % 7 == dtype. Not
+ * 0x80 | dtype: 0x81 % 7 is 3, so the "F32" seeds were BF16. */
+static uint8_t chunk_dtype_byte(uint8_t dtype) { return (uint8_t)(0x80 + (dtype + 7 - 0x80 % 7) % 7); }
+
 static void t_msg_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t dtype, uint16_t nbytes,
                         uint16_t offset, uint16_t total) {
   put8(s, FUZZ_TRAIN_OP_MSG);
@@ -283,7 +288,7 @@ static void t_msg_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage 
   put16(s, (uint16_t)bb.n);
   put(s, bb.p, bb.n);
   free(bb.p);
-  put8(s, (uint8_t)(0x80 | dtype));
+  put8(s, chunk_dtype_byte(dtype));
   put8(s, 1);
   put8(s, (uint8_t)(dtype == 1 ? total / 4 : total));
   put16(s, nbytes);
@@ -292,25 +297,9 @@ static void t_msg_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage 
   put32(s, 0x3c23d70a);
 }
 
-/* An F32 chunk as fuzz_train.h's tensor byte says it: dtype = byte % 7
- * with bit 7 set for a chunk, so F32 (1) is 0x86 (0x80 | 1 is 129 % 7 = 3). */
 static void t_f32_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint16_t nbytes,
                         uint16_t offset, uint16_t total) {
-  put8(s, FUZZ_TRAIN_OP_MSG);
-  put8(s, (uint8_t)from);
-  put8(s, (uint8_t)(type - 300));
-  buf bb = {0};
-  put_msg(&bb, body);
-  put16(s, (uint16_t)bb.n);
-  put(s, bb.p, bb.n);
-  free(bb.p);
-  put8(s, 0x86);
-  put8(s, 1);
-  put8(s, (uint8_t)(total / 4));
-  put16(s, nbytes);
-  put16(s, offset);
-  put16(s, total);
-  put32(s, 0x3c23d70a);
+  t_msg_chunk(s, from, type, body, 1, nbytes, offset, total);
 }
 
 static void t_op(buf *s, uint8_t op, int arg) {

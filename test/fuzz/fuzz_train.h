@@ -12,7 +12,7 @@
  * holds the run key, the others certificates; d0, d1, r1a and r1b present
  * theirs first, r2a and r2b are strangers). Then ops until the input ends,
  * each an op byte (op % 10):
- *   0-2 message: [from u8][type u8: 300 + type % 36][len u16le][len bytes]
+ *   0-2 message: [from u8][type u8: 300 + type % 45][len u16le][len bytes]
  *       [tensor u8: 0 none; else dtype = t % 7 (0 raw, then the gwtf.DType
  *       values 1..6), bit 7 a chunk]; with a tensor: [ndim u8 % 6][ndim
  *       dims u8]; a chunk adds [nbytes u16le][offset u16le][total u16le]
@@ -22,7 +22,7 @@
  *       more than 4 dimensions are dropped as node/train_node.c does.
  *   3   echo: [slot u8][type u8][off u8][val u8] one of the last messages
  *       the peer sent comes back from its addressee, as type (0: the same
- *       type, else 300 + type % 36), body byte off XORed with val, with the
+ *       type, else 300 + type % 45), body byte off XORed with val, with the
  *       same tensor: microbatch ids, origins and paths are in there.
  *   4   tick: [dt u8] time moves (dt + 1) * 50 ms, train_peer_on_tick
  *   5   the oldest compute job completes: [rc u8] (>= 240: it failed)
@@ -38,6 +38,8 @@
 #include "util/id.h"
 
 #define FUZZ_TRAIN_CAST (6)
+/* message types 300..344: every train message, the replica and move ones included */
+#define FUZZ_TRAIN_TYPES 45u
 #define FUZZ_TRAIN_STAGES (2)
 #define FUZZ_TRAIN_B (2)
 #define FUZZ_TRAIN_T (4)

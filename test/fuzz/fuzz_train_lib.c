@@ -301,7 +301,7 @@ static bool read_tensor(reader *r, uint8_t spec, train_tensor *t, uint8_t **data
 
 static void op_message(world *w, reader *r) {
   int from = rd8(r) % FUZZ_TRAIN_CAST;
-  uint32_t type = 300 + rd8(r) % 36;
+  uint32_t type = 300 + rd8(r) % FUZZ_TRAIN_TYPES;
   size_t len = rd16(r);
   if (len > r->n) len = r->n;
   const uint8_t *body = r->p;
@@ -326,7 +326,7 @@ static void op_echo(world *w, reader *r) {
   uint8_t body[RING_BODY_MAX];
   if (m->len) memcpy(body, m->body, m->len);
   if (m->len) body[off % m->len] ^= val;
-  uint32_t type = ty ? 300 + ty % 36u : m->type;
+  uint32_t type = ty ? 300 + ty % FUZZ_TRAIN_TYPES : m->type;
   /* The message may come back to the peer and make it send again (and
    * overwrite this slot): hand it a copy of the tensor. */
   train_tensor t, *tp = NULL;

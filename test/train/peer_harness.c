@@ -27,14 +27,14 @@ static h_node *node_by_id(h_harness *h, const gw_id *id) {
 static void set_holders(h_harness *h) {
   for (int i = 0; i < h->n_nodes; i++) {
     h_node *me = &h->nodes[i];
-    if (!me->alive || !me->tp || me->role != TRAIN_RELAY) continue;
-    int s = train_peer_stage(me->tp);
-    if (s < 1) continue;
+    if (!me->alive || !me->tp) continue;
+    int s = train_peer_stage(me->tp); /* a relay's stage, or stage 0 for a data node */
+    if (s < 0) continue;
     train_replica_holder list[16];
     size_t k = 0;
     for (int j = 0; j < h->n_nodes && k < 16; j++) {
       h_node *n = &h->nodes[j];
-      const replica_entry *e = n->alive && n->tp ? train_peer_replica(n->tp, s) : NULL;
+      const replica_entry *e = (n->alive || h->holders_outlive) && n->tp ? train_peer_replica(n->tp, s) : NULL;
       if (!e) continue;
       list[k] = (train_replica_holder){.id = n->peer.id, .iteration = e->iteration, .step = e->step};
       memcpy(list[k].weights_hash, e->weights_hash, 32);
@@ -60,7 +60,8 @@ static void refresh_members(h_harness *h) {
       size_t k = 0;
       for (int j = 0; j < h->n_nodes; j++) {
         h_node *n = &h->nodes[j];
-        if (n->alive && n->ready && n->stage == s && n->hidden_from != i + 1 && !(me->dir_blind && s == me->stage && j != i))
+        if (n->alive && (n->ready || (n->listed_early && n->stage >= 0)) && n->stage == s && n->hidden_from != i + 1 &&
+            !(me->dir_blind && s == me->stage && j != i))
           list[k++] = (train_member){.id = n->peer.id, .capacity = n->capacity, .load = 0};
       }
       train_peer_set_members(me->tp, s, list, k, sim_now(h->s));
@@ -225,6 +226,9 @@ static bool io_connected(void *ud, const gw_id *peer) {
   return n && n->alive;
 }
 
+/* Virtual compute time of one of n's jobs (a slower device: job_ms). */
+static uint64_t h_job_ms(const h_node *n) { return n->job_ms ? n->job_ms : H_JOB_MS; }
+
 static int io_compute(void *ud, train_job *job) {
   h_node *n = ud;
   h_harness *h = n->h;
@@ -234,13 +238,13 @@ static int io_compute(void *ud, train_job *job) {
     if (h->hook(h, n, job, &crash)) {
       h->hook_fired = true;
       /* the job is queued anyway: if its owner crashed, it never completes */
-      n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + H_JOB_MS};
+      n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + h_job_ms(n)};
       if (h->hook_silences) h_silence(h, crash);
       else h_crash(h, crash);
       return 0;
     }
   }
-  n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + (n->job_ms ? n->job_ms : H_JOB_MS)};
+  n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + h_job_ms(n)};
   arm(n);
   return 0;
 }
@@ -337,12 +341,32 @@ static void weights_hash(h_node *n, uint8_t out[32]) {
   memcpy(out, h.b, 32);
 }
 
+static void run_job_plain(h_node *n, train_job *job);
+
+/* --deterministic: the job's own gradient into job->grad_part, as
+ * train/grad_capture.h does on a real stage (the sum is kept). */
 static void run_job(h_node *n, train_job *job) {
+  if (!job->grad_part) {
+    run_job_plain(n, job);
+    return;
+  }
+  float save[H_NP];
+  memcpy(save, n->g, sizeof(save));
+  memset(n->g, 0, sizeof(n->g));
+  run_job_plain(n, job);
+  for (int k = 0; k < H_NP; k++) {
+    job->grad_part[k] += n->g[k];
+    save[k] += n->g[k];
+  }
+  memcpy(n->g, save, sizeof(save));
+}
+
+static void run_job_plain(h_node *n, train_job *job) {
   const float *in = job->in;
   float *out = job->out;
   h_state *st;
   job->rc = 0;
-  job->seconds = (double)(n->job_ms ? n->job_ms : H_JOB_MS) / 1000.0;
+  job->seconds = (double)h_job_ms(n) / 1000.0;
   switch (job->kind) {
   case TRAIN_JOB_EMBED: {
     const int32_t *tok = job->in;
@@ -589,7 +613,8 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
                            .capacity = capacity, .shape = {H_B, H_T, H_C, H_NP}, .iterations = iterations,
                            .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
                            .wire_dtype = h->wire_dtype, .wire_grad_dtype = h->wire_grad_dtype,
-                           .wire_accept = h->wire_accept};
+                           .wire_accept = h->wire_accept, .join_stage = h->join_stage,
+                           .grant_join_stage = h->grant_join_stage};
   memcpy(cfg.node_pk, n->pk, sizeof(cfg.node_pk));
   memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,

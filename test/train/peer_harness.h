@@ -48,10 +48,12 @@ typedef struct h_node {
   train_role role;
   int stage;          /* as known to the harness (after STAGE_ASSIGNED) */
   uint32_t capacity;
+  uint64_t job_ms;    /* virtual compute time of each of its jobs (0: H_JOB_MS): a slower device */
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
   int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
   bool dir_blind;          /* its directory lists no other member of its own stage (the leader's ASSIGN does) */
+  bool listed_early;       /* directories list it before it is ready (a restarted member's record outlives it) */
   float grad_scale;        /* hostile: exports its gradient times this (0: 1) */
   uint64_t grad_scale_from; /* grad_scale from this iteration on (0: from the start) */
   bool grad_nan;           /* hostile: exports NaN gradients */
@@ -93,10 +95,8 @@ typedef struct h_node {
   /* its identity: peer.id is BLAKE2b-256 of pk; it signs its averages with sk */
   uint8_t pk[32], sk[64];
   /* failure detection (train_io.link/probe): a silent node is hung, not
-   * crashed (its sessions stay up, nothing comes back); job_ms: its compute
-   * time per job (0: H_JOB_MS) */
+   * crashed (its sessions stay up, nothing comes back) */
   bool silent;
-  uint64_t job_ms;
   /* per peer (node index): anything heard from it, our RTT to it measured
    * by harness pings (RFC 6298 smoothing), a ping out since */
   uint64_t heard[H_MAX_NODES];
@@ -134,10 +134,15 @@ struct h_harness {
   int replicate_every;
   uint32_t replicas;
   size_t replica_max; /* the holders' bound (0: the default) */
+  bool holders_outlive; /* a crashed holder stays listed, as its DHT record outlives it */
   bool movable;       /* relays take the leader's TRAIN_MOVE (train_peer_config.movable) */
   /* wire compression for the nodes h_add creates next (train_peer_config) */
   train_dtype wire_dtype, wire_grad_dtype;
   uint32_t wire_accept;
+  /* test tool: the stage the nodes h_add creates next ask for in JOIN, and
+   * whether data nodes (as the leader) grant it (train_peer_config) */
+  int join_stage;
+  bool grant_join_stage;
   gw_log_sink sink;
   gw_log log;
 };

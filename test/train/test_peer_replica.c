@@ -46,9 +46,10 @@ static void test_push_and_store(void **state) {
   assert_true(h_run_until_finished(&h, 120000));
   uint32_t pushed = 0;
   for (int i = 0; i < h.n_nodes; i++) pushed += h.nodes[i].replicas_pushed;
-  /* aggregations 2, 4, 6 of three stages, two holders each, one pusher per stage */
-  assert_int_equal(pushed, 3 * STAGES * 2);
-  for (int s = 1; s <= STAGES; s++) {
+  /* aggregations 2, 4, 6 of three relay stages and stage 0 (the data
+   * node's), two holders each, one pusher per stage */
+  assert_int_equal(pushed, 3 * (STAGES + 1) * 2);
+  for (int s = 0; s <= STAGES; s++) {
     /* the stage's logged hash after its 6th aggregation */
     const uint8_t *logged = NULL;
     for (int i = 0; i < h.n_nodes; i++)
@@ -259,6 +260,46 @@ static void test_forged_holder_outvoted(void **state) {
   h_free(&h);
 }
 
+/* A holder's DHT record outlives it: after a correlated outage the
+ * restorer must not ask a dead holder first (it would wait out the whole
+ * download timeout) when a live one announces the same replica. */
+static int dead_holder = -1, reqs_to_dead;
+static void count_reqs(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                       const train_tensor *t) {
+  (void)h, (void)from, (void)body, (void)len, (void)t;
+  if (type == GWTF__TRAIN_MSG__TRAIN_REPLICA_REQ && to == dead_holder) reqs_to_dead++;
+}
+
+static void test_dead_holder_not_asked_first(void **state) {
+  (void)state;
+  bool tried = false;
+  for (uint64_t seed = 21; seed < 80 && !tried; seed++) {
+    h_harness h;
+    int d = build(&h, seed, 2, 8, 2); /* two per stage: a holder's death leaves its stage served */
+    h.holders_outlive = true;
+    for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < 5; k++) h_run_for(&h, 5);
+    /* the holder a restorer of stage 1 would ask first by ID: a relay here */
+    int low = lowest_holder(&h, 1);
+    if (low < 0 || low == d) {
+      h_free(&h);
+      continue;
+    }
+    tried = true;
+    dead_holder = low;
+    reqs_to_dead = 0;
+    h.send_hook = count_reqs;
+    h_crash(&h, low);
+    int j = kill_stage_and_join(&h, d, 5);
+    for (int k = 0; k < 100000 && !h.nodes[j].ready; k++) h_run_for(&h, 5);
+    assert_true(h.nodes[j].ready);
+    assert_int_equal(reqs_to_dead, 0);
+    assert_int_equal(train_peer_step(h.nodes[j].tp), 4); /* the replica of aggregation 4, from the live holder */
+    h.send_hook = NULL;
+    h_free(&h);
+  }
+  assert_true(tried);
+}
+
 static void test_no_replica_stops_the_run(void **state) {
   (void)state;
   h_harness h;
@@ -393,6 +434,7 @@ int main(void) {
       cmocka_unit_test(test_restored_weights_are_the_replica),
       cmocka_unit_test(test_mismatch_falls_back_to_another_holder),
       cmocka_unit_test(test_forged_holder_outvoted),
+      cmocka_unit_test(test_dead_holder_not_asked_first),
       cmocka_unit_test(test_no_replica_stops_the_run),
       cmocka_unit_test(test_hostile_replica_messages),
       cmocka_unit_test(test_leader_moves_a_member_into_an_empty_stage),

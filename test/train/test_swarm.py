@@ -5,7 +5,8 @@ and the merged log stream.
 
     test_swarm.py SCENARIO     (fault_free, forward_crash, backward_crash,
                                 join, leader_crash, churn_soak, validation,
-                                validation_crash, wire_bf16)
+                                validation_crash, wire_bf16, deterministic,
+                                deterministic_churn)
 
 Every scenario is seeded; crashes are injected at exact protocol moments
 with --fault (the node kills itself with SIGKILL as it queues that job), so
@@ -22,7 +23,7 @@ LINE = re.compile(r"^(?P<name>\S+)\s+\| (?P<ts>\S+) (?P<level>\S+)\s+(?P<node>\S
 # below the ephemeral port range (32768+), one block per scenario so they run side by side
 PORTS = {"fault_free": 21000, "forward_crash": 21300, "backward_crash": 21600, "join": 21900,
          "leader_crash": 22200, "churn_soak": 22500, "validation": 23700, "validation_crash": 24000,
-         "wire_bf16": 24300}
+         "wire_bf16": 24300, "deterministic": 30600, "deterministic_churn": 30700}
 
 
 class Failure(Exception):
@@ -363,8 +364,111 @@ def wire_bf16(tmp):
           f"{d_bf16:.2e} off it, {d_fp32:.2e} off fp32); half the bytes on every peer")
 
 
+# ---- exactly once and --deterministic (issue 20, item 4; docs/TRAINING.md) ----
+
+def final_hashes(ev, n):
+    """Each stage's weights hash after the last iteration (one per stage: the members agree)."""
+    got = {}
+    for e in ev:
+        if e["event"] == "aggregation.done" and int(e["f"]["iter"]) == n - 1:
+            got.setdefault(int(e["stage"][1:]), set()).add(e["f"]["hash"])
+    for s, hs in got.items():
+        check(len(hs) == 1, f"stage {s} ended with {len(hs)} different weights: {hs}")
+    return {s: hs.pop() for s, hs in got.items()}
+
+
+def ledger_rounds(ev, n, stages):
+    """{(iteration, stage): [microbatch IDs]} from the aggregators' ledger.counted, each exact, and
+    the set of rounds whose aggregator had the iteration's ledger (checked=1). An aggregator killed
+    after it averaged (before its average reached the members) is replaced, and the replacement's
+    average, logged later, is the one the stage applied."""
+    rounds, checked = {}, set()
+    for e in ev:
+        if e["event"] != "ledger.counted":
+            continue
+        f = e["f"]
+        key = (int(f["iter"]), int(e["stage"][1:]))
+        check(f["exact"] == "1" and f["truncated"] == "0", f"stage {key[1]} iteration {key[0]} averaged inexactly: {f}")
+        ids = [] if f["mbs"] == "-" else f["mbs"].split(",")
+        check(len(ids) == int(f["microbatches"]) and len(set(ids)) == len(ids), f"ledger.counted lists {f}")
+        rounds[key] = ids
+        if f["checked"] == "1":
+            checked.add(key)
+        else:
+            checked.discard(key)
+    for it in range(n):
+        for s in range(stages + 1):
+            check((it, s) in rounds, f"no ledger.counted for stage {s} in iteration {it}")
+    return rounds, checked
+
+
+def ref_hashes(tmp, n, seed, *args):
+    ref = subprocess.run([GWTF, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(n),
+                          "--seed", str(seed), "--data-seed", str(seed * 1000), "--deterministic", "--json", *args],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(ref.stdout)["hashes"]
+
+
+def deterministic(tmp):
+    """Fault-free, two relays per stage: every stage's weights after the
+    last iteration are train-ref --deterministic's, bit for bit (without it
+    only the losses agree, to 1e-5: fault_free)."""
+    n, stages, seed = 5, 3, 2
+    s, ev, _ = run_swarm(tmp, "deterministic", "--relays", "6", "--stages", str(stages), "--iterations", str(n),
+                         "--seed", str(seed), "--deterministic")
+    check_common(s, n)
+    led = s["ledger"]
+    check(led["rounds"] == n * (stages + 1) and led["counted"] == n * (stages + 1) * 4, f"ledger {led}")
+    check(led["duplicates"] == led["missing"] == led["extra"] == led["inexact"] == 0, f"ledger {led}")
+    got, want = final_hashes(ev, n), ref_hashes(tmp, n, seed)
+    check([got.get(i) for i in range(stages + 1)] == want, f"weights {got}, train-ref --deterministic {want}")
+    print(f"deterministic: stage weights {want} equal train-ref --deterministic's bit for bit")
+
+
+def deterministic_churn(tmp):
+    """Relays killed and restarted under --churn 0.4 with --deterministic:
+    every stage's average counts each microbatch once (no duplicate, no
+    inexact round), every microbatch of the data node's ledger is counted by
+    each stage whose aggregator had the ledger, or reported missing (the
+    data node re-runs what a dead member held while the iteration runs, and
+    members share each gradient with their stage, so this is rare: not
+    asserted), and train-ref replaying the stages' ledgers (--replay) ends
+    with the same weights, bit for bit."""
+    n, stages, seed = 8, 3, 7
+    s, ev, _ = run_swarm(tmp, "deterministic_churn", "--relays", "6", "--stages", str(stages), "--iterations",
+                         str(n), "--churn", "0.4", "--seed", str(seed), "--capacity", "2", "--deterministic")
+    check_common(s, n)
+    check(s["crashes"] >= 1, "no relay was killed")
+    led = s["ledger"]
+    check(led["duplicates"] == 0 and led["inexact"] == 0, f"ledger {led}")
+    rounds, checked = ledger_rounds(ev, n, stages)
+    missing = {}
+    for e in ev:
+        if e["event"] == "ledger.missing":
+            missing.setdefault((int(e["f"]["iter"]), int(e["stage"][1:])), set()).add(e["f"]["mb"])
+    check(sum(len(m) for m in missing.values()) == led["missing"], f"ledger.missing events against {led}")
+    for it in range(n):
+        book = set(rounds[(it, 0)])  # the data node's: what the iteration completed
+        for st in range(1, stages + 1):
+            if (it, st) not in checked:
+                continue  # its aggregator never got the ledger (it did not know the data node yet)
+            here = set(rounds[(it, st)])
+            check((here - book) == set() or led["extra"] > 0, f"stage {st} iteration {it} counted {here - book} "
+                                                               f"outside the ledger {book}")
+            check(here | missing.get((it, st), set()) >= book,
+                  f"stage {st} iteration {it}: {book - here} neither counted nor reported missing")
+    replay = os.path.join(tmp, "replay.txt")
+    with open(replay, "w") as f:
+        for (it, st), ids in sorted(rounds.items()):
+            f.write(f"{it} {st} {','.join(ids) if ids else '-'}\n")
+    got, want = final_hashes(ev, n), ref_hashes(tmp, n, seed, "--replay", replay)
+    check([got.get(i) for i in range(stages + 1)] == want, f"weights {got}, train-ref --replay {want}")
+    print(f"deterministic churn: {s['crashes']} crashes, {s['forward_reroutes']} re-routes, "
+          f"{s['backward_recoveries']} recoveries; ledger {led}; weights {want} equal train-ref's replay bit for bit")
+
+
 SCENARIOS = {f.__name__: f for f in (fault_free, forward_crash, backward_crash, join, leader_crash, churn_soak,
-                                     validation, validation_crash, wire_bf16)}
+                                     validation, validation_crash, wire_bf16, deterministic, deterministic_churn)}
 
 
 def main():

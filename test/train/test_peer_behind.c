@@ -1,0 +1,259 @@
+/* A stage that joiners refill while its only member aggregates, on the
+ * deterministic simulator (the stall the evaluation grid found at 20 %
+ * churn, docs/TRAINING.md):
+ *   - a relay joins stage 2, whose only member S serves it its state and
+ *     aggregates three rounds while it comes (slowly): S's averages reach
+ *     the joiner before it is ready. It fetches S's newer state
+ *     (weights.stale) and trains on in step with it, never behind; before,
+ *     it dropped the averages and became ready behind, with nobody but S
+ *     to resync from. With one round missed it steps with that round's
+ *     average, asked of S (weights.catch_up), and fetches nothing again;
+ *   - the same with S's average (and everything else S sends them) lost,
+ *     and S crashing once they are ready: the stage's newest weights died
+ *     with S, the two joiners hold an older iteration than the data node's
+ *     and nobody is ahead of them. They move on to the data node's
+ *     iteration (stage.skip_ahead) and the run finishes, the two in step;
+ *     before, they refused every microbatch as future_iteration and the
+ *     run stalled for good;
+ *   - a joiner asking S for its state between two of S's rounds is not
+ *     waited for in the next (S cannot serve it until the round is over):
+ *     before, that round waited its whole timeout (seen in
+ *     test_node_private as a 10 s pause of the whole run);
+ *   - members that pick a joiner (the lowest ID, listed while it still
+ *     fetches its state) to aggregate send their gradients to another
+ *     member once it says it is joining (issue 18, item 6). */
+#include "testutil.h"
+
+#include <string.h>
+
+#include "peer_harness.h"
+#include "train.pb-c.h"
+
+#define M 4
+#define ITERS 20
+#define STAGES 2
+#define SLOW_ONE_ROUND_MS 100 /* S's state this late: S ends one round meanwhile */
+
+static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
+
+typedef struct scene {
+  h_harness h;
+  int d, s, j1, j2; /* j2 < 0: one joiner */
+  bool lose_s_to_joiners; /* S's averages, BEGIN_AGG and HELLO never reach the joiners */
+  uint64_t slow_chunks_ms; /* S's state reaches a joiner this late, its first download */
+  bool in_view; /* directories list the joiners from the start, as a restarted member's record (else S's lags) */
+} scene;
+
+static int node_at(const scene *sc, int idx) {
+  for (int i = 0; i < sc->h.n_nodes; i++)
+    if (sc->h.nodes[i].index == idx) return i;
+  return -1;
+}
+
+static bool is_joiner(const scene *sc, int i) { return i >= 0 && (i == sc->j1 || i == sc->j2); }
+
+static uint64_t scene_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  (void)len;
+  const scene *sc = ud;
+  int f = node_at(sc, from), t = node_at(sc, to);
+  uint32_t type = sc->h.sending;
+  if (f == sc->s && is_joiner(sc, t)) {
+    if (sc->lose_s_to_joiners && (type == GWTF__TRAIN_MSG__TRAIN_AVG || type == GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG ||
+                                  type == GWTF__TRAIN_MSG__TRAIN_HELLO))
+      return UINT64_C(1) << 40; /* its state still comes */
+    /* (the link is in order: what S sends next arrives right after) */
+    if (type == GWTF__TRAIN_MSG__TRAIN_WEIGHTS_CHUNK &&
+        train_peer_counters(sc->h.nodes[t].tp)->downloads_stale == 0)
+      return sc->slow_chunks_ms;
+  }
+  return 1 + gw_rng_below(rng, 3);
+}
+
+/* One data node, two relays in stage 1, S alone in stage 2 with the lowest
+ * ID there (seeds are tried until it is); the joiners are fixed to stage 2
+ * and start after iteration 2. Unless in_view (every directory lists them
+ * from the start, as a restarted member's record), S's directory lags:
+ * they are not in its view, so it neither waits for them nor floods them
+ * BEGIN_AGG (only the peers it just served get its average). */
+static void scene_build(scene *sc, int joiners) {
+  for (uint64_t seed = 11;; seed++) {
+    h_init(&sc->h, STAGES, seed, verbose());
+    sc->d = h_add(&sc->h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int k = 0; k < 2; k++) h_add(&sc->h, TRAIN_RELAY, 1, M, 0, true);
+    sc->s = h_add(&sc->h, TRAIN_RELAY, 2, M, 0, true);
+    sc->j1 = h_add(&sc->h, TRAIN_RELAY, 2, M, 0, false);
+    sc->j2 = joiners > 1 ? h_add(&sc->h, TRAIN_RELAY, 2, M, 0, false) : -1;
+    bool lowest = gw_id_cmp(&sc->h.nodes[sc->s].peer.id, &sc->h.nodes[sc->j1].peer.id) < 0 &&
+                  (sc->j2 < 0 || gw_id_cmp(&sc->h.nodes[sc->s].peer.id, &sc->h.nodes[sc->j2].peer.id) < 0);
+    if (lowest) break;
+    h_free(&sc->h);
+  }
+  for (int k = 0; k < 2; k++) {
+    int j = k ? sc->j2 : sc->j1;
+    if (j < 0) continue;
+    if (!sc->in_view) sc->h.nodes[j].hidden_from = 1 + sc->s;
+  }
+  sim_set_delay_fn(sc->h.s, scene_delay, sc);
+  for (int i = 0; i < sc->j1; i++) h_start(&sc->h, i);
+  while (train_peer_iteration(sc->h.nodes[sc->d].tp) < 2) h_run_for(&sc->h, 10);
+  sc->h.nodes[sc->j1].listed_early = sc->in_view;
+  h_start(&sc->h, sc->j1);
+  if (sc->j2 >= 0) {
+    sc->h.nodes[sc->j2].listed_early = sc->in_view;
+    h_start(&sc->h, sc->j2);
+  }
+}
+
+static const train_counters *counters(scene *sc, int i) { return train_peer_counters(sc->h.nodes[i].tp); }
+
+static void test_joiner_fetches_again_after_a_missed_average(void **state) {
+  (void)state;
+  scene sc = {.slow_chunks_ms = 300};
+  scene_build(&sc, 1);
+  assert_true(h_run_until_finished(&sc.h, 300000));
+  assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
+  const train_counters *cj = counters(&sc, sc.j1);
+  if (verbose())
+    fprintf(stderr, "joiner: %llu stale downloads, %llu resyncs\n", (unsigned long long)cj->downloads_stale,
+            (unsigned long long)cj->resyncs);
+  assert_true(sc.h.nodes[sc.j1].ready);
+  assert_true(cj->downloads_stale >= 1); /* S's average came before it was ready: it fetched again */
+  assert_int_equal(cj->resyncs, 0);       /* and was never behind its stage */
+  assert_int_equal(cj->iterations_skipped, 0);
+  assert_memory_equal(sc.h.nodes[sc.j1].w, sc.h.nodes[sc.s].w, sizeof(sc.h.nodes[sc.s].w));
+  char why[200] = "";
+  if (!h_hashes_agree(&sc.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  h_free(&sc.h);
+}
+
+/* The same with S's state a little slow: S ends one round while the
+ * joiner restores it. The joiner steps with that round's average, which
+ * it asks S for once ready (weights.catch_up), instead of fetching the
+ * whole state again. */
+static void test_joiner_catches_up_with_one_missed_average(void **state) {
+  (void)state;
+  scene sc = {.slow_chunks_ms = SLOW_ONE_ROUND_MS};
+  scene_build(&sc, 1);
+  assert_true(h_run_until_finished(&sc.h, 300000));
+  const train_counters *cj = counters(&sc, sc.j1);
+  if (verbose())
+    fprintf(stderr, "joiner: %llu caught up, %llu stale, %llu resyncs\n", (unsigned long long)cj->downloads_caught_up,
+            (unsigned long long)cj->downloads_stale, (unsigned long long)cj->resyncs);
+  assert_true(sc.h.nodes[sc.j1].ready);
+  assert_int_equal(cj->downloads_caught_up, 1);
+  assert_int_equal(cj->downloads_stale, 0);
+  assert_int_equal(cj->resyncs, 0);
+  assert_memory_equal(sc.h.nodes[sc.j1].w, sc.h.nodes[sc.s].w, sizeof(sc.h.nodes[sc.s].w));
+  char why[200] = "";
+  if (!h_hashes_agree(&sc.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  h_free(&sc.h);
+}
+
+static void test_stage_left_behind_moves_on(void **state) {
+  (void)state;
+  scene sc = {.lose_s_to_joiners = true};
+  scene_build(&sc, 2);
+  /* S aggregates on; the joiners become ready at an older iteration */
+  uint64_t deadline = sim_now(sc.h.s) + 60000;
+  while (!(sc.h.nodes[sc.j1].ready && sc.h.nodes[sc.j2].ready) && sim_now(sc.h.s) < deadline)
+    h_run_for(&sc.h, 10);
+  assert_true(sc.h.nodes[sc.j1].ready && sc.h.nodes[sc.j2].ready);
+  while (train_peer_iteration(sc.h.nodes[sc.s].tp) <= train_peer_iteration(sc.h.nodes[sc.j1].tp) + 3 &&
+         sim_now(sc.h.s) < deadline)
+    h_run_for(&sc.h, 10);
+  uint64_t behind = train_peer_iteration(sc.h.nodes[sc.j1].tp);
+  if (verbose())
+    fprintf(stderr, "joiners ready at %llu/%llu, S at %llu, data node at %llu\n", (unsigned long long)behind,
+            (unsigned long long)train_peer_iteration(sc.h.nodes[sc.j2].tp),
+            (unsigned long long)train_peer_iteration(sc.h.nodes[sc.s].tp),
+            (unsigned long long)train_peer_iteration(sc.h.nodes[sc.d].tp));
+  assert_true(train_peer_iteration(sc.h.nodes[sc.s].tp) > behind + 3);
+  h_crash(&sc.h, sc.s); /* the stage's newest weights die with it */
+  assert_true(h_run_until_finished(&sc.h, 600000));
+  assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
+  uint64_t skipped = counters(&sc, sc.j1)->iterations_skipped + counters(&sc, sc.j2)->iterations_skipped;
+  if (verbose()) fprintf(stderr, "skipped %llu iterations\n", (unsigned long long)skipped);
+  assert_true(skipped >= 1);
+  assert_memory_equal(sc.h.nodes[sc.j1].w, sc.h.nodes[sc.j2].w, sizeof(sc.h.nodes[sc.j1].w));
+  h_free(&sc.h);
+}
+
+static double slowest_iteration(const h_node *n) {
+  double worst = 0;
+  for (int i = 0; i < ITERS; i++)
+    if (n->secs_of[i] > worst) worst = n->secs_of[i];
+  return worst;
+}
+
+/* S knows the joiner (a member restarting: S waits for its gradient) and
+ * floods it BEGIN_AGG,
+ * which reaches it after its slow first download: stale, it asks again
+ * within a second, and S queues the request (one snapshot per second per
+ * peer). S's next round must not wait for a peer that waits for S. */
+static void test_round_does_not_wait_for_a_peer_waiting_for_our_state(void **state) {
+  (void)state;
+  scene sc = {.slow_chunks_ms = 300, .in_view = true};
+  scene_build(&sc, 1);
+  assert_true(h_run_until_finished(&sc.h, 300000));
+  assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
+  const train_counters *cj = counters(&sc, sc.j1);
+  double slowest = slowest_iteration(&sc.h.nodes[sc.d]);
+  if (verbose())
+    fprintf(stderr, "joiner: %llu stale downloads; slowest iteration %.3f s\n",
+            (unsigned long long)cj->downloads_stale, slowest);
+  assert_true(cj->downloads_stale >= 1);
+  assert_true(slowest < sc.h.tun.agg_timeout_ms / 2000.0); /* well under one aggregation timeout */
+  char why[200] = "";
+  if (!h_hashes_agree(&sc.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  h_free(&sc.h);
+}
+
+/* Stage 2 has S and B; a joiner with the lowest ID there is in every
+ * directory from its start (a restarted member's record), and its state
+ * comes slowly: S and B pick it to aggregate (the lowest vouched member),
+ * send it their gradients, and it tells them it is joining (a HELLO with
+ * `joining`, answering the gradient and sent as it asks for the state):
+ * they go on with the next member. Before, the gradient was lost and the
+ * round waited its whole timeout for the joiner. */
+static void test_gradient_to_a_joining_peer_goes_elsewhere(void **state) {
+  (void)state;
+  scene sc = {.slow_chunks_ms = 300, .in_view = true};
+  int b = -1;
+  for (uint64_t seed = 21;; seed++) {
+    h_init(&sc.h, STAGES, seed, verbose());
+    sc.d = h_add(&sc.h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int k = 0; k < 2; k++) h_add(&sc.h, TRAIN_RELAY, 1, M, 0, true);
+    sc.s = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
+    b = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
+    sc.j1 = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, false);
+    sc.j2 = -1;
+    const gw_id *j = &sc.h.nodes[sc.j1].peer.id;
+    if (gw_id_cmp(j, &sc.h.nodes[sc.s].peer.id) < 0 && gw_id_cmp(j, &sc.h.nodes[b].peer.id) < 0) break;
+    h_free(&sc.h);
+  }
+  sim_set_delay_fn(sc.h.s, scene_delay, &sc);
+  for (int i = 0; i < sc.j1; i++) h_start(&sc.h, i);
+  while (train_peer_iteration(sc.h.nodes[sc.d].tp) < 2) h_run_for(&sc.h, 10);
+  sc.h.nodes[sc.j1].listed_early = true;
+  h_start(&sc.h, sc.j1);
+  assert_true(h_run_until_finished(&sc.h, 300000));
+  assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
+  double slowest = slowest_iteration(&sc.h.nodes[sc.d]);
+  if (verbose()) fprintf(stderr, "slowest iteration %.3f s\n", slowest);
+  assert_true(sc.h.nodes[sc.j1].ready);
+  assert_true(slowest < sc.h.tun.agg_timeout_ms / 2000.0);
+  char why[200] = "";
+  if (!h_hashes_agree(&sc.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  h_free(&sc.h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_joiner_fetches_again_after_a_missed_average),
+      cmocka_unit_test(test_joiner_catches_up_with_one_missed_average),
+      cmocka_unit_test(test_stage_left_behind_moves_on),
+      cmocka_unit_test(test_round_does_not_wait_for_a_peer_waiting_for_our_state),
+      cmocka_unit_test(test_gradient_to_a_joining_peer_goes_elsewhere),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

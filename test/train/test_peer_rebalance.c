@@ -1,0 +1,224 @@
+/* Live rebalancing (issue 18, item 3) on the deterministic simulator: the
+ * leader moves a relay into the bottleneck stage (train/peer_rebalance.c).
+ *   - a skewed swarm (4, 1, 1 relays of equal speed) is evened out to
+ *     2, 2, 2 by exactly two moves: the first only after the same stage was
+ *     the bottleneck for rebalance_after iterations, the second no sooner
+ *     than rebalance_after iterations after the first landed (cooldown);
+ *     then nothing moves again (no oscillation); every stage's members
+ *     agree on their weights at the end, the moved relays train;
+ *   - speeds count, not heads: a stage of one slow relay takes a fast one
+ *     from a stage of two, which is left with one, and no move follows
+ *     (the way back is never worth it);
+ *   - a move that would only shift the bottleneck (2, 1 of equal speed) is
+ *     never made: no stage is emptied, no last member moves;
+ *   - rebalance_after 0 turns it off;
+ *   - a relay's wish for a stage (JOIN's want_stage, --join-stage) is
+ *     granted only by a leader told to (--grant-join-stages), and ignored
+ *     otherwise: a peer must not choose the stage it attacks. */
+#include "testutil.h"
+
+#include <math.h>
+
+#include "peer_harness.h"
+
+#define M 4
+
+static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
+
+typedef struct moves {
+  int n;
+  int who[16], from[16], to[16];
+  uint64_t at[16]; /* the leader's iteration when the harness saw the relay change stage */
+} moves;
+
+/* One data node; per[s] relays in stage s (job_ms: each relay's compute
+ * time per job, 0: the harness's). Returns the data node's index. */
+static int build(h_harness *h, int stages, const int *per, const uint64_t *job_ms, uint64_t iters, uint32_t after) {
+  h_init(h, stages, 33, verbose());
+  h->movable = true;
+  h->tun.rebalance_after = after;
+  h->tun.rebalance_margin = 0.2;
+  h->tun.hello_period_ms = 50; /* speeds reach the leader within the first iteration (0.1 s here) */
+  int d = h_add(h, TRAIN_DATA, 0, M, iters, true);
+  int k = 0;
+  for (int s = 1; s <= stages; s++)
+    for (int i = 0; i < per[s]; i++) {
+      int r = h_add(h, TRAIN_RELAY, s, M, 0, true);
+      h->nodes[r].job_ms = job_ms ? job_ms[k] : 0;
+      k++;
+    }
+  for (int i = 0; i < h->n_nodes; i++) h_start(h, i);
+  return d;
+}
+
+/* Runs to the end, noting every relay's change of stage. */
+static void run_noting_moves(h_harness *h, int d, uint64_t iters, moves *mv) {
+  int last[H_MAX_NODES];
+  for (int i = 0; i < h->n_nodes; i++) last[i] = h->nodes[i].stage;
+  memset(mv, 0, sizeof(*mv));
+  for (int k = 0; k < 400000 && h->nodes[d].iterations_done < iters; k++) {
+    h_run_for(h, 5);
+    for (int i = 0; i < h->n_nodes; i++) {
+      if (h->nodes[i].stage == last[i]) continue;
+      if (mv->n < 16) {
+        mv->who[mv->n] = i;
+        mv->from[mv->n] = last[i];
+        mv->to[mv->n] = h->nodes[i].stage;
+        mv->at[mv->n] = train_peer_iteration(h->nodes[d].tp);
+      }
+      mv->n++;
+      last[i] = h->nodes[i].stage;
+    }
+  }
+}
+
+static int count_in(h_harness *h, int stage) {
+  int n = 0;
+  for (int i = 0; i < h->n_nodes; i++)
+    n += h->nodes[i].alive && h->nodes[i].role == TRAIN_RELAY && h->nodes[i].stage == stage;
+  return n;
+}
+
+/* Every live member of every stage ends on the same weights after the same
+ * aggregation, and trained (ready). */
+static void assert_stages_agree(h_harness *h, int stages) {
+  for (int s = 1; s <= stages; s++) {
+    int first = -1;
+    for (int i = 0; i < h->n_nodes; i++) {
+      h_node *n = &h->nodes[i];
+      if (!n->alive || n->role != TRAIN_RELAY || n->stage != s) continue;
+      assert_true(n->ready);
+      if (first < 0) {
+        first = i;
+        continue;
+      }
+      assert_int_equal(n->hash_iteration, h->nodes[first].hash_iteration);
+      assert_memory_equal(n->last_hash, h->nodes[first].last_hash, 32);
+    }
+    assert_true(first >= 0);
+  }
+}
+
+static void test_skewed_swarm_evened_out(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 24;
+  const uint32_t after = 3;
+  int per[4] = {0, 4, 1, 1};
+  int d = build(&h, 3, per, NULL, iters, after);
+  int ones[4];
+  assert_int_equal(h_by_id(&h, 1, ones, 4), 4);
+  moves mv;
+  run_noting_moves(&h, d, iters, &mv);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  assert_int_equal(mv.n, 2);
+  /* 4,1,1: stage 2 (the lower of the two bottlenecks) gets one of stage 1's;
+   * 3,2,1: then stage 3 does */
+  assert_int_equal(mv.from[0], 1);
+  assert_int_equal(mv.to[0], 2);
+  assert_int_equal(mv.from[1], 1);
+  assert_int_equal(mv.to[1], 3);
+  /* hysteresis: rates are known after the first iteration; the same
+   * bottleneck `after` iterations in a row */
+  assert_true(mv.at[0] >= after);
+  /* cooldown: `after` iterations after the first move landed */
+  assert_true(mv.at[1] >= mv.at[0] + after);
+  for (int s = 1; s <= 3; s++) assert_int_equal(count_in(&h, s), 2);
+  /* never stage 1's aggregator (its lowest ID) */
+  for (int k = 0; k < 2; k++) assert_int_not_equal(mv.who[k], ones[0]);
+  assert_stages_agree(&h, 3);
+  h_free(&h);
+}
+
+static void test_speed_counts_not_heads(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 20;
+  int per[3] = {0, 2, 1};
+  uint64_t job_ms[3] = {5, 5, 20}; /* stage 2's only relay is four times slower */
+  int d = build(&h, 2, per, job_ms, iters, 2);
+  moves mv;
+  run_noting_moves(&h, d, iters, &mv);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  assert_int_equal(mv.n, 1); /* and none back: (1 fast) vs (1 slow + 1 fast) is the best split */
+  assert_int_equal(mv.from[0], 1);
+  assert_int_equal(mv.to[0], 2);
+  assert_int_equal(count_in(&h, 1), 1);
+  assert_int_equal(count_in(&h, 2), 2);
+  assert_stages_agree(&h, 2);
+  h_free(&h);
+}
+
+static void test_no_move_that_only_shifts_the_bottleneck(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 12;
+  int per[3] = {0, 2, 1}; /* equal speeds: 2,1 -> 1,2 would be no better */
+  int d = build(&h, 2, per, NULL, iters, 1);
+  moves mv;
+  run_noting_moves(&h, d, iters, &mv);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  assert_int_equal(mv.n, 0);
+  assert_int_equal(count_in(&h, 1), 2);
+  assert_int_equal(count_in(&h, 2), 1);
+  h_free(&h);
+}
+
+static void test_off(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 10;
+  int per[4] = {0, 4, 1, 1};
+  int d = build(&h, 3, per, NULL, iters, 0);
+  moves mv;
+  run_noting_moves(&h, d, iters, &mv);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  assert_int_equal(mv.n, 0);
+  assert_int_equal(count_in(&h, 1), 4);
+  h_free(&h);
+}
+
+/* Four relays that each ask for stage 1 as they join (placed by the
+ * leader: stage -1), beside a first member in each stage; per[s]: the
+ * relays that trained in stage s at the end. */
+static void place_wishing_for_1(bool grant, int per[4]) {
+  h_harness h;
+  h_init(&h, 3, 35, verbose());
+  h.tun.rebalance_after = 0;
+  h.grant_join_stage = grant;
+  int d = h_add(&h, TRAIN_DATA, 0, M, 20, true);
+  for (int s = 1; s <= 3; s++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  h.join_stage = 1;
+  for (int k = 0; k < 4; k++) h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(h.nodes[d].iterations_done, 20);
+  memset(per, 0, 4 * sizeof(int));
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].role == TRAIN_RELAY && h.nodes[i].ready) per[h.nodes[i].stage]++;
+  h_free(&h);
+}
+
+static void test_join_stage_granted_only_when_told(void **state) {
+  (void)state;
+  int per[4];
+  place_wishing_for_1(true, per);
+  assert_int_equal(per[1], 1 + 4);
+  assert_int_equal(per[2], 1);
+  assert_int_equal(per[3], 1);
+  /* ignored: the leader spreads them over the stages as it ranks them */
+  place_wishing_for_1(false, per);
+  assert_true(per[1] < 1 + 4 && per[2] >= 2 && per[3] >= 2);
+  assert_int_equal(per[1] + per[2] + per[3], 3 + 4);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_skewed_swarm_evened_out),
+      cmocka_unit_test(test_speed_counts_not_heads),
+      cmocka_unit_test(test_no_move_that_only_shifts_the_bottleneck),
+      cmocka_unit_test(test_off),
+      cmocka_unit_test(test_join_stage_granted_only_when_told),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,102 @@
+/* train/peer_behind.c — a stage whose members all fell behind the run.
+ *
+ * A relay trains iteration I and takes microbatches of I and I+1 (the next
+ * one waits for our aggregation); anything later is refused as
+ * `future_iteration` (peer_mb.c). Normally a member that missed an
+ * aggregation hears a stage-mate ahead of it (HELLO, BEGIN_AGG) and
+ * resyncs (trust_claim_ahead). But when the members that were ahead die
+ * (churn took the only one that had aggregated), those left hold an older
+ * iteration, nobody claims to be ahead, and every microbatch the data nodes
+ * send is refused: the run stalls for good.
+ *
+ * So the upstream's refused offers count as evidence. When FORWARDs past
+ * our next iteration keep coming for BEHIND_WAIT_MS (directory members of
+ * the previous stage sending microbatches that directory data nodes
+ * started) and we are not in a round:
+ *   - a live stage-mate that lately said it is ahead of us: resync from it
+ *     (one claim is enough here, with the upstream's word besides);
+ *   - nobody ahead: the newer weights are gone. We carry on from ours in
+ *     the upstream's iteration (`stage.skip_ahead`, the steps between are
+ *     lost), as a download does when the whole stage was behind
+ *     (`stage.stale_weights`), rather than stall the run.
+ * A previous-stage member could push us forward with forged offers; it
+ * could stall us just as well by not forwarding at all, and our weights
+ * are untouched either way. */
+#include "train/peer_internal.h"
+
+/* offers this long in a row before we act: a member that only missed the
+ * round resyncs through its stage-mates well before */
+#define BEHIND_WAIT_MS(p) (2 * (p)->cfg.tun.agg_timeout_ms)
+/* no offer for this long ends the spell (upstream gives up on a refused
+ * microbatch after its re-routes, and its origin starts it again later) */
+#define BEHIND_GAP_MS(p) (4 * (p)->cfg.tun.agg_timeout_ms)
+
+static void behind_reset(train_peer *p) {
+  p->behind.iteration = p->behind.since_ms = p->behind.last_ms = 0;
+}
+
+void behind_note_future(train_peer *p, const gw_id *from, const gw_id *origin, uint64_t iteration) {
+  peer_behind *b = &p->behind;
+  if (p->state != PEER_READY || p->stage < 1 || iteration <= p->iteration + 1) return;
+  if (!peer_is_member(p, p->stage - 1, from, true) || !peer_is_member(p, 0, origin, true)) return;
+  if (!b->since_ms || p->now - b->last_ms > BEHIND_GAP_MS(p)) b->since_ms = p->now ? p->now : 1;
+  b->iteration = iteration; /* upstream's latest word: our round may end meanwhile, it still is ahead */
+  b->last_ms = p->now;
+}
+
+void behind_note_next(train_peer *p) {
+  peer_behind *b = &p->behind;
+  if (b->next_since_ms && b->next_of == p->iteration) return;
+  b->next_since_ms = p->now ? p->now : 1;
+  b->next_of = p->iteration;
+}
+
+/* Microbatches of our next iteration wait for our round, which a BEGIN_AGG
+ * starts; one that reached us while we were still in an older round (or
+ * getting ready) was dropped, and upstream will not send another. */
+static void next_tick(train_peer *p) {
+  peer_behind *b = &p->behind;
+  if (!b->next_since_ms) return;
+  if (b->next_of != p->iteration || p->state != PEER_READY) {
+    b->next_since_ms = 0;
+    return;
+  }
+  if (p->aggregating || p->now - b->next_since_ms < BEHIND_WAIT_MS(p)) return;
+  b->next_since_ms = 0;
+  agg_begin_late(p);
+}
+
+static void skip_ahead(train_peer *p, uint64_t to) {
+  GW_WARN(&p->log, "stage.skip_ahead",
+          "stage=%d from=%llu to=%llu lost=%llu msg=\"no member of stage %d is ahead of us and the run moved on: "
+          "we carry on from our weights, the steps between are lost\"",
+          p->stage, (unsigned long long)p->iteration, (unsigned long long)to,
+          (unsigned long long)(to - p->iteration), p->stage);
+  p->counters.iterations_skipped += to - p->iteration;
+  mb_abandon_iteration(p, UINT64_MAX);
+  p->iteration = to;
+  p->begin_agg_seen = to; /* the next round we flood is this iteration's */
+  p->iter_running = false;
+  p->iter_reported = false;
+  /* tell the stage where we are: a stage-mate still behind follows us */
+  p->last_hello_ms = p->now;
+  peer_send_hellos(p);
+}
+
+void behind_tick(train_peer *p) {
+  peer_behind *b = &p->behind;
+  next_tick(p);
+  if (!b->since_ms) return;
+  if (p->state != PEER_READY || b->iteration <= p->iteration + 1 || p->now - b->last_ms > BEHIND_GAP_MS(p)) {
+    behind_reset(p);
+    return;
+  }
+  if (p->aggregating || p->now - b->since_ms < BEHIND_WAIT_MS(p)) return;
+  uint64_t to = b->iteration, ahead;
+  behind_reset(p);
+  if (trust_stage_ahead(p, &ahead)) {
+    join_resync(p, ahead, "upstream_ahead");
+    return;
+  }
+  skip_ahead(p, to);
+}

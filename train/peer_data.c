@@ -1,0 +1,283 @@
+/* train/peer_data.c — the data node's side of an iteration (GWTF §IV):
+ * which microbatches it starts and when (its share of the run's batch, a
+ * backlog of those deferred by churn), whether every stage can take them
+ * (routes, CAN_TAKE), and the end of each microbatch it owns (done,
+ * deferred, lost), which closes the iteration. The hops themselves, shared
+ * with the relays, are train/peer_mb.c; repairs are train/peer_repair.c. */
+#include "train/peer_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+/* ---- data node: one iteration ---- */
+
+static int backlog_push(train_peer *p, uint64_t iteration, uint32_t index) {
+  size_t limit = (size_t)p->cfg.capacity; /* an iteration's worth: older work is dropped, not hoarded */
+  if (p->n_backlog == limit) {
+    memmove(p->backlog, p->backlog + 1, (p->n_backlog - 1) * sizeof(*p->backlog));
+    p->n_backlog--;
+    p->counters.lost_microbatches++;
+  }
+  if (p->n_backlog == p->cap_backlog) {
+    size_t cap = p->cap_backlog ? 2 * p->cap_backlog : 16;
+    void *nb = realloc(p->backlog, cap * sizeof(*p->backlog));
+    if (!nb) return GW_ENOMEM;
+    p->backlog = nb;
+    p->cap_backlog = cap;
+  }
+  p->backlog[p->n_backlog].iteration = iteration;
+  p->backlog[p->n_backlog].index = index;
+  p->n_backlog++;
+  return 0;
+}
+
+static uint32_t live_mbs(const train_peer *p) {
+  uint32_t n = 0;
+  for (size_t i = 0; i < p->n_mbs; i++)
+    if (p->mbs[i].used && p->mbs[i].iteration == p->iteration) n++;
+  return n;
+}
+
+static void data_refill(train_peer *p, uint32_t slot);
+
+void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
+  if (mb->eval) return eval_mb_finished(p, mb, how);
+  mb->end = how;
+  bool rerun = ledger_is_rerun(mb);
+  if (rerun) {
+    ledger_rerun_finished(p, mb, how == MB_COMPLETE); /* counted once already: no loss, no backlog */
+  } else if (how == MB_COMPLETE) {
+    p->iter_done++;
+    p->iter_loss_sum += mb->loss;
+    p->counters.microbatches_done++;
+    /* its whole trip, for the communication time (trip minus compute) */
+    GW_INFO(&p->log, "microbatch.done", "mb=%llx trip_s=%.4f iter=%llu attempt=%u", (unsigned long long)mb->id,
+            (double)(p->now - mb->started_ms) / 1000.0, (unsigned long long)p->iteration, mb->attempt);
+    if (mb->repairs > 0) {
+      char dt[32];
+      snprintf(dt, sizeof(dt), "%.3f", (double)(p->now - mb->recover_started_ms) / 1000.0);
+      p->counters.backward_recoveries++;
+      GW_INFO(&p->log, "backward.recovered", "mb=%llx repairs=%u secs=%s", (unsigned long long)mb->id,
+              mb->repairs, dt);
+    }
+  } else if (how == MB_DEFERRED) {
+    p->iter_deferred++;
+    p->counters.deferred_microbatches++;
+    backlog_push(p, mb->id >> 20, (uint32_t)(mb->id & 0xfffff));
+    GW_INFO(&p->log, "microbatch.deferred", "mb=%llx iter=%llu", (unsigned long long)mb->id,
+            (unsigned long long)p->iteration);
+  } else {
+    p->counters.lost_microbatches++;
+    GW_WARN(&p->log, "microbatch.lost", "mb=%llx iter=%llu", (unsigned long long)mb->id,
+            (unsigned long long)p->iteration);
+  }
+  p->last_progress_ms = p->now;
+  uint32_t slot = mb->index;
+  mb_free(p, mb);
+  if (how == MB_COMPLETE && !rerun) data_refill(p, slot);
+  ledger_launch_reruns(p); /* a member on a completed microbatch's path died: before the iteration ends */
+  if (p->iter_running && live_mbs(p) == 0) {
+    p->iter_running = false;
+    data_report_iteration(p);
+  }
+}
+
+static int data_launch_attempt(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot,
+                               uint32_t attempt) {
+  uint64_t id = (orig_iteration << 20) | index;
+  peer_mb *mb = mb_new(p, &p->cfg.self, id);
+  if (!mb) return GW_ENOMEM;
+  mb->attempt = attempt;
+  mb->key = mb_key(&p->cfg.self, id, attempt);
+  size_t bt = (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T;
+  mb->iteration = p->iteration;
+  mb->index = slot;
+  mb->tokens = malloc(bt * sizeof(int32_t));
+  mb->targets = malloc(bt * sizeof(int32_t));
+  mb->out = malloc(peer_act_floats(p) * sizeof(float));
+  if (!mb->tokens || !mb->targets || !mb->out ||
+      p->sample(p->sample_ud, orig_iteration, index, mb->tokens, mb->targets) != 0) {
+    mb_free(p, mb);
+    return GW_EIO;
+  }
+  mb->fwd = FWD_EMBED;
+  if (!peer_submit(p, TRAIN_JOB_EMBED, mb, mb->tokens, bt * sizeof(int32_t), mb->out,
+                   peer_act_floats(p) * sizeof(float))) {
+    mb_free(p, mb);
+    return GW_EIO;
+  }
+  p->iter_sent++;
+  return 0;
+}
+
+static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot) {
+  return data_launch_attempt(p, orig_iteration, index, slot, 0);
+}
+
+int data_rerun(train_peer *p, uint64_t id, uint32_t attempt) {
+  if (!p->iter_running || p->iter_wrap_up || p->aggregating) return GW_EAGAIN;
+  if (mb_find(p, &p->cfg.self, id)) return GW_EEXIST; /* running again already */
+  int rc = data_launch_attempt(p, id >> 20, (uint32_t)(id & 0xfffff), 0, attempt);
+  if (rc == 0) p->iter_sent--; /* not one of the iteration's microbatches: it takes no refill's turn */
+  return rc;
+}
+
+/* The oldest microbatch waiting in the backlog, removed from it. */
+static void backlog_pop(train_peer *p, uint64_t *iteration, uint32_t *index) {
+  *iteration = p->backlog[0].iteration;
+  *index = p->backlog[0].index;
+  memmove(p->backlog, p->backlog + 1, (p->n_backlog - 1) * sizeof(*p->backlog));
+  p->n_backlog--;
+}
+
+/* A microbatch came home, so its route is free again: the next one of this
+ * iteration goes down it. A flow is a pipeline slot, not one microbatch per
+ * iteration, so an iteration with fewer flows than microbatches trains them
+ * all, in turns (the paper defers the rest to later iterations; its capacity
+ * is memory, which a finished microbatch gives back) — until another data
+ * node is done: then the rest wait for the next iteration (peer_agg.c). */
+static void data_refill(train_peer *p, uint32_t slot) {
+  if (!p->iter_running || p->iter_wrap_up || p->iter_sent >= p->cfg.capacity || p->n_backlog == 0) return;
+  uint64_t it;
+  uint32_t index;
+  backlog_pop(p, &it, &index);
+  if (data_launch(p, it, index, slot) == 0) {
+    p->iter_deferred = (uint32_t)p->n_backlog;
+    GW_DEBUG(&p->log, "microbatch.refill", "slot=%u iter=%llu", slot, (unsigned long long)p->iteration);
+  } else {
+    backlog_push(p, it, index);
+  }
+}
+
+static bool every_stage_served(train_peer *p) {
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    bool any = false;
+    for (size_t i = 0; i < p->members[s].n && !any; i++) any = peer_alive(p, &p->members[s].v[i].id);
+    if (!any) return false;
+  }
+  return true;
+}
+
+/* This data node's share of the pipeline: the narrowest stage's capacity
+ * (its live members' announced microbatch slots) over the live data nodes,
+ * rounded up. Rounding down left a slot of an odd-sized narrowest stage idle
+ * every iteration (3 slots, 2 data nodes: 1 microbatch each, one after
+ * another); rounded up, the one microbatch too many waits for a slot
+ * (FWD_WAIT) and takes it the moment it frees. */
+uint32_t data_share(train_peer *p) {
+  uint64_t narrowest = UINT64_MAX;
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    uint64_t cap = 0;
+    for (size_t i = 0; i < p->members[s].n; i++)
+      if (peer_alive(p, &p->members[s].v[i].id)) cap += p->members[s].v[i].capacity;
+    if (cap < narrowest) narrowest = cap;
+  }
+  uint64_t data = 1; /* ourselves, whether or not the directory lists us yet */
+  for (size_t i = 0; i < p->members[0].n; i++)
+    if (!gw_id_eq(&p->members[0].v[i].id, &p->cfg.self) && peer_alive(p, &p->members[0].v[i].id)) data++;
+  uint64_t share = narrowest == UINT64_MAX ? 0 : (narrowest + data - 1) / data;
+  return share > UINT32_MAX ? UINT32_MAX : (uint32_t)share;
+}
+
+/* How many microbatches the iteration can start with, once the routes allow
+ * it; false: wait (data_tick asks again next tick). */
+bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots) {
+  if (!p->waiting_flows_since) p->waiting_flows_since = p->now;
+  uint64_t waited = p->now - p->waiting_flows_since;
+  /* GWTF §V-C: training proceeds once the flows reached a steady state.
+   * The first iteration waits for it (bounded); later ones use what is
+   * there, since churn keeps flows changing. */
+  if (p->iteration == 0 && p->router.settled && !p->router.settled(p->router.ctx, p->now) &&
+      waited < p->cfg.tun.settle_ms)
+    return false;
+  /* No pipeline without a peer in every stage; no microbatch without a route. */
+  bool served = every_stage_served(p);
+  *slots = !served ? 0 : p->router.slots ? p->router.slots(p->router.ctx) : want;
+  /* No flow of ours: the first iteration waits for one (up to settle_ms).
+   * Later, churn tore them down and rebuilding takes the flow protocol
+   * seconds, so after a short grace the next hops go to the cheapest live
+   * peer of the next stage (the router's fallback; a full peer DENYs)
+   * rather than idle the pipeline. The same holds when the first wait ends
+   * with the other data nodes' flows holding all the capacity. */
+  uint64_t grace = p->iteration == 0 ? p->cfg.tun.settle_ms : p->cfg.tun.flow_grace_ms;
+  if (*slots == 0 && served && waited >= grace) {
+    GW_INFO(&p->log, "flows.none", "iter=%llu waited_ms=%llu routing=fallback", (unsigned long long)p->iteration,
+            (unsigned long long)waited);
+    *slots = want;
+  }
+  if (*slots == 0 && waited < p->cfg.tun.settle_ms) {
+    if (waited % 5000 < p->cfg.tun.tick_ms)
+      GW_INFO(&p->log, "flows.waiting", "iter=%llu waited_s=%llu every_stage_served=%d",
+              (unsigned long long)p->iteration, (unsigned long long)(waited / 1000), served);
+    return false;
+  }
+  /* Still no route: report an empty iteration rather than hold up the other
+   * data nodes, whose aggregation waits for every report. */
+  if (*slots == 0)
+    GW_WARN(&p->log, "iteration.no_route", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
+            (unsigned long long)(waited / 1000));
+  return true;
+}
+
+void data_start_iteration(train_peer *p) {
+  uint32_t want = p->cfg.capacity, slots;
+  if (!data_routes_ready(p, want, &slots)) return;
+  p->waiting_flows_since = 0;
+  /* One microbatch per flow, and more, on the router's fallback, up to our
+   * share of the narrowest stage: flows come and go as the protocol
+   * re-optimizes them (Request Change tears one down before its replacement
+   * is up), and a relay that is full answers DENY anyway. The rest follow
+   * as microbatches come home. 0 after a fruitless wait: an empty iteration. */
+  uint32_t share = data_share(p);
+  uint32_t n = slots == 0 ? 0 : slots > share ? slots : share;
+  if (n > want) n = want;
+  if (p->iteration == 0) p->last_update_ms = p->now; /* the first iteration's clock starts now */
+  p->iter_running = true;
+  p->iter_reported = false;
+  p->iter_wrap_up = false;
+  p->iter_started_ms = p->now;
+  p->last_progress_ms = p->now;
+  p->iter_sent = p->iter_done = p->iter_deferred = 0;
+  p->iter_loss_sum = 0;
+  /* An iteration trains up to `want` microbatches: the ones carried over
+   * from earlier iterations first, then new ones. */
+  for (uint32_t k = 0; p->n_backlog < want; k++) backlog_push(p, p->iteration, k);
+  uint32_t slot = 0;
+  while (slot < n && p->n_backlog > 0) {
+    uint64_t it;
+    uint32_t index;
+    backlog_pop(p, &it, &index);
+    if (data_launch(p, it, index, slot) == 0) slot++;
+  }
+  p->iter_deferred = (uint32_t)p->n_backlog; /* carried to the next iteration */
+  GW_INFO(&p->log, "iteration.started", "iter=%llu microbatches=%u routes=%u backlog=%zu",
+          (unsigned long long)p->iteration, slot, slots, p->n_backlog);
+  if (slot == 0) {
+    p->iter_running = false;
+    data_report_iteration(p);
+  }
+}
+
+void data_tick(train_peer *p) {
+  if (p->state != PEER_READY || p->aggregating || p->finished) return;
+  if (p->iter_running) {
+    if (p->now - p->last_progress_ms < p->cfg.tun.stall_timeout_ms) return;
+    GW_WARN(&p->log, "iteration.stalled", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
+            (unsigned long long)(p->cfg.tun.stall_timeout_ms / 1000));
+    for (size_t i = 0; i < p->n_mbs; i++)
+      if (p->mbs[i].used && p->mbs[i].iteration == p->iteration && p->iter_running)
+        data_mb_finished(p, &p->mbs[i], MB_DEFERRED);
+    return;
+  }
+  if (p->iter_reported) return; /* waiting for the leader's aggregation */
+  if (p->iteration > 0 && p->downstream_ready < p->iteration) return; /* no CAN_TAKE yet */
+  if (eval_tick(p)) return; /* validation first, on the weights this iteration starts from */
+  if (p->cfg.iterations && p->iteration >= p->cfg.iterations) {
+    p->finished = true;
+    GW_INFO(&p->log, "run.finished", "iterations=%llu", (unsigned long long)p->iteration);
+    return;
+  }
+  data_start_iteration(p);
+}
