@@ -70,6 +70,8 @@ void train_node_opts_default(train_node_opts *o) {
   o->rebalance_margin = 0.2;
   o->flow_tick_ms = 2000;
   o->hop_timeout_ms = 5000;
+  o->live_k = 4;
+  o->live_floor_ms = 500;
   o->exit_when_done = true;
   o->slowdown = 1.0;
   o->byzantine_scale = 100.0;
@@ -195,6 +197,33 @@ static void io_want_tick(void *ud, uint64_t at) {
 static void io_random(void *ud, void *buf, size_t len) {
   (void)ud;
   randombytes_buf(buf, len);
+}
+
+/* Failure detection (train/peer_liveness.c): the session's RTT, what we
+ * heard from the peer, and our queue to it in ms at its measured rate. */
+static bool io_link(void *ud, const gw_id *peer, train_link *out) {
+  train_rt *rt = ud;
+  p2p_peer_stats st;
+  if (p2p_host_peer_stats(rt->host, peer, &st) != 0 || !st.connected) return false;
+  out->srtt_ms = st.rtt_ms;
+  out->rttvar_ms = st.rttvar_ms;
+  out->rtt_samples = st.rtt_samples;
+  out->heard = st.bytes_rx;
+  double bps = st.tx_Bps > 0 ? st.tx_Bps : DEFAULT_BW_BPS;
+  out->queue_ms = 1000.0 * (double)st.queued_bytes / bps;
+  return true;
+}
+
+/* The GWTF router's fallback weighs next hops by load (train/route_flow.h). */
+static int next_load(void *ud, const gw_id *peer, train_load *out) {
+  train_rt *rt = ud;
+  if (!rt->peer) return p2p_host_is_connected(rt->host, peer) ? 0 : -1;
+  return train_peer_next_load(rt->peer, peer, out);
+}
+
+static void io_probe(void *ud, const gw_id *peer) {
+  train_rt *rt = ud;
+  p2p_host_ping(rt->host, peer);
 }
 
 static bool io_connected(void *ud, const gw_id *peer) {
@@ -1112,6 +1141,7 @@ static int start_peer(train_rt *rt) {
   rt->swarm_routing = strcmp(o->routing, "swarm") == 0;
   train_router router;
   route_flow_init(&rt->rf, rt->run.stages, &rt->log);
+  route_flow_set_load(&rt->rf, next_load, rt);
   if (rt->swarm_routing) {
     rt->rs = route_swarm_new(data ? 0 : -1, rt->run.stages, (unsigned)rt->run.microbatches, ROUTE_SWARM_ALPHA);
     if (!rt->rs) return GW_ENOMEM;
@@ -1132,6 +1162,8 @@ static int start_peer(train_rt *rt) {
   train_tunables_default(&cfg.tun);
   cfg.tun.tick_ms = PEER_TICK_MS;
   cfg.tun.hop_timeout_ms = o->hop_timeout_ms;
+  cfg.tun.live_rto_k = o->live_k;
+  cfg.tun.live_floor_ms = o->live_floor_ms;
   cfg.tun.aggregate = o->aggregate;
   cfg.tun.no_validation = o->no_validation;
   cfg.tun.deterministic = o->deterministic;
@@ -1160,7 +1192,8 @@ static int start_peer(train_rt *rt) {
   memcpy(cfg.run_id, run_id.b, sizeof(cfg.run_id));
   train_io io = {.ud = rt, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = on_peer_event,
-                 .peer_info = peer_info, .unix_s = io_unix_s, .redeem = io_redeem, .sign = io_sign};
+                 .peer_info = peer_info, .unix_s = io_unix_s, .redeem = io_redeem, .sign = io_sign,
+                 .link = io_link, .probe = io_probe};
   int rc = train_peer_new(&rt->peer, &cfg, &io, &router, &rt->log);
   if (rc != 0) return rc;
   if (rt->run.private_run) {

@@ -65,6 +65,8 @@ typedef struct train_node_opts {
   bool grant_join_stages; /* data nodes, test tool: as the leader, grant those wishes */
   uint64_t flow_tick_ms;  /* flow protocol tick (default 2000, the prototype's) */
   uint64_t hop_timeout_ms;
+  int live_k;             /* failure detection: deadline = k x (srtt + 4 rttvar) + compute (default 4; 0: off) */
+  uint64_t live_floor_ms; /* ... and never under this (default 500) */
   bool exit_when_done;    /* a data node exits once it ran its iterations (default true) */
   /* Fault injection for tests (--debug-crash KIND:ITER): the node kills
    * itself with SIGKILL as it queues its first job of that kind in that

@@ -36,6 +36,8 @@ enum {
   T_RESUME,
   T_FLOW_TICK,
   T_HOP_TIMEOUT,
+  T_LIVE_K,
+  T_LIVE_FLOOR,
   T_STAY,
   T_DEBUG_CRASH,
   T_EXIT_WITH_PARENT,
@@ -86,6 +88,8 @@ const struct option train_node_options[] = {
     {"resume", no_argument, 0, T_RESUME},
     {"flow-tick", required_argument, 0, T_FLOW_TICK},
     {"hop-timeout", required_argument, 0, T_HOP_TIMEOUT},
+    {"live-k", required_argument, 0, T_LIVE_K},
+    {"live-floor", required_argument, 0, T_LIVE_FLOOR},
     {"stay", no_argument, 0, T_STAY},
     {"debug-crash", required_argument, 0, T_DEBUG_CRASH},
     {"exit-with-parent", no_argument, 0, T_EXIT_WITH_PARENT},
@@ -164,7 +168,13 @@ void train_node_print_help(void) {
          "  --grant-join-stages        TEST TOOL, data nodes: as the leader, place a joiner in the stage\n"
          "                             it asks for (otherwise ignored: a peer must not choose its stage)\n"
          "  --flow-tick MS             flow protocol tick (default 2000, the GWTF prototype's)\n"
-         "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000)\n"
+         "  --hop-timeout MS           no acknowledgement by then: the peer is presumed dead (5000);\n"
+         "                             the cap of the RTT-based deadlines below\n"
+         "  --live-k K                 a hop's deadline is K x (srtt + 4 rttvar) of the session plus the\n"
+         "                             next peer's compute; past it the peer is probed (a ping) and\n"
+         "                             declared failed only if nothing comes back in its own deadline\n"
+         "                             (default 4; 0: fixed hop timeouts only)\n"
+         "  --live-floor MS            neither deadline is ever shorter (default 500)\n"
          "  --stay                     a data node keeps running after its iterations\n"
          "  --slowdown F               emulate a device F times slower (F >= 1; experiments)\n"
          "  --aggregate mean|trimmed-mean\n"
@@ -351,6 +361,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
       {T_SEQ, "--seq", 2, 65536},             {T_ITERS, "--iterations", 0, 100000000},
       {T_THREADS, "--threads", 0, 1024},      {T_CKPT, "--checkpoint-every", 0, 100000000},
       {T_FLOW_TICK, "--flow-tick", 10, 60000}, {T_HOP_TIMEOUT, "--hop-timeout", 50, 3600000},
+      {T_LIVE_K, "--live-k", 0, 1000},          {T_LIVE_FLOOR, "--live-floor", 1, 3600000},
       {T_EVAL_EVERY, "--eval-every", 0, 100000000}, {T_EVAL_MB, "--eval-microbatches", 0, 65536},
       {T_STAGE_MEM, "--stage-memory-mb", 1, 1 << 24},
       {T_REPL_EVERY, "--replicate-every", 0, 100000000}, {T_REPLICAS, "--replicas", 2, 16},
@@ -381,6 +392,8 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     case T_CKPT: o->checkpoint_every = (int)v; break;
     case T_FLOW_TICK: o->flow_tick_ms = (uint64_t)v; break;
     case T_HOP_TIMEOUT: o->hop_timeout_ms = (uint64_t)v; break;
+    case T_LIVE_K: o->live_k = (int)v; break;
+    case T_LIVE_FLOOR: o->live_floor_ms = (uint64_t)v; break;
     case T_EVAL_EVERY: o->eval_every = (uint64_t)v; break;
     case T_EVAL_MB: o->eval_microbatches = (int)v; break;
     }

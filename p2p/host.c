@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <string.h>
@@ -20,8 +21,10 @@
 /* Housekeeping period: pings, idle checks and redials are due on a tick.
  * Fine-grained enough for second-scale timers, cheap when idle. */
 #define TICK_MS (200)
-/* RTT smoothing as in TCP's SRTT (RFC 6298): new = 7/8 old + 1/8 sample. */
+/* RTT smoothing as in TCP's SRTT (RFC 6298): new = 7/8 old + 1/8 sample,
+ * and its mean deviation: new = 3/4 old + 1/4 |srtt - sample|. */
 #define RTT_ALPHA (0.125)
+#define RTT_BETA (0.25)
 /* Peers no longer connected are remembered (for "back" and their stats) up
  * to this many; the longest-gone are forgotten first. */
 #define PEERS_KEEP (4096)
@@ -38,7 +41,7 @@ typedef struct peer {
   uint64_t up_since_ms;
   uint64_t next_ping_ms;
   uint64_t ping_nonce;
-  double srtt_ms, rtt_min_ms, rtt_last_ms;
+  double srtt_ms, rttvar_ms, rtt_min_ms, rtt_last_ms;
   uint64_t rtt_samples;
   struct peer *next;
 } peer;
@@ -548,6 +551,8 @@ static void got_pong(p2p_host *h, peer *p, const p2p_msg *msg) {
   gwtf__pong__free_unpacked(pong, NULL);
   if (!ok) return;
   p->rtt_last_ms = rtt;
+  /* RFC 6298 2.2-2.3: the deviation is updated with the old srtt */
+  p->rttvar_ms = p->rtt_samples ? (1 - RTT_BETA) * p->rttvar_ms + RTT_BETA * fabs(p->srtt_ms - rtt) : rtt / 2;
   p->srtt_ms = p->rtt_samples ? (1 - RTT_ALPHA) * p->srtt_ms + RTT_ALPHA * rtt : rtt;
   if (!p->rtt_samples || rtt < p->rtt_min_ms) p->rtt_min_ms = rtt;
   p->rtt_samples++;
@@ -1149,6 +1154,14 @@ size_t p2p_host_queued(const p2p_host *h, const gw_id *to) {
   return p && p->s ? p2p_session_queued(p->s) : 0;
 }
 
+int p2p_host_ping(p2p_host *h, const gw_id *id) {
+  peer *p = find_peer(h, id);
+  if (!p || !p->s || !p2p_session_is_up(p->s)) return GW_ENOENT;
+  send_ping(p);
+  p->next_ping_ms = now_ms() + h->cfg.ping_interval_ms;
+  return 0;
+}
+
 bool p2p_host_is_connected(const p2p_host *h, const gw_id *id) {
   const peer *p = find_peer(h, id);
   return p && p->s && p2p_session_is_up(p->s);
@@ -1160,6 +1173,7 @@ int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out)
   if (!p) return GW_ENOENT;
   out->addr = p->addr;
   out->rtt_ms = p->srtt_ms;
+  out->rttvar_ms = p->rttvar_ms;
   out->rtt_min_ms = p->rtt_min_ms;
   out->rtt_last_ms = p->rtt_last_ms;
   out->rtt_samples = p->rtt_samples;

@@ -93,6 +93,7 @@ typedef struct p2p_peer_stats {
   gw_addr addr; /* listen address, else the address it connected from */
   bool connected;
   double rtt_ms;      /* smoothed (EWMA, 1/8); 0 until the first pong */
+  double rttvar_ms;   /* its mean deviation (RFC 6298's RTTVAR, 1/4) */
   double rtt_min_ms;
   double rtt_last_ms;
   uint64_t rtt_samples;
@@ -131,6 +132,10 @@ int p2p_host_send(p2p_host *h, const gw_id *to, const p2p_msg *msg);
 /* Bytes sealed and waiting for the peer's socket (0 when not connected). */
 size_t p2p_host_queued(const p2p_host *h, const gw_id *to);
 bool p2p_host_is_connected(const p2p_host *h, const gw_id *id);
+/* Pings the peer now (the next keepalive ping moves a period on): its pong
+ * is an RTT sample, and any byte it sends shows in bytes_rx. GW_ENOENT
+ * when no session is up. */
+int p2p_host_ping(p2p_host *h, const gw_id *id);
 int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out);
 /* Open sessions, including those still in their handshake (diagnostics). */
 size_t p2p_host_session_count(const p2p_host *h);

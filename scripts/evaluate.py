@@ -24,6 +24,7 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 SCEN = os.path.join(ROOT, "data", "scenarios")
 OUT = os.path.join(ROOT, "docs", "evaluation")
 REPORT = os.path.join(ROOT, "docs", "EVALUATION.md")
+CHANGES = os.path.join(ROOT, "docs", "evaluation", "changes.md")
 GRID = [f"{k}-churn{c}" for k in ("homo", "hetero") for c in (0, 10, 20)]
 ROUTINGS = ("swarm", "gwtf")
 METRICS = [("time_per_microbatch_s", "Time per microbatch (s)"),
@@ -239,6 +240,11 @@ def render(machine):
     os.makedirs(os.path.join(ROOT, "docs", "img"), exist_ok=True)
     png = os.path.join(ROOT, "docs", "img", "evaluation.png")
     have_plot = plot(png)
+    # dated measurements of single changes, kept across re-renders
+    changes = ""
+    if os.path.exists(CHANGES):
+        with open(CHANGES) as f:
+            changes = f.read().strip() + "\n\n"
     text = f"""# Evaluation: GWTF and SWARM routing side by side
 
 This file is written by `scripts/evaluate.py` (re-render from the saved
@@ -360,7 +366,7 @@ What the logs of these runs (`swarm.log` in each run's folder) show:
   check resynced the stage the next iteration (docs/TRAINING.md, known
   limits).
 
-## Our flows against the exact optimum
+{changes}## Our flows against the exact optimum
 
 Scenario `data/scenarios/flow-optimum.json`: one data node, 6 stages, 12
 heterogeneous relays, no churn. After the run, the link costs every peer

@@ -11,6 +11,8 @@
 void train_tunables_default(train_tunables *t) {
   t->tick_ms = 100;
   t->hop_timeout_ms = 5000;
+  t->live_rto_k = 4;
+  t->live_floor_ms = 500;
   t->probe_timeout_ms = 1000;
   t->agg_timeout_ms = 10000;
   t->stall_timeout_ms = 60000;
@@ -471,6 +473,7 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
     forget_moved(p, from);
   if (wire_on_hello(p, from, h) && p->stage >= 0) peer_hello_to(p, from);
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
+  live_on_hello(p, from, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms);
   rebalance_on_hello(p, from, h->stage, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms, h->joining);
   if (p->stage >= 0 && h->stage == p->stage) {
     heard_member(p, from, h->capacity);
@@ -556,6 +559,7 @@ malformed:
 void train_peer_on_message(train_peer *p, const gw_id *from, uint32_t type, const uint8_t *body, size_t len,
                            const train_tensor *tensor, uint64_t now_ms) {
   p->now = now_ms;
+  live_heard(p, from); /* any message answers a probe */
   dispatch(p, from, type, body, len, tensor);
 }
 

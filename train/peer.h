@@ -200,6 +200,15 @@ typedef struct train_event {
   uint32_t done, deferred;
 } train_event;
 
+/* What the session to a neighbour measured (train_io.link): the train layer
+ * reads no clock or socket, so failure detection gets its RTTs from here. */
+typedef struct train_link {
+  double srtt_ms, rttvar_ms; /* smoothed RTT and its mean deviation (RFC 6298) */
+  uint64_t rtt_samples;      /* 0: no RTT measured yet */
+  uint64_t heard;            /* grows whenever anything (a byte, a pong) arrives from the peer */
+  double queue_ms;           /* our bytes queued to it, at its measured rate: a probe waits behind them */
+} train_link;
+
 typedef struct train_io {
   void *ud;
   int (*send)(void *ud, const gw_id *to, uint32_t type, const uint8_t *body, size_t len,
@@ -227,6 +236,12 @@ typedef struct train_io {
    * sig): an aggregator signs its averages (train/avg_sig.h). May be NULL:
    * then our averages go unsigned, and members refuse them. */
   void (*sign)(void *ud, const uint8_t *msg, size_t len, uint8_t sig[64]);
+  /* Failure detection (train/peer_liveness.c); both may be NULL, then a
+   * peer is presumed dead only at the fixed hop timeouts. link: fills *out
+   * for a peer with a live session (false: none). probe: a keepalive round
+   * trip to the peer now (its answer shows in link's `heard`). */
+  bool (*link)(void *ud, const gw_id *peer, train_link *out);
+  void (*probe)(void *ud, const gw_id *peer);
 } train_io;
 
 /* ---- configuration ---- */
@@ -261,7 +276,12 @@ const char *train_byzantine_name(train_byzantine mode);
  * models (set them from measured costs for real runs). */
 typedef struct train_tunables {
   uint64_t tick_ms;              /* housekeeping period (default 100) */
-  uint64_t hop_timeout_ms;       /* no FORWARD_DONE/BACKWARD_DONE by then: peer presumed dead (5000) */
+  uint64_t hop_timeout_ms;       /* no FORWARD_DONE/BACKWARD_DONE by then: peer presumed dead (5000);
+                                    with measured RTTs, the cap of the deadlines below */
+  double live_rto_k;             /* a hop's deadline: k x (srtt + 4 rttvar) + the hop's compute (4;
+                                    0: fixed hop timeouts only) */
+  uint64_t live_floor_ms;        /* ... and never under this, nor a probe's (500): a session stalls that
+                                    long under load (a pong waits behind what the peer sent first) */
   uint64_t probe_timeout_ms;     /* repair probes (1000) */
   uint64_t agg_timeout_ms;       /* waiting for a stage member's gradient or the average (10000) */
   uint64_t stall_timeout_ms;     /* an iteration with no progress defers what is left (60000) */
@@ -515,9 +535,25 @@ typedef struct train_counters {
   uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
   uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
   uint64_t downloads_caught_up; /* it aggregated once: we asked for that average instead */
+  /* failure detection (train/peer_liveness.c): peers probed after missing an
+   * RTT-based deadline, and probes left unanswered (the peer declared failed) */
+  uint64_t probes_sent, probes_failed;
 } train_counters;
 
 const train_counters *train_peer_counters(const train_peer *p);
+
+/* A next-stage peer's load as we see it, for a router choosing a next hop
+ * by cost and load (train/route_flow.h's fallback). */
+typedef struct train_load {
+  uint32_t outstanding; /* our microbatches holding one of its slots (sent, or passed on and not back) */
+  uint32_t capacity;    /* its announced slots (0: unknown) */
+  double compute_ms;    /* its HELLO: forward + backward per microbatch (0: unknown) */
+  double queue_ms;      /* our bytes queued to it, at the link's measured rate (train_io.link) */
+  bool full;            /* it said DENY full lately */
+} train_load;
+/* Fills *out; -1 when the peer is gone (no session, or it failed a probe
+ * and was not heard from since): not a next hop. */
+int train_peer_next_load(train_peer *p, const gw_id *peer, train_load *out);
 /* What our HELLO claims as compute time (ms per forward + backward): the
  * mean over every job so far, 0 before the first. */
 double train_peer_compute_ms(const train_peer *p);

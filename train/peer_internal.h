@@ -63,7 +63,10 @@ typedef struct peer_mb {
   bool has_state;            /* the compute layer holds activations for key */
   bool eval;                 /* validation: forward only, nothing kept for a backward (peer_eval.c) */
   train_job *job;            /* the job computing on our buffers, until it ends */
+  /* a hop's wait: the deadline (RTT-based, peer_liveness.c) and its cap (the
+   * fixed hop timeout); a deadline at or past its cap is final */
   uint64_t fwd_deadline, bwd_deadline;
+  uint64_t fwd_cap, bwd_cap;
   uint64_t trip_deadline; /* data: the microbatch must come back (or finish backward) by then */
   gw_id avoid[PEER_MAX_AVOID];
   uint32_t n_avoid;
@@ -411,6 +414,33 @@ typedef struct peer_rebalance {
   const char *waiting;  /* the reason last logged at info level (stage.rebalance_wait) */
 } peer_rebalance;
 
+/* ---- failure detection (peer_liveness.c) ---- */
+
+#define LIVE_MAX_PEERS 64
+
+typedef struct live_peer {
+  bool used;
+  gw_id id;
+  double compute_ms;       /* its HELLO: forward + backward per microbatch */
+  uint64_t full_ms;        /* it last said DENY full (0: never) */
+  bool probing;
+  uint64_t probe_sent_ms, probe_deadline, probe_heard; /* probe_heard: train_link.heard then */
+  uint64_t answered_ms;    /* it last answered a probe */
+  uint64_t failed_ms;      /* it left a probe unanswered (0: no, or heard from since) */
+  uint64_t msg_ms;         /* a train message from it last arrived */
+  uint64_t touched_ms;
+} live_peer;
+
+typedef struct peer_liveness {
+  live_peer v[LIVE_MAX_PEERS];
+} peer_liveness;
+
+typedef enum live_verdict {
+  LIVE_WAIT = 0, /* *deadline moved: a probe is out, or the peer answered one */
+  LIVE_DEAD,     /* its session is gone, or it left a probe unanswered */
+  LIVE_CAP,      /* the fixed hop timeout passed */
+} live_verdict;
+
 /* ---- the peer ---- */
 
 typedef enum peer_state {
@@ -518,6 +548,7 @@ struct train_peer {
   uint8_t *wire_buf; /* encoded activations, reused (the driver copies what it sends) */
   size_t wire_buf_len;
   train_counters counters;
+  peer_liveness live;
   bool closing; /* train_peer_free: no more jobs; the compute layer drops its own state */
   double wasted_reported; /* counters.wasted_seconds at the last aggregation.done */
 };
@@ -590,6 +621,24 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
 int data_rerun(train_peer *p, uint64_t id, uint32_t attempt);
 bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots);
 uint32_t data_share(train_peer *p);
+
+/* peer_liveness.c: failure detection from measured RTTs */
+/* When to suspect `peer` if what we send it now is not answered: now +
+ * max(floor, k x (srtt + 4 rttvar)) + work_ms (its compute first) + our
+ * queue to it, at most cap; cap without an RTT. */
+uint64_t live_deadline(train_peer *p, const gw_id *peer, double work_ms, uint64_t cap);
+/* `peer` missed *deadline (waiting for `what` of microbatch mb_id): probes
+ * it, or reads the outcome of the probe out. LIVE_WAIT moves *deadline (the
+ * probe's, or a new one once it answered: slow, not dead). */
+live_verdict live_check(train_peer *p, const gw_id *peer, uint64_t *deadline, uint64_t cap, double work_ms,
+                        const char *what, uint64_t mb_id);
+/* It answered a probe lately (and failed none since): slow, not dead. */
+bool live_answered_lately(train_peer *p, const gw_id *peer);
+/* The compute time its HELLO claims (0: unknown). */
+double live_compute_ms(train_peer *p, const gw_id *peer);
+void live_heard(train_peer *p, const gw_id *from); /* any train message from it */
+void live_on_hello(train_peer *p, const gw_id *from, double compute_ms);
+void live_note_full(train_peer *p, const gw_id *from); /* it said DENY full */
 
 /* peer_eval.c: validation microbatches (forward only) */
 #define EVAL_ID_BIT (1ULL << 63) /* an eval microbatch's id: never a training one's */

@@ -252,10 +252,13 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
   fill_mb_msg(&m, path, mb);
   mb->fwd = FWD_SENT;
   mb->sent_ms = p->now;
-  mb->fwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
+  mb->fwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
   if (wire_send_act(p, &next, GWTF__TRAIN_MSG__TRAIN_FORWARD, &m.base, mb->out) != 0) {
     /* The session is gone: the tick re-routes at once. */
-    mb->fwd_deadline = p->now;
+    mb->fwd_deadline = mb->fwd_cap = p->now;
+  } else {
+    /* FORWARD_RECEIVED: the activation crosses our queue and the link */
+    mb->fwd_deadline = live_deadline(p, &next, 0, mb->fwd_cap);
   }
   peer_short(&next, who);
   GW_DEBUG(&p->log, "forward.sent", "mb=%llx to=%s", (unsigned long long)mb->id, who);
@@ -410,7 +413,8 @@ void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainA
   if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
   mb->wait_since = 0; /* it found a slot: a later wait has its own budget */
   /* Now its forward, and the hop after it: FORWARD_DONE. */
-  mb->fwd_deadline = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+  mb->fwd_cap = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+  mb->fwd_deadline = live_deadline(p, from, live_compute_ms(p, from), mb->fwd_cap);
   if (p->cfg.role == TRAIN_RELAY && !mb->fwd_done_sent) {
     mb->fwd_done_sent = true;
     ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
@@ -483,6 +487,7 @@ void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
    * means its flows do not hold: the router drops them (§V-C). */
   bool full = a->reason && !strcmp(a->reason, "full");
   bool duplicate = a->reason && !strcmp(a->reason, "duplicate");
+  if (full) live_note_full(p, from); /* the fallback weighs it (train_peer_next_load) */
   if (!full && !duplicate && p->router.peer_denied) p->router.peer_denied(p->router.ctx, from);
   peer_short(from, who);
   GW_INFO(&p->log, "deny.received", "mb=%llx from=%s reason=%s", (unsigned long long)mb->id, who, a->reason);
@@ -501,9 +506,11 @@ void mb_send_backward(train_peer *p, peer_mb *mb) {
   fill_mb_msg(&m, path, mb);
   m.repair = false;
   mb->grad_acked = mb->grad_received = false;
-  mb->bwd_deadline = p->now + p->cfg.tun.hop_timeout_ms;
+  mb->bwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
   if (wire_send_act(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, mb->grad) != 0)
-    mb->bwd_deadline = p->now; /* session gone: report at the next tick */
+    mb->bwd_deadline = mb->bwd_cap = p->now; /* session gone: report at the next tick */
+  else
+    mb->bwd_deadline = live_deadline(p, &mb->path[up], 0, mb->bwd_cap);
 }
 
 void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
@@ -553,7 +560,8 @@ void mb_on_backward_received(train_peer *p, const gw_id *from, const Gwtf__Train
   if (!mb || mb->grad_received || mb->grad_acked || !from_upstream(p, mb, from)) return;
   mb->grad_received = true;
   /* Now its backward, and the hop after it: BACKWARD_DONE. */
-  mb->bwd_deadline = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+  mb->bwd_cap = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+  mb->bwd_deadline = live_deadline(p, from, live_compute_ms(p, from), mb->bwd_cap);
   relay_confirm_downstream(p, mb);
 }
 
@@ -699,6 +707,28 @@ static bool awaits_backward_done(const train_peer *p, const peer_mb *mb) {
   return grad_out && !mb->grad_acked && up >= 0 && (uint32_t)up < mb->path_len;
 }
 
+/* No FORWARD_RECEIVED/FORWARD_DONE by the deadline: probe the next hop
+ * (peer_liveness.c). Re-routed when it leaves the probe unanswered (its
+ * flows torn down), or at the cap: then a next hop that answers probes is
+ * only slow, and keeps its flows. */
+static void forward_overdue(train_peer *p, peer_mb *mb) {
+  char who[GW_ID_SHORT_LEN + 1];
+  live_verdict v = live_check(p, &mb->next, &mb->fwd_deadline, mb->fwd_cap, live_compute_ms(p, &mb->next),
+                              "forward_done", mb->id);
+  if (v == LIVE_WAIT) return;
+  peer_short(&mb->next, who);
+  if (v == LIVE_CAP && live_answered_lately(p, &mb->next)) {
+    GW_WARN(&p->log, "peer.slow", "peer=%s mb=%llx waited_for=forward_done", who, (unsigned long long)mb->id);
+    reroute_from_lost(p, mb, "slow");
+    return;
+  }
+  const char *why = !peer_alive(p, &mb->next) ? "session_lost" : v == LIVE_CAP ? "timeout" : "probe";
+  GW_WARN(&p->log, "peer.presumed_dead", "peer=%s mb=%llx waited_for=forward_done reason=%s", who,
+          (unsigned long long)mb->id, why);
+  if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, &mb->next);
+  reroute_from_lost(p, mb, why);
+}
+
 void mb_tick(train_peer *p) {
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
@@ -713,15 +743,15 @@ void mb_tick(train_peer *p) {
       continue;
     }
     if (mb->fwd == FWD_SENT && p->now >= mb->fwd_deadline) {
-      char who[GW_ID_SHORT_LEN + 1];
-      peer_short(&mb->next, who);
-      GW_WARN(&p->log, "peer.presumed_dead", "peer=%s mb=%llx waited_for=forward_done", who,
-              (unsigned long long)mb->id);
-      if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, &mb->next);
-      reroute_from_lost(p, mb, "timeout");
+      forward_overdue(p, mb);
       continue;
     }
     if (awaits_backward_done(p, mb) && !mb->recovering && p->now >= mb->bwd_deadline) {
+      int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+      /* the peer upstream, probed first (a deadline past its cap is final) */
+      if (live_check(p, &mb->path[up], &mb->bwd_deadline, mb->bwd_cap, live_compute_ms(p, &mb->path[up]),
+                     "backward_done", mb->id) == LIVE_WAIT)
+        continue;
       repair_report(p, mb);
       continue;
     }

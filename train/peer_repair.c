@@ -266,8 +266,10 @@ void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobat
   if (!gw_id_eq(&mb->path[up], from)) return;
   for (int s = 0; s < up; s++) id_from_bytes(&mb->path[s], m->path[s]);
   mb->recovering = false;
+  char org[GW_ID_SHORT_LEN + 1];
   short_of(from, who);
-  GW_INFO(&p->log, "backward.resumed", "mb=%llx via=%s", (unsigned long long)mb->id, who);
+  short_of(&mb->origin, org);
+  GW_INFO(&p->log, "backward.resumed", "mb=%llx via=%s origin=%s", (unsigned long long)mb->id, who, org);
   mb_send_backward(p, mb);
 }
 

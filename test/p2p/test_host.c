@@ -137,6 +137,18 @@ static bool has_rtt(void *ud) {
   return p2p_host_peer_stats(w->n->h, w->peer, &st) == 0 && st.rtt_samples >= 3;
 }
 
+typedef struct rtt_wait_more {
+  tnode *n;
+  const gw_id *peer;
+  uint64_t samples;
+} rtt_wait_more;
+
+static bool has_more_rtt(void *ud) {
+  rtt_wait_more *w = ud;
+  p2p_peer_stats st;
+  return p2p_host_peer_stats(w->n->h, w->peer, &st) == 0 && st.rtt_samples > w->samples;
+}
+
 static void test_connect_and_exchange(void **state) {
   (void)state;
   uv_loop_t loop;
@@ -179,6 +191,20 @@ static void test_connect_and_exchange(void **state) {
   assert_true(st.frames_tx >= 2 && st.bytes_tx > n);
   assert_true(st.tx_Bps > 0); /* a 1 MiB frame gave a throughput sample */
   assert_true(logrec_count(&rec, "peer.rtt", NULL) > 0);
+  assert_true(st.rttvar_ms >= 0 && st.rttvar_ms < 1000);
+
+  /* A ping on demand (train/peer_liveness.c's probe): one more RTT sample
+   * and bytes back from the peer; nobody to ping without a session. */
+  uint64_t samples = st.rtt_samples, rx = st.bytes_rx, frames = st.frames_tx + st.queued_frames;
+  assert_int_equal(p2p_host_ping(b.h, &a.id.id), 0);
+  assert_int_equal(p2p_host_peer_stats(b.h, &a.id.id, &st), 0);
+  assert_int_equal(st.frames_tx + st.queued_frames, frames + 1); /* sealed now, not at the next keepalive */
+  rtt_wait_more more = {&b, &a.id.id, samples};
+  assert_true(run_until(&loop, has_more_rtt, &more, WAIT_MS));
+  assert_int_equal(p2p_host_peer_stats(b.h, &a.id.id, &st), 0);
+  assert_true(st.bytes_rx > rx);
+  gw_id no_one = {{2}};
+  assert_int_equal(p2p_host_ping(b.h, &no_one), GW_ENOENT);
 
   /* Sends the host refuses. */
   gw_id nobody = {{1}};

@@ -166,6 +166,61 @@ static void io_random(void *ud, void *buf, size_t len) {
   io.random(io.ud, buf, len);
 }
 
+/* Harness pings (not train messages): a PING is answered with a PONG by
+ * the receiver's harness, as a session's keepalive is by its p2p layer. */
+#define H_PING 0xfffe0001u
+#define H_PONG 0xfffe0002u
+#define H_RTT_ALPHA 0.125
+#define H_RTT_BETA 0.25
+
+static void h_ping(h_node *n, h_node *dst) {
+  uint8_t buf[9] = {0};
+  uint32_t type = H_PING;
+  memcpy(buf, &type, 4);
+  n->ping_at[dst - n->h->nodes] = sim_now(n->h->s);
+  gw_io io = sim_io(n->h->s, n->index);
+  n->h->sending = type;
+  io.send(io.ud, &dst->peer, buf, sizeof(buf));
+}
+
+static void h_pong(h_node *n, int from) {
+  h_node *src = &n->h->nodes[from];
+  uint8_t buf[9] = {0};
+  uint32_t type = H_PONG;
+  memcpy(buf, &type, 4);
+  gw_io io = sim_io(n->h->s, n->index);
+  n->h->sending = type;
+  io.send(io.ud, &src->peer, buf, sizeof(buf));
+}
+
+static void h_got_pong(h_node *n, int from) {
+  if (!n->ping_at[from]) return;
+  double rtt = (double)(sim_now(n->h->s) - n->ping_at[from]);
+  n->ping_at[from] = 0;
+  bool first = n->rtt_samples[from] == 0;
+  n->rttvar[from] = first ? rtt / 2 : (1 - H_RTT_BETA) * n->rttvar[from] + H_RTT_BETA * fabs(n->srtt[from] - rtt);
+  n->srtt[from] = first ? rtt : (1 - H_RTT_ALPHA) * n->srtt[from] + H_RTT_ALPHA * rtt;
+  n->rtt_samples[from]++;
+}
+
+static bool io_link(void *ud, const gw_id *peer, train_link *out) {
+  h_node *n = ud, *dst = node_by_id(n->h, peer);
+  if (!dst || !dst->alive) return false;
+  long j = dst - n->h->nodes;
+  if (!n->rtt_samples[j] && !n->ping_at[j]) h_ping(n, dst); /* a first sample, as a session's first ping */
+  out->srtt_ms = n->srtt[j];
+  out->rttvar_ms = n->rttvar[j];
+  out->rtt_samples = n->rtt_samples[j];
+  out->heard = n->heard[j];
+  out->queue_ms = 0;
+  return true;
+}
+
+static void io_probe(void *ud, const gw_id *peer) {
+  h_node *n = ud, *dst = node_by_id(n->h, peer);
+  if (dst && dst->alive) h_ping(n, dst);
+}
+
 static bool io_connected(void *ud, const gw_id *peer) {
   h_node *n = node_by_id(((h_node *)ud)->h, peer);
   return n && n->alive;
@@ -184,7 +239,8 @@ static int io_compute(void *ud, train_job *job) {
       h->hook_fired = true;
       /* the job is queued anyway: if its owner crashed, it never completes */
       n->jobs[n->n_jobs++] = (h_job){job, sim_now(h->s) + h_job_ms(n)};
-      h_crash(h, crash);
+      if (h->hook_silences) h_silence(h, crash);
+      else h_crash(h, crash);
       return 0;
     }
   }
@@ -434,6 +490,14 @@ static void on_message(void *ud, const gw_peer *from, const uint8_t *buf, size_t
   if (!n->tp || len < 9) return;
   memcpy(&type, buf, 4);
   memcpy(&blen, buf + 4, 4);
+  h_node *src = node_by_id(n->h, &from->id);
+  int si = src ? (int)(src - n->h->nodes) : -1;
+  if (src) n->heard[si]++;
+  if (type == H_PING || type == H_PONG) {
+    if (src && type == H_PING) h_pong(n, si);
+    if (src && type == H_PONG) h_got_pong(n, si);
+    return;
+  }
   if (type == GWTF__TRAIN_MSG__TRAIN_GRAD) n->grads_in++;
   const uint8_t *body = buf + 8, *q = body + blen;
   train_tensor t, *tp = NULL;
@@ -555,6 +619,7 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
   memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = io_event, .sign = io_sign};
+  if (!h->no_links) io.link = io_link, io.probe = io_probe;
   train_router router = {.ctx = n, .next_hop = route, .slots = slots};
   gw_log lg;
   gw_log_init(&lg, &h->sink, &n->peer.id);
@@ -579,6 +644,13 @@ void h_crash(h_harness *h, int index) {
   for (int i = 0; i < h->n_nodes; i++)
     if (h->nodes[i].alive && h->nodes[i].tp) train_peer_on_peer_down(h->nodes[i].tp, &n->peer.id, sim_now(h->s));
   refresh_members(h);
+}
+
+void h_silence(h_harness *h, int index) {
+  h_node *n = &h->nodes[index];
+  if (!n->alive || n->silent) return;
+  n->silent = true;
+  sim_crash(h->s, n->index); /* nothing it had queued leaves; it answers nothing */
 }
 
 static bool all_finished(void *ud) {

@@ -94,6 +94,14 @@ typedef struct h_node {
   uint64_t act_recv[16], bwd_recv[16], act_recv_bytes; /* by dtype: FORWARD + BACKWARD, BACKWARD */
   /* its identity: peer.id is BLAKE2b-256 of pk; it signs its averages with sk */
   uint8_t pk[32], sk[64];
+  /* failure detection (train_io.link/probe): a silent node is hung, not
+   * crashed (its sessions stay up, nothing comes back) */
+  bool silent;
+  /* per peer (node index): anything heard from it, our RTT to it measured
+   * by harness pings (RFC 6298 smoothing), a ping out since */
+  uint64_t heard[H_MAX_NODES];
+  double srtt[H_MAX_NODES], rttvar[H_MAX_NODES];
+  uint64_t rtt_samples[H_MAX_NODES], ping_at[H_MAX_NODES];
 } h_node;
 
 /* Called before a node's job runs; return true to crash `crash` right then
@@ -118,6 +126,8 @@ struct h_harness {
   h_send_hook send_hook; /* (uses hook_ud too) */
   bool hook_fired;
   uint32_t sending; /* the train message type being sent, for a delay function */
+  bool no_links;    /* give the peers no train_io.link/probe: fixed hop timeouts only */
+  bool hook_silences; /* the job hook's victim goes silent (h_silence) rather than crash */
   /* stage replicas: the pusher of each stage pushes every replicate_every
    * aggregations to `replicas` holders (0: off); holders are told to every
    * peer as the DHT would (their stores) */
@@ -144,6 +154,9 @@ void h_free(h_harness *h);
 int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t iterations, bool initial);
 void h_start(h_harness *h, int index);
 void h_crash(h_harness *h, int index);
+/* The node hangs: it stops running and answering, but its sessions stay up
+ * (nobody hears peer_down) — a failure only a missing answer reveals. */
+void h_silence(h_harness *h, int index);
 /* Runs until every live data node finished `iterations` or the deadline. */
 bool h_run_until_finished(h_harness *h, uint64_t deadline_ms);
 void h_run_for(h_harness *h, uint64_t ms);

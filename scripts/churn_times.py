@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Failure handling times from `gwtf swarm` logs (swarm.log of each run of a
+`gwtf experiment --workdir DIR`): iteration times after the first (the
+slowest data node's), backward repairs (backward.recovered secs:
+from the origin's first recovery_started to the microbatch complete; and to
+the gradient flowing again, backward.resumed, when the log names its origin),
+forward re-routes after a lost next hop (from the first sign of the loss at
+the re-routing peer: its session dropping, peer.lost, or its probe going
+unanswered, to forward.rerouted), and how peers were declared failed.
+
+    scripts/churn_times.py DIR [DIR...]      # one line per DIR, and all of them
+    scripts/churn_times.py --json DIR...
+"""
+import glob
+import json
+import os
+import re
+import sys
+from datetime import datetime
+
+LINE = re.compile(r"^(\S+)\s+\|\s+(\d\d:\d\d:\d\d\.\d+)Z\s+\S+\s+(\S+)\s+\S+\s+(\S+)\s*(.*)$")
+
+
+def ms(t):
+    d = datetime.strptime(t, "%H:%M:%S.%f")
+    return ((d.hour * 60 + d.minute) * 60 + d.second) * 1000.0 + d.microsecond / 1000.0
+
+
+def kv(rest):
+    return dict(p.split("=", 1) for p in rest.split() if "=" in p)
+
+
+def pct(v, q):
+    if not v:
+        return None
+    v = sorted(v)
+    k = (len(v) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def scan(log):
+    repairs, reroute_after, known = [], [], {}
+    started, resumed = {}, []  # (origin, mb) -> recovery_started; resumed after it (s)
+    iters = {}  # iteration -> the slowest data node's secs
+    counts = {"presumed_dead": 0, "presumed_dead_probe": 0, "probes": 0, "probes_unanswered": 0, "peer_slow": 0,
+              "fallbacks": 0, "deny_full": 0}
+    with open(log, errors="replace") as f:
+        for line in f:
+            m = LINE.match(line)
+            if not m:
+                continue
+            who, t, node, ev, rest = m.group(1), ms(m.group(2)), m.group(3), m.group(4), m.group(5)
+            a = kv(rest)
+            if ev == "iteration.done" and "secs" in a and a.get("iter", "0") != "0":
+                iters[a["iter"]] = max(iters.get(a["iter"], 0.0), float(a["secs"]))
+            elif ev == "backward.recovered" and "secs" in a:
+                repairs.append(float(a["secs"]))
+            elif ev == "backward.recovery_started" and "mb" in a:
+                started[(node, a["mb"])] = t
+            elif ev == "backward.resumed":
+                k = (a.get("origin"), a.get("mb", ""))
+                if "origin" not in a:  # older logs: the latest repair of that microbatch id
+                    ks = [x for x in started if x[1] == k[1] and started[x] <= t]
+                    k = max(ks, key=lambda x: started[x]) if ks else None
+                if k in started:
+                    resumed.append((t - started.pop(k)) / 1000.0)
+            elif ev == "peer.lost" and "peer" in a:
+                known.setdefault((who, a["peer"].strip('"')), t)
+            elif ev == "peer.probe_unanswered":
+                counts["probes_unanswered"] += 1
+                known.setdefault((who, a.get("peer", "")), t)
+            elif ev == "peer.suspected":
+                counts["probes"] += 1
+            elif ev == "peer.slow":
+                counts["peer_slow"] += 1
+            elif ev == "peer.presumed_dead":
+                counts["presumed_dead"] += 1
+                counts["presumed_dead_probe"] += a.get("reason") == "probe"
+            elif ev == "route.fallback":
+                counts["fallbacks"] += 1
+            elif ev == "deny.received" and a.get("reason") == "full":
+                counts["deny_full"] += 1
+            elif ev == "forward.rerouted" and a.get("reason") in ("peer_lost", "timeout", "probe", "session_lost"):
+                k = (who, a.get("from_peer", ""))
+                if k in known:
+                    reroute_after.append(t - known[k])
+    return repairs, resumed, reroute_after, counts, list(iters.values())
+
+
+def summary(dirs):
+    repairs, resumes, reroutes, counts, its = [], [], [], {}, []
+    for d in dirs:
+        for log in sorted(glob.glob(os.path.join(d, "**", "swarm.log"), recursive=True)):
+            r, u, f, c, i = scan(log)
+            its += i
+            repairs += r
+            resumes += u
+            reroutes += f
+            for k, v in c.items():
+                counts[k] = counts.get(k, 0) + v
+    return {
+        "repairs": len(repairs),
+        "repair_median_s": pct(repairs, 0.5),
+        "repair_p95_s": pct(repairs, 0.95),
+        "repair_max_s": max(repairs) if repairs else None,
+        "iterations": len(its),
+        "iteration_median_s": pct(its, 0.5),
+        "iteration_p90_s": pct(its, 0.9),
+        "resumed": len(resumes),
+        "resumed_median_s": pct(resumes, 0.5),
+        "resumed_p95_s": pct(resumes, 0.95),
+        "reroutes_after_loss": len(reroutes),
+        "reroute_median_ms": pct(reroutes, 0.5),
+        "reroute_p95_ms": pct(reroutes, 0.95),
+        **counts,
+    }
+
+
+def fmt(x, f="%.3f"):
+    return "-" if x is None else f % x
+
+
+def main(argv):
+    as_json = "--json" in argv
+    dirs = [a for a in argv if a != "--json"]
+    if not dirs:
+        print(__doc__, file=sys.stderr)
+        return 2
+    rows = {d: summary([d]) for d in dirs}
+    if len(dirs) > 1:
+        rows["all"] = summary(dirs)
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    for d, s in rows.items():
+        print("%s: iterations %d median %s s p90 %s s; repairs %d median %s s p95 %s s max %s s (to the gradient flowing again: %d, median %s s, p95 %s s); re-routes after a loss %d median %s ms p95 %s ms; "
+              "presumed dead %d (by probe %d), probes %d unanswered %d, slow %d, fallbacks %d, DENY full %d" %
+              (d, s["iterations"], fmt(s["iteration_median_s"], "%.2f"), fmt(s["iteration_p90_s"], "%.2f"),
+               s["repairs"], fmt(s["repair_median_s"]), fmt(s["repair_p95_s"]), fmt(s["repair_max_s"]),
+               s["resumed"], fmt(s["resumed_median_s"]), fmt(s["resumed_p95_s"]),
+               s["reroutes_after_loss"], fmt(s["reroute_median_ms"], "%.0f"), fmt(s["reroute_p95_ms"], "%.0f"),
+               s["presumed_dead"], s["presumed_dead_probe"], s["probes"], s["probes_unanswered"], s["peer_slow"],
+               s["fallbacks"], s["deny_full"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
