@@ -112,6 +112,15 @@ void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const Protobu
     if (!gw_id_eq(&v->v[i].id, &p->cfg.self)) peer_send(p, &v->v[i].id, type, msg, NULL);
 }
 
+void peer_tensor_1d(train_tensor *t, const float *data, size_t n) {
+  memset(t, 0, sizeof(*t));
+  t->dtype = TRAIN_F32;
+  t->ndim = 1;
+  t->shape[0] = n;
+  t->data = data;
+  t->nbytes = n * sizeof(float);
+}
+
 void peer_emit(train_peer *p, train_event_kind kind) {
   if (!p->io.event) return;
   train_event ev = {.kind = kind, .stage = p->stage, .iteration = p->iteration, .leader = p->leader};

@@ -36,15 +36,6 @@ static size_t chunk_floats(const train_peer *p) {
   return n ? n : 1;
 }
 
-static void tensor_1d(train_tensor *t, const float *data, size_t n) {
-  memset(t, 0, sizeof(*t));
-  t->dtype = TRAIN_F32;
-  t->ndim = 1;
-  t->shape[0] = n;
-  t->data = data;
-  t->nbytes = n * sizeof(float);
-}
-
 static void hash_hex(const uint8_t hash[32], char out[17]) {
   static const char hex[] = "0123456789abcdef";
   for (int i = 0; i < 8; i++) {
@@ -337,7 +328,7 @@ static void send_vector_n(train_peer *p, const gw_id *to, uint32_t type, const f
     g.total_count = total_count;
     if (off == 0) avgsig_fill(sig, &g); /* an average's signature: first chunk only */
     if (off == 0 && own_sum) ledger_fill_grad(p, &g);
-    if (v) tensor_1d(&t, v + off, len);
+    if (v) peer_tensor_1d(&t, v + off, len);
     peer_send(p, to, type, &g.base, v ? &t : NULL);
     if (!v) break;
   }

@@ -565,6 +565,8 @@ void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const Protobu
 void peer_emit(train_peer *p, train_event_kind kind);
 void peer_send_hellos(train_peer *p);
 void peer_hello_to(train_peer *p, const gw_id *to);
+/* `t` describes n floats at data as a 1-D f32 tensor (gradients, averages). */
+void peer_tensor_1d(train_tensor *t, const float *data, size_t n);
 void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]);
 /* The first 8 bytes of a hash (an invite ID, a weights hash) in hex, for logs. */
 void peer_hex8(const uint8_t *b, char out[17]);

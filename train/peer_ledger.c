@@ -293,15 +293,6 @@ void ledger_fill_grad(train_peer *p, Gwtf__TrainGrad *g) {
   }
 }
 
-static void tensor_1d(train_tensor *t, const float *data, size_t n) {
-  memset(t, 0, sizeof(*t));
-  t->dtype = TRAIN_F32;
-  t->ndim = 1;
-  t->shape[0] = n;
-  t->data = data;
-  t->nbytes = n * sizeof(float);
-}
-
 /* One microbatch's own gradient to `to`, chunked. */
 static void send_one(train_peer *p, const gw_id *to, const ledger_grad *e) {
   size_t n = p->cfg.shape.n_params, step = p->cfg.tun.chunk_bytes / sizeof(float);
@@ -321,7 +312,7 @@ static void send_one(train_peer *p, const gw_id *to, const ledger_grad *e) {
     g.n_mb_ids = g.n_mb_origins = 1;
     g.mb_ids = &id;
     g.mb_origins = &origin;
-    tensor_1d(&t, e->g + off, len);
+    peer_tensor_1d(&t, e->g + off, len);
     peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_GRAD, &g.base, &t);
   }
 }

@@ -18,47 +18,16 @@ trains stage 0 from fresh weights: it stops naming stage 0 (stage.lost).
 kill_fraction: half the relays die at once (restarted with fresh
 identities); the run goes on and finishes. Synchronisation is on the log's
 events and the swarm's own kills, never on sleeps."""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_swarm import Failure, check, parse_log, keep_log, kept_log_path  # noqa: E402
+from test_swarm import Failure, check, ev, keep_log, scenario_main, swarm_run  # noqa: E402
 
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
 # below the ephemeral port range (32768+), in this file's block 26000-26999
 PORTS = {"kill_data_node": 26000, "kill_data_node_lost": 26300, "kill_fraction": 26600}
 ITERS, KILL_AT = 12, 5
-
-
-def run(tmp, scenario, every, *kill):
-    summary = os.path.join(tmp, "summary.json")
-    cmd = [GWTF, "swarm", "--summary-json", summary, "--base-port", str(PORTS[scenario]),
-           "--workdir", os.path.join(tmp, "peers"), "--stages", "3", "--relays", "6",
-           "--iterations", str(ITERS), "--replicate-every", str(every), "--replicas", "2",
-           *kill, "--at-iteration", str(KILL_AT)]
-    print("$", " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    except subprocess.TimeoutExpired as e:
-        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
-        keep_log(scenario, out)
-        raise Failure(f"gwtf swarm did not finish in 300 s; its log: {kept_log_path(scenario)}")
-    s = None
-    if os.path.exists(summary):
-        with open(summary) as f:
-            s = json.load(f)
-    return p.returncode, s, parse_log(p.stdout), p.stdout
-
-
-def ev(events, name, **want):
-    """Events called name whose fields match want (a line's stage= comes
-    through the JSON log as field_stage; `stage` is the node's own)."""
-    def get(e, k):
-        return e["f"].get("field_stage", e["f"].get("stage")) if k == "stage" else e["f"].get(k)
-    return [e for e in events if e["event"] == name and all(get(e, k) == v for k, v in want.items())]
 
 
 def refused_iterations(events):
@@ -166,20 +135,14 @@ def kill_fraction(tmp):
           f"losses {['%.3f' % x for x in ls]}")
 
 
+def run(tmp, scenario, every, *kill):
+    return swarm_run(tmp, scenario, PORTS[scenario], "--stages", "3", "--relays", "6", "--iterations", str(ITERS),
+                     "--replicate-every", str(every), "--replicas", "2", *kill, "--at-iteration", str(KILL_AT))
+
+
 def main():
-    scenario = sys.argv[1] if len(sys.argv) > 1 else ""
-    fn = {"kill_data_node": kill_data_node, "kill_data_node_lost": kill_data_node_lost,
-          "kill_fraction": kill_fraction}.get(scenario)
-    if not fn:
-        print(__doc__)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="gwtf-outage-") as tmp:
-        try:
-            fn(tmp)
-        except Failure as e:
-            print(f"FAIL {scenario}: {e}")
-            return 1
-    return 0
+    return scenario_main(__doc__, {"kill_data_node": kill_data_node, "kill_data_node_lost": kill_data_node_lost,
+                                   "kill_fraction": kill_fraction}, "gwtf-outage-")
 
 
 if __name__ == "__main__":

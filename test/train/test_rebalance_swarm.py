@@ -14,38 +14,17 @@ back. Every stage's weights agree at the end and the loss falls.
 Synchronisation is on the log's events and the swarm's own end, never on
 sleeps. The throughput with and without it is a benchmark
 (scripts/bench_rebalance.sh), not a test."""
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_swarm import Failure, check, parse_log, keep_log, kept_log_path  # noqa: E402
+from test_swarm import Failure, check, keep_log, scenario_main, swarm_run  # noqa: E402
 
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
 PORTS = {"skewed": 27100}  # this feature's block: 27000-27999
 ITERS, AFTER = 16, 3
 SKEW = ["--stages", "2", "--relays", "5", "--join-stages", "1,1,1,1,2", "--slowdown", "30", "--batch", "2",
         "--seq", "32", "--microbatches", "8"]
-
-
-def run(tmp, scenario, *extra):
-    summary = os.path.join(tmp, "summary.json")
-    cmd = [GWTF, "swarm", "--summary-json", summary, "--base-port", str(PORTS[scenario]),
-           "--workdir", os.path.join(tmp, "peers"), "--iterations", str(ITERS), *SKEW, *extra]
-    print("$", " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    except subprocess.TimeoutExpired as e:
-        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
-        keep_log(scenario, out)
-        raise Failure(f"gwtf swarm did not finish in 300 s; its log: {kept_log_path(scenario)}")
-    s = None
-    if os.path.exists(summary):
-        with open(summary) as f:
-            s = json.load(f)
-    return p.returncode, s, parse_log(p.stdout), p.stdout
 
 
 def skewed(tmp):
@@ -86,19 +65,12 @@ def skewed(tmp):
           f"{['%.3f' % x for x in ls]}")
 
 
+def run(tmp, scenario, *extra):
+    return swarm_run(tmp, scenario, PORTS[scenario], "--iterations", str(ITERS), *SKEW, *extra)
+
+
 def main():
-    scenario = sys.argv[1] if len(sys.argv) > 1 else ""
-    fn = {"skewed": skewed}.get(scenario)
-    if not fn:
-        print(__doc__)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="gwtf-rebalance-") as tmp:
-        try:
-            fn(tmp)
-        except Failure as e:
-            print(f"FAIL {scenario}: {e}")
-            return 1
-    return 0
+    return scenario_main(__doc__, {"skewed": skewed}, "gwtf-rebalance-")
 
 
 if __name__ == "__main__":

@@ -15,48 +15,16 @@ Without it the same kill stops the run with an error naming stage 1, and
 nobody trains stage 1 from fresh weights. Synchronisation is on the log's
 events and the swarm's own kill, never on sleeps."""
 import glob
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_swarm import Failure, check, parse_log, keep_log, kept_log_path  # noqa: E402
+from test_swarm import Failure, check, ev, keep_log, scenario_main, swarm_run  # noqa: E402
 
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
 # below the ephemeral port range (32768+), clear of test_swarm.py's blocks
 PORTS = {"kill_stage": 29400, "kill_stage_lost": 29700, "kill_stage_move": 29100}
 ITERS, KILL_AT, EVERY = 12, 5, 2
-
-
-def run(tmp, scenario, every, spares=2):
-    summary = os.path.join(tmp, "summary.json")
-    cmd = [GWTF, "swarm", "--summary-json", summary, "--base-port", str(PORTS[scenario]),
-           "--workdir", os.path.join(tmp, "peers"), "--stages", "3", "--relays", "6", "--late-relays", str(spares),
-           "--iterations", str(ITERS), "--replicate-every", str(every), "--replicas", "2",
-           "--kill-stage", "1", "--at-iteration", str(KILL_AT)]
-    print("$", " ".join(cmd), flush=True)
-    try:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    except subprocess.TimeoutExpired as e:
-        out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
-        keep_log(scenario, out)
-        raise Failure(f"gwtf swarm did not finish in 300 s; its log: {kept_log_path(scenario)}")
-    s = None
-    if os.path.exists(summary):
-        with open(summary) as f:
-            s = json.load(f)
-    return p.returncode, s, parse_log(p.stdout), p.stdout
-
-
-def ev(events, name, **want):
-    """Events called name whose fields match want. A line's own `stage` is
-    the node's; a replica line's stage= (another stage's, for a holder)
-    comes through the JSON log as field_stage."""
-    def get(e, k):
-        return e["f"].get("field_stage", e["f"].get("stage")) if k == "stage" else e["f"].get(k)
-    return [e for e in events if e["event"] == name and all(get(e, k) == v for k, v in want.items())]
 
 
 def kill_stage(tmp, scenario="kill_stage", spares=2):
@@ -142,20 +110,16 @@ def kill_stage_lost(tmp):
     print(f"kill_stage_lost: the run stopped (exit {rc}): {lost[0]['rest'].strip()[:160]}")
 
 
+def run(tmp, scenario, every, spares=2):
+    return swarm_run(tmp, scenario, PORTS[scenario], "--stages", "3", "--relays", "6", "--late-relays", str(spares),
+                     "--iterations", str(ITERS), "--replicate-every", str(every), "--replicas", "2",
+                     "--kill-stage", "1", "--at-iteration", str(KILL_AT))
+
+
 def main():
-    scenario = sys.argv[1] if len(sys.argv) > 1 else ""
-    fn = {"kill_stage": kill_stage, "kill_stage_lost": kill_stage_lost,
-          "kill_stage_move": lambda tmp: kill_stage(tmp, "kill_stage_move", 0)}.get(scenario)
-    if not fn:
-        print(__doc__)
-        return 2
-    with tempfile.TemporaryDirectory(prefix="gwtf-replica-") as tmp:
-        try:
-            fn(tmp)
-        except Failure as e:
-            print(f"FAIL {scenario}: {e}")
-            return 1
-    return 0
+    return scenario_main(__doc__, {"kill_stage": kill_stage, "kill_stage_lost": kill_stage_lost,
+                                   "kill_stage_move": lambda tmp: kill_stage(tmp, "kill_stage_move", 0)},
+                         "gwtf-replica-")
 
 
 if __name__ == "__main__":

@@ -60,10 +60,13 @@ def keep_log(scenario, text):
         f.write(text)
 
 
-def run_swarm(tmp, scenario, *args, timeout=240):
+def swarm_run(tmp, scenario, port, *args, timeout=300):
+    """`gwtf swarm` with these args, its summary in tmp; returns (exit code,
+    summary or None, events, log). A run past the timeout keeps its log and
+    fails; any other outcome is the caller's to judge."""
     summary = os.path.join(tmp, "summary.json")
-    cmd = [GWTF, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
-           "--base-port", str(PORTS[scenario]), "--workdir", os.path.join(tmp, "peers"), *args]
+    cmd = [GWTF, "swarm", "--summary-json", summary, "--base-port", str(port),
+           "--workdir", os.path.join(tmp, "peers"), *args]
     print("$", " ".join(cmd), flush=True)
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
@@ -71,16 +74,50 @@ def run_swarm(tmp, scenario, *args, timeout=240):
         out = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
         keep_log(scenario, out)
         raise Failure(f"gwtf swarm did not finish in {timeout} s; its log: {kept_log_path(scenario)}")
-    log = p.stdout
+    s = None
+    if os.path.exists(summary):
+        with open(summary) as f:
+            s = json.load(f)
+    return p.returncode, s, parse_log(p.stdout), p.stdout
+
+
+def ev(events, name, **want):
+    """Events called name whose fields match want. A line's own `stage` is
+    the node's; a line's stage= about another stage (a replica holder's)
+    comes through the JSON log as field_stage."""
+    def get(e, k):
+        return e["f"].get("field_stage", e["f"].get("stage")) if k == "stage" else e["f"].get(k)
+    return [e for e in events if e["event"] == name and all(get(e, k) == v for k, v in want.items())]
+
+
+def scenario_main(doc, scenarios, prefix):
+    """main() of a scenario script: argv[1] names one of scenarios (name ->
+    fn(tmp)), run in a fresh temporary directory; 0 passed, 1 failed, 2 usage."""
+    scenario = sys.argv[1] if len(sys.argv) > 1 else ""
+    fn = scenarios.get(scenario)
+    if not fn:
+        print(doc)
+        return 2
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        try:
+            fn(tmp)
+        except Failure as e:
+            print(f"FAIL {scenario}: {e}")
+            return 1
+    return 0
+
+
+def run_swarm(tmp, scenario, *args, timeout=240):
+    rc, summary, events, log = swarm_run(tmp, scenario, PORTS[scenario], "--dataset", os.path.join(tmp, "corpus.txt"),
+                                         *args, timeout=timeout)
     with open(os.path.join(tmp, "swarm.log"), "w") as f:
         f.write(log)
-    if p.returncode != 0:
-        keep_log(scenario, log)
     tail = "\n".join(log.splitlines()[-25:])
-    if p.returncode != 0:
-        raise Failure(f"gwtf swarm exited {p.returncode}; last lines:\n{tail}")
-    with open(summary) as f:
-        return json.load(f), parse_log(log), tail
+    if rc != 0:
+        keep_log(scenario, log)
+        raise Failure(f"gwtf swarm exited {rc}; last lines:\n{tail}")
+    check(summary is not None, "gwtf swarm wrote no summary")
+    return summary, events, tail
 
 
 def losses(summary):
