@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_swarm import Failure, check, keep_log, scenario_main, swarm_run  # noqa: E402
+from test_swarm import Failure, check, keep_log, known, loss_str, scenario_main, swarm_run  # noqa: E402
 
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
 PORTS = {"skewed": 27100}  # this feature's block: 27000-27999
@@ -53,7 +53,7 @@ def skewed(tmp):
         check(s["stage_hashes_agree"] and s["stage_splits"] == 0, "a stage's peers disagreed on their weights")
         check(s["unexpected_exits"] == 0, "a peer exited abnormally")
         ls = [x["loss"] for x in s["iterations"]]
-        check(ls[-1] < ls[0] - 0.5, f"losses {ls}")
+        check(known(ls[-3:]) and min(known(ls[-3:])) < ls[0] - 0.5, f"losses {ls}")
         peers = [e["f"].get("peers") for e in events if e["event"] == "iteration.done"]
         check(peers and peers[-1] in ("3,2",), f"final split {peers[-1:]}, wanted 3,2")
     except Failure:
@@ -62,7 +62,7 @@ def skewed(tmp):
     secs = [x["iteration_s"] for x in s["iterations"]]
     print(f"skewed: {len(moves)} move(s), first {mover} 1->2 at iteration {m['iter']} "
           f"(cap {m['cap_from']} / {m['cap_to']} mb/s); iteration seconds {secs}; losses "
-          f"{['%.3f' % x for x in ls]}")
+          f"{loss_str(ls)}")
 
 
 def run(tmp, scenario, *extra):

@@ -120,6 +120,15 @@ def run_swarm(tmp, scenario, *args, timeout=240):
     return summary, events, tail
 
 
+def loss_str(ls):
+    """Losses for a message; an iteration that finished no microbatch has none."""
+    return ['-' if x is None else '%.3f' % x for x in ls]
+
+
+def known(ls):
+    return [x for x in ls if x is not None]
+
+
 def losses(summary):
     return [it["loss"] for it in summary["iterations"]]
 
