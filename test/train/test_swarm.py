@@ -218,7 +218,8 @@ def crash_of(ev, name):
 
 def validation_crash(tmp):
     """A relay dies as it runs a validation forward (two relays of capacity 3
-    per stage for 4 eval microbatches: r1 surely carries one). The eval
+    per stage for 4 eval microbatches; r1 dies at its first from iteration 3
+    on). The eval
     microbatch is re-routed like a training one, eval.done says how much of the
     validation set came back, and training is as without the crash: every
     microbatch trained, losses equal to train-ref's."""
@@ -226,19 +227,22 @@ def validation_crash(tmp):
     s, ev, _ = run_swarm(tmp, "validation_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
                          "--capacity", "3", "--val-fraction", frac, "--eval-every", str(every), "--fault", "r1:eval:3")
     check_common(s, n)
+    # r1 dies at its first eval forward from iteration 3 on: the evaluation
+    # before iteration 3, or, when its stage-mate carried all four of those
+    # (a slow machine: they go one after the other), the one after the last
     mb, it = crash_of(ev, "r1")
-    check(int(mb, 16) >> 63 == 1 and it == 3, f"r1 died holding {mb} in iteration {it}, not an eval microbatch of 3")
+    check(int(mb, 16) >> 63 == 1 and it in (3, 6), f"r1 died holding {mb} in iteration {it}, not an eval microbatch")
     check(any(e["event"] == "forward.rerouted" and e["f"]["mb"] == mb for e in ev),
           f"eval microbatch {mb}, in r1's hands when it died, was not re-routed")
     evals = {int(e["f"]["iter"]): e["f"] for e in ev if e["event"] == "eval.done"}
     check(sorted(evals) == [0, 3, 6], f"eval.done at {sorted(evals)}")
-    e3 = evals[3]
+    e3 = evals[it]
     done, wanted = (int(x) for x in e3["microbatches"].split("/"))
     check(wanted == 4 and int(e3["tokens"]) == done * 4 * 64 and (e3["complete"] == "1") == (done == 4),
-          f"eval.done before iteration 3 miscounts: {e3}")
+          f"eval.done before iteration {it} miscounts: {e3}")
     curve = {c["iteration"]: c for c in s["validation"]}
-    check(curve[3]["tokens"] == int(e3["tokens"]) and curve[3]["complete"] == (done == 4),
-          f"summary {curve[3]} against eval.done {e3}")
+    check(curve[it]["tokens"] == int(e3["tokens"]) and curve[it]["complete"] == (done == 4),
+          f"summary {curve[it]} against eval.done {e3}")
     for it_ in s["iterations"]:
         check(it_["microbatches_done"] == 4 and it_["microbatches_deferred"] == 0,
               f"iteration {it_['iteration']}: {it_['microbatches_done']} done, {it_['microbatches_deferred']} deferred")
@@ -249,7 +253,7 @@ def validation_crash(tmp):
     for i, (got, exp) in enumerate(zip(losses(s), want)):
         check(abs(got - exp) <= 1e-5 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, reference {exp}")
     print(f"validation crash: r1 died running eval microbatch {mb}; it was re-routed; the evaluation before "
-          f"iteration 3 covered {done}/4 microbatches; training equals train-ref")
+          f"iteration {it} covered {done}/4 microbatches; training equals train-ref")
 
 
 def forward_crash(tmp):
