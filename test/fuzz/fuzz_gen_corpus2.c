@@ -234,7 +234,8 @@ static void gen_frame(void) {
 
 /* ---- train_msg ---- */
 
-static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body, bool act) {
+/* A message op up to its tensor byte: [op][from][type - 300][len][body]. */
+static void t_msg_head(buf *s, int from, uint32_t type, const ProtobufCMessage *body) {
   put8(s, FUZZ_TRAIN_OP_MSG);
   put8(s, (uint8_t)from);
   put8(s, (uint8_t)(type - 300));
@@ -243,6 +244,10 @@ static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body,
   put16(s, (uint16_t)bb.n);
   put(s, bb.p, bb.n);
   free(bb.p);
+}
+
+static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body, bool act) {
+  t_msg_head(s, from, type, body);
   if (!act) {
     put8(s, 0);
     return;
@@ -258,14 +263,7 @@ static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body,
  * its bytes the 4-byte pattern `fill` repeated. */
 static void t_msg_wire(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t index, uint8_t ndim,
                        const uint8_t *shape, uint32_t fill) {
-  put8(s, FUZZ_TRAIN_OP_MSG);
-  put8(s, (uint8_t)from);
-  put8(s, (uint8_t)(type - 300));
-  buf bb = {0};
-  put_msg(&bb, body);
-  put16(s, (uint16_t)bb.n);
-  put(s, bb.p, bb.n);
-  free(bb.p);
+  t_msg_head(s, from, type, body);
   put8(s, (uint8_t)(0x40 | index));
   put8(s, ndim);
   for (uint8_t i = 0; i < ndim; i++) put8(s, shape[i]);
@@ -280,14 +278,7 @@ static uint8_t chunk_dtype_byte(uint8_t dtype) { return (uint8_t)(0x80 + (dtype 
 
 static void t_msg_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t dtype, uint16_t nbytes,
                         uint16_t offset, uint16_t total) {
-  put8(s, FUZZ_TRAIN_OP_MSG);
-  put8(s, (uint8_t)from);
-  put8(s, (uint8_t)(type - 300));
-  buf bb = {0};
-  put_msg(&bb, body);
-  put16(s, (uint16_t)bb.n);
-  put(s, bb.p, bb.n);
-  free(bb.p);
+  t_msg_head(s, from, type, body);
   put8(s, chunk_dtype_byte(dtype));
   put8(s, 1);
   put8(s, (uint8_t)(dtype == 1 ? total / 4 : total));
