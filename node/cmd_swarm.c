@@ -996,13 +996,16 @@ static void schedule_churn(swarm *sw) {
   if (sw->o.churn <= 0 || sw->stopping) return;
   for (int i = sw->o.data_nodes; i < sw->n_peers; i++) {
     peer_proc *p = &sw->peers[i];
-    if (!p->running || p->kill_pending || gw_rng_uniform(&sw->rng) >= sw->o.churn) continue;
+    if (!p->running || p->kill_pending || p->killed_by_us || gw_rng_uniform(&sw->rng) >= sw->o.churn) continue;
     /* GWTF assumes a live peer in every stage (§VII): the last one standing
      * (counting those already doomed) is spared. */
     int others = 0;
     for (int j = sw->o.data_nodes; j < sw->n_peers; j++) {
       const peer_proc *q = &sw->peers[j];
-      others += j != i && q->running && q->ready && !q->kill_pending && q->stage == p->stage && q->stage > 0;
+      /* (one we SIGKILLed whose exit is not reaped yet is no survivor: a
+       * stage lost both its relays at once this way) */
+      others += j != i && q->running && q->ready && !q->kill_pending && !q->killed_by_us && q->stage == p->stage &&
+                q->stage > 0;
     }
     if (p->stage > 0 && others == 0) {
       say(sw, "churn: sparing %s, the last live relay of stage %d", p->name, p->stage);
