@@ -129,6 +129,20 @@ bool agg_joining_from(train_peer *p, const gw_id *from) {
   return (p->state == PEER_DOWNLOADING || p->state == PEER_RESTORING) && peer_is_member(p, p->stage, from, true);
 }
 
+/* A directory member of our stage whose BEGIN_AGG for this round did not
+ * list us: its view lacks us (we joined, and our record has not reached its
+ * directory yet), so it aggregates without us and its gradient never comes.
+ * With no third member to vouch for us to it, its average of the round is
+ * the stage's: we follow it (agg.deferred, passing it on) rather than wait
+ * out the round for that gradient and step alone, a split. This lets a
+ * member of higher ID decide the round for us; the lowest ID, which any
+ * member may grind its key for, already decides it for everyone. */
+static bool left_us_out(train_peer *p, const gw_id *from) {
+  const peer_agg *a = &p->agg;
+  return p->aggregating && a->unlisted.iteration == a->iteration + 1 && gw_id_eq(from, &a->unlisted.id) &&
+         peer_is_member(p, p->stage, from, true);
+}
+
 /* Only the aggregator we chose for the round may send us its average: one
  * TRAIN_AVG from anyone used to rewrite a whole stage. Before we picked
  * (our export is running, or the average overtook BEGIN_AGG) the one we
@@ -150,6 +164,7 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
   /* getting ready, a directory member's average tells us the round ended
    * (missed_while_joining): nothing of it is applied now */
   if (agg_joining_from(p, from)) return true;
+  if (left_us_out(p, from)) return true;
   /* ... and the one we then asked for it (agg_ask_missed_average) */
   if (p->dl.catch_up && gw_id_eq(from, &p->dl.avg_from) && p->iteration == p->dl.iteration) return true;
   gw_id now = pick_aggregator(p);
@@ -262,11 +277,17 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
   uint64_t iteration = msg->iteration;
   if (msg->n_members && p->stage >= 0 && peer_is_member(p, p->stage, from, true) && iteration >= p->iteration &&
       iteration <= p->iteration + 1) {
+    bool listed = false;
     for (size_t i = 0; i < msg->n_members && i < PEER_MAX_CONTRIB; i++) {
       gw_id id;
       if (msg->members[i].len != GW_ID_BYTES) continue;
       id_from_bytes(&id, msg->members[i]);
       peer_vouch(p, &id);
+      listed |= gw_id_eq(&id, &p->cfg.self);
+    }
+    if (!listed) {
+      p->agg.unlisted.id = *from;
+      p->agg.unlisted.iteration = iteration + 1;
     }
   }
   ledger_on_begin(p, from, msg); /* every data node's flood adds its ledger */

@@ -189,6 +189,9 @@ typedef struct peer_agg {
   uint32_t n_norm_hist, norm_hist_pos;
   /* stage-mates whose HELLO said they are fetching their state (joining) */
   struct { gw_id id; uint64_t at_ms; } joining[8];
+  /* a directory member of our stage whose BEGIN_AGG for `iteration` did not
+   * list us (its view lacks us; iteration + 1, 0: none) */
+  struct { gw_id id; uint64_t iteration; } unlisted;
 } peer_agg;
 
 /* ---- joins and weight transfer ---- */

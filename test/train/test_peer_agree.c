@@ -324,6 +324,52 @@ static void test_blind_joiner_waits_for_its_stage(void **state) {
                blind[k]);
 }
 
+/* Stage 2 has one member, m; a relay joins it after iteration 2 with the
+ * lower ID, and m's directory never lists it (its record is late): m knows
+ * the joiner only by HELLO, so m aggregates every round alone, while the
+ * joiner, whose directory lists m, picks itself and waits for m's gradient.
+ * m's BEGIN_AGG leaves the joiner out and m's average comes without it: the
+ * joiner follows m (agg.deferred) and the stage keeps one set of weights,
+ * with no round held for its timeout. Before, the joiner refused m's
+ * average as not its aggregator's and waited out the round: in a swarm it
+ * then stepped alone (a split, healed by m resyncing to the joiner's emptier
+ * average); here it resynced and was still fetching when the run ended. */
+static void test_joiner_unknown_to_its_only_mate(void **state) {
+  (void)state;
+  h_harness h;
+  int d, j, m = -1;
+  for (uint64_t seed = 80;; seed++) {
+    h_init(&h, STAGES, seed, verbose());
+    d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < (s == 2 ? 1 : 2); k++) {
+        int i = h_add(&h, TRAIN_RELAY, s, M, 0, true);
+        if (s == 2) m = i;
+      }
+    j = h_add(&h, TRAIN_RELAY, 2, M, 0, false);
+    if (gw_id_cmp(&h.nodes[j].peer.id, &h.nodes[m].peer.id) < 0) break;
+    h_free(&h);
+  }
+  for (int i = 0; i < j; i++) h_start(&h, i);
+  while (train_peer_iteration(h.nodes[d].tp) < 2) h_run_for(&h, 100);
+  h.nodes[j].hidden_from = 1 + m;
+  h_start(&h, j);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.nodes[j].ready);
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  const train_counters *cm = train_peer_counters(h.nodes[m].tp), *cj = train_peer_counters(h.nodes[j].tp);
+  if (verbose())
+    fprintf(stderr, "m: %llu splits healed, %llu resyncs; joiner: %llu resyncs; slowest iteration %g s\n",
+            (unsigned long long)cm->splits_healed, (unsigned long long)cm->resyncs,
+            (unsigned long long)cj->resyncs, slowest_iteration(&h.nodes[d]));
+  assert_agree(&h, ITERS);
+  assert_int_equal(cm->splits_healed + cj->splits_healed, 0);
+  assert_true(h.nodes[j].have_hash[ITERS - 1]); /* it stepped with its stage to the end */
+  assert_true(slowest_iteration(&h.nodes[d]) * 1000.0 < (double)h.tun.agg_timeout_ms);
+  assert_memory_equal(h.nodes[j].w, h.nodes[m].w, sizeof(h.nodes[m].w));
+  h_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stranger_with_lowest_id_does_not_aggregate),
@@ -331,6 +377,7 @@ int main(void) {
       cmocka_unit_test(test_tampered_relayed_average_is_refused),
       cmocka_unit_test(test_split_is_detected_and_healed),
       cmocka_unit_test(test_blind_joiner_waits_for_its_stage),
+      cmocka_unit_test(test_joiner_unknown_to_its_only_mate),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
