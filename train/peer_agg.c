@@ -130,17 +130,48 @@ bool agg_joining_from(train_peer *p, const gw_id *from) {
 }
 
 /* A directory member of our stage whose BEGIN_AGG for this round did not
- * list us: its view lacks us (we joined, and our record has not reached its
- * directory yet), so it aggregates without us and its gradient never comes.
- * With no third member to vouch for us to it, its average of the round is
- * the stage's: we follow it (agg.deferred, passing it on) rather than wait
- * out the round for that gradient and step alone, a split. This lets a
- * member of higher ID decide the round for us; the lowest ID, which any
- * member may grind its key for, already decides it for everyone. */
+ * list us, while we aggregate it (we picked ourselves, or would): its view
+ * lacks us, so it aggregates without us and its gradient never comes. With
+ * no third member to vouch for us to it, one of the two averages must give
+ * way, or the stage splits; agg_drop_unlisted_average says which. */
 static bool left_us_out(train_peer *p, const gw_id *from) {
   const peer_agg *a = &p->agg;
-  return p->aggregating && a->unlisted.iteration == a->iteration + 1 && gw_id_eq(from, &a->unlisted.id) &&
-         peer_is_member(p, p->stage, from, true);
+  if (!p->aggregating || a->unlisted.iteration != a->iteration + 1 || !gw_id_eq(from, &a->unlisted.id) ||
+      !peer_is_member(p, p->stage, from, true))
+    return false;
+  if (a->picked) return agg_i_aggregate(p);
+  gw_id pick = pick_aggregator(p);
+  return gw_id_eq(&pick, &p->cfg.self);
+}
+
+/* We fetched our stage's state lately: a member whose directory lacks us
+ * is most likely one whose record of us is still on its way, and its
+ * weights are those we fetched and stepped with since. */
+static bool joined_lately(const train_peer *p) {
+  return p->dl.done_ms && p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms;
+}
+
+static void maybe_finish(train_peer *p);
+
+/* The average of a member that left us out (left_us_out). We joined lately
+ * (the common case: our record has not reached its directory yet): its
+ * average is the stage's, we follow it (agg.deferred) and pass it on;
+ * before, we refused it as not our aggregator's, waited out the round for
+ * its gradient and stepped alone, a split. Otherwise its view is what is
+ * wrong (a refresh missed us): its weights may already differ from ours
+ * (following such a member's empty averages froze a stage), so we drop its
+ * average, stop waiting for it and finish with what we have; it stays
+ * split off until its view has us (docs/TRAINING.md, known limits).
+ * Returns true when the average is dropped. */
+bool agg_drop_unlisted_average(train_peer *p, const gw_id *from) {
+  if (!left_us_out(p, from) || joined_lately(p)) return false;
+  peer_agg *a = &p->agg;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  GW_WARN(&p->log, "agg.unlisted_dropped", "iter=%llu peer=%s", (unsigned long long)a->iteration, who);
+  if (!is_failed(a, from) && a->n_failed < PEER_MAX_CONTRIB) a->failed[a->n_failed++] = *from;
+  if (a->phase == AGG_COLLECT && a->picked) maybe_finish(p);
+  return true;
 }
 
 /* Only the aggregator we chose for the round may send us its average: one
@@ -177,15 +208,17 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
 
 /* An average reaches us signed by its aggregator, `signer`, and delivered
  * by `from`, which the dispatcher let send it (agg_is_round_aggregator).
- * Every peer follows an aggregator of lower ID than itself (or itself), so
- * an average passed on comes from a lower ID than its relay. We apply
- * `signer`'s average when it is the sender's own; when we would follow the
+ * We apply `signer`'s average when it is the sender's own; when we would follow the
  * signer ourselves (the one we would pick now, a vouched member of lower ID
  * than the one we followed, an aggregator of ours that went silent this
  * round, or the member that just served us its state); or when our chosen
  * aggregator passes on the average of a lower ID: it deferred to it (it may
  * be one our view lacks), and as our aggregator it decides our average
- * anyway. A member answering a takeover's question, or the member that
+ * anyway. (A joiner that follows a higher ID that left it out, left_us_out,
+ * passes that average on too; its contributors refuse it and, once their
+ * timeout ends, take the round over. It takes a third member whose view
+ * has the joiner, and that member's BEGIN_AGG vouches for the joiner to
+ * the one that lacks it: there is then no left_us_out.) A member answering a takeover's question, or the member that
  * served us, cannot hand on an average of its own making as another's. */
 bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer) {
   peer_agg *a = &p->agg;

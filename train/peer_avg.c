@@ -195,6 +195,7 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     peer_avg_sig sig;
     bool left_out;
     if (!avgsig_check(p, from, g, &sig) || !avg_lists_us_right(p, from, &sig, g, &left_out)) return;
+    if (agg_drop_unlisted_average(p, from)) return;
     if (p->dl.catch_up && p->iteration == p->dl.iteration && gw_id_eq(from, &p->dl.avg_from) &&
         memcmp(sig.hash, p->dl.avg_hash, 32) != 0) {
       avgsig_refuse(p, from, &sig.signer, g->iteration, "hash_mismatch"); /* not the average it told us of */

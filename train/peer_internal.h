@@ -687,6 +687,10 @@ void agg_apply_average(train_peer *p, const float *avg, uint32_t total_count);
 void agg_begin_late(train_peer *p);
 /* Whether `from` is the aggregator of our stage's current round for us. */
 bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
+/* The average of a member that left us out of its round while we
+ * aggregate it, unless we joined lately: dropped (true), and the member no
+ * longer waited for. */
+bool agg_drop_unlisted_average(train_peer *p, const gw_id *from);
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d);

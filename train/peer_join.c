@@ -31,6 +31,9 @@
 /* A stage that had trained, which the leader saw empty: this long for the
  * DHT to name a replica holder before the stage's state is declared lost. */
 #define REPLICA_WAIT_MS 20000
+/* after a request that could not be sent, the next source or holder is
+ * asked this much later (a session may be coming up meanwhile) */
+#define JOIN_UNSENT_RETRY_MS 500
 
 static void fetch_or_init(train_peer *p);
 static void restored_from_replica(train_peer *p, train_job *job);
@@ -244,6 +247,21 @@ static void download_begin(train_peer *p, const gw_id *from) {
   p->dl.avg_of = p->dl.wait_round_until = 0;
 }
 
+/* A request that never left (no session to `from` is up yet: a restarted
+ * peer's sessions come up one by one) is not waited for: waiting out the
+ * download timeout for it spent a correlated outage's whole replica wait
+ * (REPLICA_WAIT_MS) on two holders, one of them alive, and lost the stage.
+ * We move on shortly (join_tick), and holders are tried again once each
+ * was tried (fetch_or_init). */
+static void download_sent(train_peer *p, const gw_id *from, int rc) {
+  if (rc == 0) return;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  GW_INFO(&p->log, "weights.unsent", "from=%s err=\"%s\"", who, gw_strerror(rc));
+  p->dl.active = false;
+  p->dl.deadline = p->now + JOIN_UNSENT_RETRY_MS;
+}
+
 static void request_weights(train_peer *p, const gw_id *from) {
   Gwtf__TrainWeightsReq r = GWTF__TRAIN_WEIGHTS_REQ__INIT;
   r.stage = p->stage;
@@ -252,7 +270,7 @@ static void request_weights(train_peer *p, const gw_id *from) {
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   GW_INFO(&p->log, "weights.requested", "from=%s", who);
-  peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, &r.base, NULL);
+  download_sent(p, from, peer_send(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, &r.base, NULL));
   /* The directory still lists us (we restarted, or resync): our
    * stage-mates, the source too (it serves us, then restoring we still
    * cannot contribute), are told not to wait for us or pick us until we
@@ -297,7 +315,7 @@ void join_request_replica(train_peer *p, const gw_id *holder) {
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(holder, who);
   GW_INFO(&p->log, "replica.requested", "stage=%d from=%s", p->stage, who);
-  peer_send(p, holder, GWTF__TRAIN_MSG__TRAIN_REPLICA_REQ, &r.base, NULL);
+  download_sent(p, holder, peer_send(p, holder, GWTF__TRAIN_MSG__TRAIN_REPLICA_REQ, &r.base, NULL));
 }
 
 /* Every peer of our stage is gone, it had trained and no holder of a

@@ -143,6 +143,7 @@ static int io_send(void *ud, const gw_id *to, uint32_t type, const uint8_t *body
                    const train_tensor *t) {
   h_node *n = ud;
   h_node *dst = node_by_id(n->h, to);
+  if (dst && sim_now(n->h->s) < n->sessions_until[dst - n->h->nodes]) return GW_ECLOSED;
   if (dst && n->h->send_hook)
     n->h->send_hook(n->h, (int)(n - n->h->nodes), (int)(dst - n->h->nodes), type, body, len, t);
   return raw_send(n, to, type, body, len, t);
@@ -222,8 +223,8 @@ static void io_probe(void *ud, const gw_id *peer) {
 }
 
 static bool io_connected(void *ud, const gw_id *peer) {
-  h_node *n = node_by_id(((h_node *)ud)->h, peer);
-  return n && n->alive;
+  h_node *me = ud, *n = node_by_id(me->h, peer);
+  return n && n->alive && sim_now(me->h->s) >= me->sessions_until[n - me->h->nodes];
 }
 
 /* Virtual compute time of one of n's jobs (a slower device: job_ms). */

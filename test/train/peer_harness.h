@@ -52,6 +52,10 @@ typedef struct h_node {
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
   int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
+  /* its session to node k is not up before virtual ms sessions_until[k]
+   * (0: always up): sends to k fail, k is not connected (a restarted peer's
+   * sessions come up one by one) */
+  uint64_t sessions_until[H_MAX_NODES];
   bool dir_blind;          /* its directory lists no other member of its own stage (the leader's ASSIGN does) */
   bool listed_early;       /* directories list it before it is ready (a restarted member's record outlives it) */
   float grad_scale;        /* hostile: exports its gradient times this (0: 1) */

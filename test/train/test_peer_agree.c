@@ -370,6 +370,51 @@ static void test_joiner_unknown_to_its_only_mate(void **state) {
   h_free(&h);
 }
 
+/* Stage 2 has three members from the start; the directory of one of them,
+ * L, never lists the other two (its records of them are missing: a refresh
+ * under churn), and they know L from theirs. L hears them only by HELLO, so
+ * it is the lowest of its own view and aggregates alone, listing only
+ * itself in BEGIN_AGG, while the others wait for its gradient. L's average
+ * leaves them out: their aggregator, which did not join lately, drops it,
+ * stops waiting for L, and the two step together every round with their
+ * microbatches (L stays split off: TRAINING.md, known limits). Before,
+ * they waited out every round for L's gradient. Following L (as a joiner
+ * follows its only mate) froze the stage: L had no microbatch, averaged
+ * nothing, and the stage never stepped. */
+static void test_member_blind_to_its_stage(void **state) {
+  (void)state;
+  h_harness h;
+  int d, s2[8];
+  for (uint64_t seed = 100;; seed++) {
+    h_init(&h, STAGES, seed, verbose());
+    d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < PER_STAGE; k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+    if (h_by_id(&h, 2, s2, 8) == PER_STAGE) break;
+    h_free(&h);
+  }
+  int l = s2[PER_STAGE - 1]; /* the highest ID: everyone else's pick is another */
+  for (int k = 0; k < PER_STAGE - 1; k++) h.nodes[s2[k]].hidden_from = 1 + l;
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  const h_node *agg = &h.nodes[s2[0]], *mid = &h.nodes[s2[1]];
+  if (verbose())
+    for (int k = 0; k < PER_STAGE; k++) {
+      const train_counters *c = train_peer_counters(h.nodes[s2[k]].tp);
+      fprintf(stderr, "stage 2 member %d: %llu aggregations, %llu splits healed, %llu resyncs, step %llu\n", k,
+              (unsigned long long)c->aggregations, (unsigned long long)c->splits_healed,
+              (unsigned long long)c->resyncs, (unsigned long long)train_peer_step(h.nodes[s2[k]].tp));
+    }
+  for (int i = 0; i < ITERS; i++) {
+    assert_true(agg->have_hash[i] && mid->have_hash[i]);
+    assert_memory_equal(agg->hash_of[i], mid->hash_of[i], 32);
+  }
+  assert_true(train_peer_step(agg->tp) >= ITERS - 1); /* it stepped (nearly) every round */
+  assert_true(slowest_iteration(&h.nodes[d]) * 1000.0 < (double)h.tun.agg_timeout_ms);
+  h_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stranger_with_lowest_id_does_not_aggregate),
@@ -378,6 +423,7 @@ int main(void) {
       cmocka_unit_test(test_split_is_detected_and_healed),
       cmocka_unit_test(test_blind_joiner_waits_for_its_stage),
       cmocka_unit_test(test_joiner_unknown_to_its_only_mate),
+      cmocka_unit_test(test_member_blind_to_its_stage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -300,6 +300,42 @@ static void test_dead_holder_not_asked_first(void **state) {
   assert_true(tried);
 }
 
+/* A fresh relay placed into the emptied stage 1 has no session up to
+ * either holder of its replica yet (they come up SESSION_MS after the
+ * kill): its first requests cannot be sent. It asks again shortly and
+ * restores as soon as a session is up. Before, a request that could not be
+ * sent was waited for as if sent (the whole download timeout per holder):
+ * in a swarm's correlated outage two holders took the whole replica wait
+ * and the stage was declared lost with a live holder. */
+#define SESSION_MS 600
+static void test_unsent_request_asks_again(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 21, 2, 8, 2);
+  for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < 5; k++) h_run_for(&h, 5);
+  uint64_t killed = sim_now(h.s);
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].alive && h.nodes[i].stage == 1) h_crash(&h, i);
+  int j = h_add(&h, TRAIN_RELAY, -1, M, 0, false), holders = 0;
+  for (int i = 0; i < j; i++)
+    if (h.nodes[i].alive && train_peer_replica(h.nodes[i].tp, 1)) {
+      h.nodes[j].sessions_until[i] = killed + SESSION_MS;
+      holders++;
+    }
+  assert_true(holders >= 1);
+  h_start(&h, j);
+  for (int k = 0; k < 100000 && !h.nodes[j].ready; k++) h_run_for(&h, 5);
+  uint64_t ready = sim_now(h.s) - killed;
+  if (verbose()) fprintf(stderr, "%d holders; the joiner was ready %llu ms after the kill\n", holders,
+                         (unsigned long long)ready);
+  assert_true(h.nodes[j].ready);
+  assert_int_equal(h.nodes[j].stage, 1);
+  assert_int_equal(train_peer_step(h.nodes[j].tp), 4); /* the replica of aggregation 4 */
+  /* asked again within JOIN_UNSENT_RETRY_MS-ish of the session, not a whole download timeout later */
+  assert_true(ready < SESSION_MS + h.tun.agg_timeout_ms / 2);
+  h_free(&h);
+}
+
 static void test_no_replica_stops_the_run(void **state) {
   (void)state;
   h_harness h;
@@ -435,6 +471,7 @@ int main(void) {
       cmocka_unit_test(test_mismatch_falls_back_to_another_holder),
       cmocka_unit_test(test_forged_holder_outvoted),
       cmocka_unit_test(test_dead_holder_not_asked_first),
+      cmocka_unit_test(test_unsent_request_asks_again),
       cmocka_unit_test(test_no_replica_stops_the_run),
       cmocka_unit_test(test_hostile_replica_messages),
       cmocka_unit_test(test_leader_moves_a_member_into_an_empty_stage),
