@@ -598,11 +598,30 @@ size_t peer_dir_others(train_peer *p);
 void id_from_bytes(gw_id *out, ProtobufCBinaryData b);
 ProtobufCBinaryData id_bytes(const gw_id *id);
 
-/* peer_mb.c */
+/* peer_mb.c: the microbatch core both roles share. Each message handler
+ * checks what both roles check, then calls the role's side: data_* on the
+ * data node (peer_data.c), relay_* on a relay (peer_relay.c). */
 peer_mb *mb_find(train_peer *p, const gw_id *origin, uint64_t id);
 peer_mb *mb_new(train_peer *p, const gw_id *origin, uint64_t id);
 void mb_free(train_peer *p, peer_mb *mb);
 uint64_t mb_key(const gw_id *origin, uint64_t id, uint32_t attempt);
+/* The stage we send our gradient to: the one before ours on the path (the
+ * data node's: the last stage). */
+int mb_upstream_stage(const train_peer *p);
+void mb_ack(train_peer *p, const gw_id *to, uint32_t type, const peer_mb *mb, const char *reason);
+/* DENY of the microbatch in m to `to`, logged (deny.sent) and counted. */
+void mb_deny(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch *m, const char *reason);
+/* m describes mb (path: PEER_MAX_PATH entries, which m points into). */
+void mb_fill_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, const peer_mb *mb);
+void mb_log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s);
+/* No peer of the next stage takes mb, some only because they are full: true
+ * while waiting for a slot (FWD_WAIT) within budget_ms of the first refusal. */
+bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms);
+/* A gradient arrived for mb: BACKWARD_RECEIVED, mb->in holds it and
+ * mb->bwd is BWD_COMPUTE; false when there is nothing to compute. */
+bool mb_take_gradient(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);
+/* The hop deadlines both roles keep on mb; true when one acted. */
+bool mb_tick_hops(train_peer *p, peer_mb *mb);
 void mb_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
 void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
@@ -616,7 +635,21 @@ void mb_peer_down(train_peer *p, const gw_id *peer);
 void mb_send_forward(train_peer *p, peer_mb *mb);
 void mb_send_backward(train_peer *p, peer_mb *mb);
 void mb_abandon_iteration(train_peer *p, uint64_t iteration);
-void mb_release_queued(train_peer *p);
+
+/* peer_relay.c: a microbatch's hop at a relay */
+void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
+/* Microbatches of the next iteration that waited for our aggregation. */
+void relay_release_queued(train_peer *p);
+void relay_no_route(train_peer *p, peer_mb *mb);
+void relay_forward_through(train_peer *p, peer_mb *mb);
+void relay_drop_spare(train_peer *p, peer_mb *mb);
+void relay_confirm_upstream(train_peer *p, peer_mb *mb);   /* FORWARD_DONE, once */
+void relay_confirm_downstream(train_peer *p, peer_mb *mb); /* BACKWARD_DONE, once */
+void relay_on_backward(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);
+void relay_backward_confirmed(train_peer *p, peer_mb *mb);
+void relay_job_done(train_peer *p, peer_mb *mb, train_job *job);
+
+/* peer_data.c: the data node's iteration, and its microbatches' trip */
 void data_tick(train_peer *p);
 void data_start_iteration(train_peer *p);
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
@@ -626,6 +659,16 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
 int data_rerun(train_peer *p, uint64_t id, uint32_t attempt);
 bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots);
 uint32_t data_share(train_peer *p);
+/* How long a microbatch may take to travel the ring once, either way. */
+uint64_t data_trip_ms(const train_peer *p);
+void data_no_route(train_peer *p, peer_mb *mb);
+void data_forward_through(train_peer *p, peer_mb *mb);
+/* A FORWARD reached the data node: one of its own microbatches came back. */
+void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
+void data_on_backward(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);
+void data_backward_confirmed(train_peer *p, peer_mb *mb);
+void data_job_done(train_peer *p, peer_mb *mb, train_job *job);
+void data_mb_tick(train_peer *p, peer_mb *mb);
 
 /* peer_liveness.c: failure detection from measured RTTs */
 /* When to suspect `peer` if what we send it now is not answered: now +
