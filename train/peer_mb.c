@@ -223,8 +223,9 @@ bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
 }
 
 /* Chooses the next hop for mb and sends it our output. When no peer of the
- * next stage will do, the role decides: a relay waits, or DENYs upstream
- * (data_no_route, relay_no_route). */
+ * next stage will do, the role decides how long to wait for a slot and what
+ * then: the data node defers the microbatch (data_no_route), a relay DENYs
+ * it upstream (relay_no_route). */
 void mb_send_forward(train_peer *p, peer_mb *mb) {
   char who[GW_ID_SHORT_LEN + 1];
   gw_id next;
