@@ -360,6 +360,14 @@ void data_backward_confirmed(train_peer *p, peer_mb *mb) {
   if (mb->recovering && mb->gap_last == p->cfg.n_stages) mb->recovering = false;
 }
 
+/* Our embedding of mb is computed: its path starts with us, and it goes to
+ * stage 1 (a training or an eval microbatch alike). */
+void data_send_embedding(train_peer *p, peer_mb *mb) {
+  mb->path[0] = p->cfg.self;
+  mb->path_len = 1;
+  mb_send_forward(p, mb);
+}
+
 void data_job_done(train_peer *p, peer_mb *mb, train_job *job) {
   if (job->rc != 0) {
     data_mb_finished(p, mb, MB_DEFERRED);
@@ -370,9 +378,7 @@ void data_job_done(train_peer *p, peer_mb *mb, train_job *job) {
     mb_log_compute(p, mb, "embed", job->seconds);
     mb->has_state = true;
     p->counters.forward_computed++;
-    mb->path[0] = p->cfg.self;
-    mb->path_len = 1;
-    mb_send_forward(p, mb);
+    data_send_embedding(p, mb);
     break;
   case TRAIN_JOB_LOSS:
     mb_log_compute(p, mb, "loss", job->seconds);

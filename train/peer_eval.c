@@ -211,9 +211,7 @@ void eval_job_done(train_peer *p, peer_mb *mb, train_job *job) {
   switch (job->kind) {
   case TRAIN_JOB_EVAL_EMBED:
     log_eval_compute(p, mb, "embed", job->seconds);
-    mb->path[0] = p->cfg.self;
-    mb->path_len = 1;
-    mb_send_forward(p, mb);
+    data_send_embedding(p, mb);
     break;
   case TRAIN_JOB_EVAL_FORWARD:
     log_eval_compute(p, mb, "forward", job->seconds);

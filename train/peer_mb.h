@@ -154,6 +154,7 @@ void data_forward_through(train_peer *p, peer_mb *mb);
 void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 void data_on_backward(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);
 void data_backward_confirmed(train_peer *p, peer_mb *mb);
+void data_send_embedding(train_peer *p, peer_mb *mb); /* stage 0 done: to stage 1 */
 void data_job_done(train_peer *p, peer_mb *mb, train_job *job);
 void data_mb_tick(train_peer *p, peer_mb *mb);
 
