@@ -187,6 +187,8 @@ void peer_release_key(train_peer *p, uint64_t key) {
 int train_peer_new(train_peer **out, const train_peer_config *cfg, const train_io *io,
                    const train_router *router, const gw_log *log) {
   if (cfg->n_stages < 1 || cfg->n_stages > PEER_MAX_STAGES || cfg->capacity == 0) return GW_EINVAL;
+  /* A peer is one of the two (the microbatch code dispatches on it, peer_mb.c). */
+  if (cfg->role != TRAIN_DATA && cfg->role != TRAIN_RELAY) return GW_EINVAL;
   if (cfg->role == TRAIN_DATA && cfg->stage != 0) return GW_EINVAL;
   train_peer *p = calloc(1, sizeof(*p));
   if (!p) return GW_ENOMEM;

@@ -723,7 +723,7 @@ static void round_done(train_peer *p, train_job *job) {
     summary(p);
     p->iter_reported = false;
   }
-  mb_release_queued(p);
+  relay_release_queued(p);
   agg_try_can_take(p);
   join_serve_pending(p);
   move_after_round(p); /* a rebalancing move waited for this round (peer_move.c) */

@@ -2,7 +2,7 @@
  *
  * A relay trains iteration I and takes microbatches of I and I+1 (the next
  * one waits for our aggregation); anything later is refused as
- * `future_iteration` (peer_mb.c). Normally a member that missed an
+ * `future_iteration` (peer_relay.c). Normally a member that missed an
  * aggregation hears a stage-mate ahead of it (HELLO, BEGIN_AGG) and
  * resyncs (trust_claim_ahead). But when the members that were ahead die
  * (churn took the only one that had aggregated), those left hold an older

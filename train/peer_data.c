@@ -2,8 +2,11 @@
  * which microbatches it starts and when (its share of the run's batch, a
  * backlog of those deferred by churn), whether every stage can take them
  * (routes, CAN_TAKE), and the end of each microbatch it owns (done,
- * deferred, lost), which closes the iteration. The hops themselves, shared
- * with the relays, are train/peer_mb.c; repairs are train/peer_repair.c. */
+ * deferred, lost), which closes the iteration; and what happens to its
+ * microbatch on the way (its embedding sent to stage 1, its return from the
+ * last stage and the loss, the trip deadline, the backward's end at stage 0).
+ * The hop machinery both roles share is train/peer_mb.c, a relay's side of
+ * a hop train/peer_relay.c; repairs are train/peer_repair.c. */
 #include "train/peer_internal.h"
 
 #include <stdlib.h>
@@ -280,4 +283,143 @@ void data_tick(train_peer *p) {
     return;
   }
   data_start_iteration(p);
+}
+
+/* ---- data node: its microbatch's trip through the pipeline ---- */
+
+/* A data node gives a microbatch this long to travel the whole ring once
+ * (forward, or backward): long enough for every hop's own timeout and
+ * re-route, short enough that a path that broke without a word (a relay
+ * dying after it acknowledged) does not hold the iteration until the stall
+ * timeout. */
+uint64_t data_trip_ms(const train_peer *p) { return p->cfg.tun.hop_timeout_ms * (uint64_t)(p->cfg.n_stages + 2); }
+
+/* No peer of stage 1 takes our embedding. A data node answers to nobody but
+ * its iteration: a full stage gets one trip to free a slot, then the
+ * microbatch waits in the backlog for a later turn. */
+void data_no_route(train_peer *p, peer_mb *mb) {
+  if (mb_wait_for_slot(p, mb, data_trip_ms(p))) return;
+  mb->wait_since = 0;
+  GW_INFO(&p->log, "microbatch.no_route", "mb=%llx reroutes=%u", (unsigned long long)mb->id, mb->reroutes);
+  data_mb_finished(p, mb, MB_DEFERRED);
+}
+
+/* Stage 1 holds our embedding and passed it on: the microbatch now travels
+ * until it comes back; after a repair we re-sent our own embedding into, it
+ * is already back and waits for its backward. */
+void data_forward_through(train_peer *p, peer_mb *mb) {
+  mb->fwd = !mb->repair ? FWD_FLIGHT : FWD_DONE;
+  mb->trip_deadline = p->now + data_trip_ms(p);
+}
+
+/* A FORWARD from the last stage: our own microbatch came back, and its loss
+ * (and loss gradient) is ours to compute. */
+void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
+  gw_id origin;
+  id_from_bytes(&origin, m->origin);
+  if (!gw_id_eq(&origin, &p->cfg.self)) return;
+  peer_mb *mb = mb_find(p, &p->cfg.self, m->id);
+  if (!mb || mb->attempt != m->attempt || (mb->fwd != FWD_SENT && mb->fwd != FWD_FLIGHT)) {
+    /* A spare copy from a re-route, or a microbatch we gave up on: the
+     * relays that carried it drop it (train/peer_relay.c, relay_drop_spare). */
+    mb_deny(p, from, m, "duplicate");
+    return;
+  }
+  if (m->n_path != (size_t)p->cfg.n_stages + 1) return;
+  mb->path_len = (uint32_t)m->n_path;
+  for (size_t i = 0; i < m->n_path; i++) id_from_bytes(&mb->path[i], m->path[i]);
+  mb->next = *from;
+  mb_ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
+  size_t n = peer_act_floats(p);
+  free(mb->in);
+  mb->in = wire_act_decode(p, t);
+  if (mb->eval) return eval_on_return(p, mb);
+  if (!mb->grad) mb->grad = malloc(n * sizeof(float)); /* reused by a restarted attempt */
+  if (!mb->in || !mb->grad) return data_mb_finished(p, mb, MB_DEFERRED);
+  mb->fwd = FWD_LOSS;
+  if (!peer_submit(p, TRAIN_JOB_LOSS, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float)))
+    data_mb_finished(p, mb, MB_DEFERRED);
+}
+
+/* The gradient of our embedding output, from stage 1: the last backward. */
+void data_on_backward(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t) {
+  if (mb->fwd != FWD_DONE || mb->end != MB_LIVE) return;
+  if (!mb_take_gradient(p, from, mb, t)) return;
+  if (!peer_submit(p, TRAIN_JOB_EMBED_BACKWARD, mb, mb->in, peer_act_floats(p) * sizeof(float), NULL, 0))
+    mb->bwd = BWD_NONE;
+}
+
+/* BACKWARD_DONE from the last relay: it holds our loss gradient. That ends
+ * a repair only if that relay was the suspect. A repair of a gap further up
+ * goes on: a late confirmation (it travels behind activations on a slow
+ * link) used to end it silently, and the microbatch waited for its reporter
+ * to time out again (3 hop timeouts) before a second repair. We keep the
+ * loss gradient until the microbatch completes: we are the peer after the
+ * gap if every relay of the path is lost. */
+void data_backward_confirmed(train_peer *p, peer_mb *mb) {
+  if (mb->recovering && mb->gap_last == p->cfg.n_stages) mb->recovering = false;
+}
+
+/* Our embedding of mb is computed: its path starts with us, and it goes to
+ * stage 1 (a training or an eval microbatch alike). */
+void data_send_embedding(train_peer *p, peer_mb *mb) {
+  mb->path[0] = p->cfg.self;
+  mb->path_len = 1;
+  mb_send_forward(p, mb);
+}
+
+void data_job_done(train_peer *p, peer_mb *mb, train_job *job) {
+  if (job->rc != 0) {
+    data_mb_finished(p, mb, MB_DEFERRED);
+    return;
+  }
+  switch (job->kind) {
+  case TRAIN_JOB_EMBED:
+    mb_log_compute(p, mb, "embed", job->seconds);
+    mb->has_state = true;
+    p->counters.forward_computed++;
+    data_send_embedding(p, mb);
+    break;
+  case TRAIN_JOB_LOSS:
+    mb_log_compute(p, mb, "loss", job->seconds);
+    mb->loss = job->loss;
+    mb->fwd = FWD_DONE;
+    /* A hop-timeout per hop is generous for the backward too; past it the
+     * microbatch is deferred rather than holding the iteration up longer. */
+    mb->trip_deadline = p->now + data_trip_ms(p);
+    mb_ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
+    free(mb->in);
+    mb->in = NULL;
+    mb_send_backward(p, mb);
+    break;
+  case TRAIN_JOB_EMBED_BACKWARD:
+    mb_log_compute(p, mb, "embed_backward", job->seconds);
+    mb->has_state = false;
+    mb->bwd = BWD_DONE;
+    p->counters.backward_computed++;
+    mb_ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
+    ledger_on_backward(p, mb); /* the iteration's ledger: train/peer_ledger.h */
+    data_mb_finished(p, mb, MB_COMPLETE);
+    break;
+  default: break;
+  }
+}
+
+/* One of our microbatches at a tick: the hop deadlines every peer keeps
+ * (mb_tick_hops), and the whole trip's. */
+void data_mb_tick(train_peer *p, peer_mb *mb) {
+  if (mb->fwd == FWD_WAIT && p->iter_wrap_up && !mb->repair && !mb->eval) {
+    /* still outside the pipeline, and the iteration is closing */
+    data_mb_finished(p, mb, MB_DEFERRED);
+    return;
+  }
+  if (mb_tick_hops(p, mb)) return;
+  bool travelling = mb->end == MB_LIVE && mb->bwd == BWD_NONE && (mb->fwd == FWD_FLIGHT || mb->fwd == FWD_DONE) &&
+                    !mb->recovering;
+  if (travelling && mb->trip_deadline && p->now >= mb->trip_deadline) {
+    GW_WARN(&p->log, "microbatch.timeout", "mb=%llx phase=%s", (unsigned long long)mb->id,
+            mb->fwd == FWD_FLIGHT ? "forward" : "backward");
+    if (mb->fwd == FWD_DONE && p->cfg.recovery == TRAIN_RECOVER_RESTART) repair_restart_timed_out(p, mb);
+    else data_mb_finished(p, mb, MB_DEFERRED);
+  }
 }

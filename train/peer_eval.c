@@ -194,15 +194,6 @@ void eval_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
   if (p->eval.finished >= p->eval.n) eval_report(p);
 }
 
-static void ack_done(train_peer *p, const gw_id *to, const peer_mb *mb) {
-  Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
-  a.id = mb->id;
-  a.origin = id_bytes(&mb->origin);
-  a.iteration = mb->iteration;
-  a.reason = (char *)"";
-  peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, &a.base, NULL);
-}
-
 /* Not compute.done: the swarm counts those as training compute (useful or
  * wasted), and an evaluation is neither. */
 static void log_eval_compute(train_peer *p, const peer_mb *mb, const char *kind, double s) {
@@ -220,9 +211,7 @@ void eval_job_done(train_peer *p, peer_mb *mb, train_job *job) {
   switch (job->kind) {
   case TRAIN_JOB_EVAL_EMBED:
     log_eval_compute(p, mb, "embed", job->seconds);
-    mb->path[0] = p->cfg.self;
-    mb->path_len = 1;
-    mb_send_forward(p, mb);
+    data_send_embedding(p, mb);
     break;
   case TRAIN_JOB_EVAL_FORWARD:
     log_eval_compute(p, mb, "forward", job->seconds);
@@ -236,7 +225,7 @@ void eval_job_done(train_peer *p, peer_mb *mb, train_job *job) {
     log_eval_compute(p, mb, "loss", job->seconds);
     mb->loss = job->loss;
     mb->fwd = FWD_DONE;
-    ack_done(p, &mb->next, mb); /* the last relay may let go of it */
+    mb_ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL); /* the last relay may let go of it */
     eval_mb_finished(p, mb, MB_COMPLETE);
     break;
   default: break;

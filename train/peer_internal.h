@@ -7,88 +7,10 @@
 #include "train/replica_store.h"
 #include "train/peer.h"
 #include "train/peer_ledger.h"
+#include "train/peer_mb.h"
 #include "train.pb-c.h"
 
-#define PEER_MAX_STAGES 64
-#define PEER_MAX_PATH (PEER_MAX_STAGES + 2)
-#define PEER_MAX_AVOID 16
 #define PEER_MAX_CONTRIB 64
-
-/* ---- a microbatch as one peer sees it ---- */
-
-typedef enum mb_fwd {
-  FWD_NONE = 0,
-  FWD_EMBED,     /* data: embedding job running */
-  FWD_COMPUTE,   /* relay: forward job running (or queued until aggregation ends) */
-  FWD_QUEUED,    /* relay: arrived for the next iteration while we aggregate */
-  FWD_SENT,      /* waiting for FORWARD_DONE from `next` */
-  FWD_WAIT,      /* every next-stage peer said "full": retry at wait_until */
-  FWD_FLIGHT,    /* data: first hop confirmed, waiting for the microbatch to come back */
-  FWD_LOSS,      /* data: loss job running */
-  FWD_DONE,      /* our forward part is finished */
-} mb_fwd;
-
-typedef enum mb_bwd {
-  BWD_NONE = 0,  /* waiting for BACKWARD */
-  BWD_COMPUTE,   /* backward (or embedding backward) job running */
-  BWD_DONE,      /* our backward part is finished, our gradient is counted */
-} mb_bwd;
-
-typedef enum mb_end { MB_LIVE = 0, MB_COMPLETE, MB_DEFERRED, MB_LOST } mb_end;
-
-typedef struct peer_mb {
-  bool used;
-  uint64_t key; /* hash of (origin, id): the compute state key */
-  gw_id origin;
-  uint64_t id, iteration;
-  uint32_t index;   /* data: position in the iteration (the router slot) */
-  uint32_t attempt; /* bumped by a SWARM-style restart */
-  mb_fwd fwd;
-  mb_bwd bwd;
-  mb_end end;
-  gw_id path[PEER_MAX_PATH]; /* origin first; includes us once our forward is done */
-  uint32_t path_len;
-  gw_id prev, next;          /* neighbours on the path */
-  uint64_t flow_in, flow_out; /* flow ids it arrived with / left with */
-  float *in;                 /* relay: received activation until its forward runs */
-  float *out;                /* our output (relay) / embedding (data): kept for re-sends */
-  float *grad;               /* gradient we sent upstream: kept until BACKWARD_DONE */
-  bool grad_received;        /* BACKWARD_RECEIVED for `grad`: upstream holds it */
-  bool done_sent;            /* relay: our BACKWARD_DONE went downstream */
-  bool fwd_done_sent;        /* relay: our FORWARD_DONE went upstream */
-  bool maybe_through;        /* re-routed from a lost next hop, which may have passed it on */
-  bool slot_freed;           /* relay: backward done, its capacity slot given back */
-  int32_t *tokens, *targets; /* data */
-  bool grad_acked;           /* BACKWARD_DONE received for `grad`: it is safe upstream */
-  bool has_state;            /* the compute layer holds activations for key */
-  bool eval;                 /* validation: forward only, nothing kept for a backward (peer_eval.c) */
-  train_job *job;            /* the job computing on our buffers, until it ends */
-  /* a hop's wait: the deadline (RTT-based, peer_liveness.c) and its cap (the
-   * fixed hop timeout); a deadline at or past its cap is final */
-  uint64_t fwd_deadline, bwd_deadline;
-  uint64_t fwd_cap, bwd_cap;
-  uint64_t trip_deadline; /* data: the microbatch must come back (or finish backward) by then */
-  gw_id avoid[PEER_MAX_AVOID];
-  uint32_t n_avoid;
-  uint32_t avoid_full;       /* bit i: avoid[i] only said "full", worth asking again later */
-  uint64_t wait_since, wait_until; /* FWD_WAIT: since when, and the next try */
-  uint32_t reroutes, repairs;
-  bool repair;
-  int repair_end_stage;
-  gw_id repair_target;
-  float loss;
-  double compute_s;
-  uint64_t started_ms;
-  uint64_t sent_ms; /* the last FORWARD we sent: SWARM times the hop from here */
-  /* data node: repair in progress */
-  bool recovering;
-  int probe_stage;           /* stage being probed, walking towards the origin */
-  uint64_t probe_deadline;
-  int gap_last;              /* last stage of the gap */
-  gw_id gap_target;          /* first live peer after the gap (holds the gradient) */
-  uint64_t recover_started_ms;
-  float *gpart; /* --deterministic: this microbatch's own gradient on us (train/peer_ledger.h) */
-} peer_mb;
 
 /* ---- membership ---- */
 
@@ -598,28 +520,9 @@ size_t peer_dir_others(train_peer *p);
 void id_from_bytes(gw_id *out, ProtobufCBinaryData b);
 ProtobufCBinaryData id_bytes(const gw_id *id);
 
-/* peer_mb.c */
-peer_mb *mb_find(train_peer *p, const gw_id *origin, uint64_t id);
-peer_mb *mb_new(train_peer *p, const gw_id *origin, uint64_t id);
-void mb_free(train_peer *p, peer_mb *mb);
-uint64_t mb_key(const gw_id *origin, uint64_t id, uint32_t attempt);
-void mb_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
-void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
-void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
-void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
-void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
-void mb_on_backward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
-void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
-void mb_job_done(train_peer *p, train_job *job);
-void mb_tick(train_peer *p);
-void mb_peer_down(train_peer *p, const gw_id *peer);
-void mb_send_forward(train_peer *p, peer_mb *mb);
-void mb_send_backward(train_peer *p, peer_mb *mb);
-void mb_abandon_iteration(train_peer *p, uint64_t iteration);
-void mb_release_queued(train_peer *p);
+/* peer_data.c: the data node's iteration (its microbatches' trip: train/peer_mb.h) */
 void data_tick(train_peer *p);
 void data_start_iteration(train_peer *p);
-void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
 /* Launches a completed microbatch of this iteration again, with `attempt`
  * (train/peer_ledger.c: a member on its path died with its gradient).
  * GW_EAGAIN: the iteration is over or wrapping up; GW_EEXIST: it runs. */

@@ -1,5 +1,10 @@
-/* train/peer_mb.c — a microbatch's forward and backward at one peer: the data
- * node that owns it and the relays it crosses (GWTF §IV, §V-D forward part).
+/* train/peer_mb.c — the microbatch core both roles share (GWTF §IV, §V-D
+ * forward part): the table of microbatches a peer holds, the hop messages
+ * and their acknowledgements, re-routing, DENY, and the deadlines on what a
+ * peer passed on. What differs by role is called from one place each: the
+ * data node's side (its microbatch's start, loss, trip deadline, deferral,
+ * the backward's arrival at stage 0) is train/peer_data.c, a relay's hop is
+ * train/peer_relay.c.
  *
  * Every hop is acknowledged twice: *_RECEIVED on arrival, and *_DONE once
  * the receiver's own result (its output going forward, its gradient going
@@ -64,10 +69,15 @@ peer_mb *mb_new(train_peer *p, const gw_id *origin, uint64_t id) {
   return slot;
 }
 
+/* The work spent on mb counted: on its origin, the microbatch completed; on
+ * a relay, our backward of it ran (what happens after is not ours). */
+static bool mb_useful(const train_peer *p, const peer_mb *mb) {
+  return p->cfg.role == TRAIN_DATA ? mb->end == MB_COMPLETE : mb->bwd == BWD_DONE;
+}
+
 void mb_free(train_peer *p, peer_mb *mb) {
   if (!mb->used) return;
-  bool useful = p->cfg.role == TRAIN_DATA ? mb->end == MB_COMPLETE : mb->bwd == BWD_DONE;
-  if (!useful && !mb->eval) p->counters.wasted_seconds += mb->compute_s; /* eval trains nothing by design */
+  if (!mb_useful(p, mb) && !mb->eval) p->counters.wasted_seconds += mb->compute_s; /* eval trains nothing by design */
   if (mb->job && !p->closing) {
     /* A job still computes on our buffers: they go with it, and the state
      * it leaves in the compute layer is released when it ends. (Closing,
@@ -89,6 +99,16 @@ void mb_free(train_peer *p, peer_mb *mb) {
   mb->in = mb->out = mb->grad = NULL;
   mb->tokens = mb->targets = NULL;
   if (!mb->slot_freed) p->held--;
+}
+
+/* The stage of the peer we send our gradient to and wait on for
+ * BACKWARD_DONE: the one before us on the path; for the data node, whose
+ * gradient is the loss gradient, the last stage. */
+int mb_upstream_stage(const train_peer *p) { return p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1; }
+
+static bool from_upstream(const train_peer *p, const peer_mb *mb, const gw_id *from) {
+  int up = mb_upstream_stage(p);
+  return up >= 0 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], from);
 }
 
 /* `full`: the peer only had no free slot, so it may be asked again after a
@@ -113,7 +133,9 @@ static void avoid_forget_full(peer_mb *mb) {
   mb->avoid_full = 0;
 }
 
-static void ack(train_peer *p, const gw_id *to, uint32_t type, const peer_mb *mb, const char *reason) {
+/* ---- messages ---- */
+
+void mb_ack(train_peer *p, const gw_id *to, uint32_t type, const peer_mb *mb, const char *reason) {
   Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
   a.id = mb->id;
   a.origin = id_bytes(&mb->origin);
@@ -122,7 +144,7 @@ static void ack(train_peer *p, const gw_id *to, uint32_t type, const peer_mb *mb
   peer_send(p, to, type, &a.base, NULL);
 }
 
-static void deny_raw(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch *m, const char *reason) {
+void mb_deny(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch *m, const char *reason) {
   Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
   char who[GW_ID_SHORT_LEN + 1];
   a.id = m->id;
@@ -135,7 +157,7 @@ static void deny_raw(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch
   GW_INFO(&p->log, "deny.sent", "mb=%llx to=%s reason=%s", (unsigned long long)m->id, who, reason);
 }
 
-static void fill_mb_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, const peer_mb *mb) {
+void mb_fill_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, const peer_mb *mb) {
   gwtf__train_microbatch__init(m);
   m->id = mb->id;
   m->origin = id_bytes(&mb->origin);
@@ -164,30 +186,30 @@ static void log_malformed(const train_peer *p, const gw_id *from, const char *wh
           why ? why : "header");
 }
 
-/* A data node gives a microbatch this long to travel the whole ring once
- * (forward, or backward): long enough for every hop's own timeout and
- * re-route, short enough that a path that broke without a word (a relay
- * dying after it acknowledged) does not hold the iteration until the stall
- * timeout. */
-static uint64_t trip_ms(const train_peer *p) { return p->cfg.tun.hop_timeout_ms * (uint64_t)(p->cfg.n_stages + 2); }
-
-/* How long a microbatch may wait for a slot when the whole next stage is
- * full. A relay answers for it upstream: its FORWARD_DONE must reach the
- * peer before it within that peer's wait (3 hop timeouts from our
- * FORWARD_RECEIVED), so it waits one hop timeout. A data node answers to
- * nobody but its iteration: one trip. */
-static uint64_t full_wait_budget_ms(const train_peer *p) {
-  return p->cfg.role == TRAIN_DATA ? trip_ms(p) : p->cfg.tun.hop_timeout_ms;
+static peer_mb *mb_from_ack(train_peer *p, const Gwtf__TrainAck *a) {
+  gw_id origin;
+  if (a->origin.len != GW_ID_BYTES) return NULL;
+  id_from_bytes(&origin, a->origin);
+  return mb_find(p, &origin, a->id);
 }
+
+void mb_log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s) {
+  char origin[GW_ID_SHORT_LEN + 1];
+  peer_short(&mb->origin, origin);
+  GW_INFO(&p->log, "compute.done", "mb=%llx origin=%s kind=%s secs=%.4f iter=%llu attempt=%u",
+          (unsigned long long)mb->id, origin, kind, s, (unsigned long long)mb->iteration, mb->attempt);
+}
+
+/* ---- forward ---- */
 
 /* Every peer of the next stage is out, but some only for want of a free
  * slot: slots free up as microbatches finish their backward (every
  * microbatch in the pipeline does within a round trip), so wait a little
  * and ask them again rather than give the microbatch up. True: waiting. */
-static bool wait_for_slot(train_peer *p, peer_mb *mb) {
+bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
   if (!mb->avoid_full) return false;
   if (!mb->wait_since) mb->wait_since = p->now;
-  if (p->now - mb->wait_since >= full_wait_budget_ms(p)) return false;
+  if (p->now - mb->wait_since >= budget_ms) return false;
   avoid_forget_full(mb);
   mb->reroutes = 0; /* the wait budget bounds it now */
   mb->fwd = FWD_WAIT;
@@ -200,22 +222,10 @@ static bool wait_for_slot(train_peer *p, peer_mb *mb) {
   return true;
 }
 
-/* A relay that cannot carry a repair on keeps its stored output: the peer
- * after the gap reports again, and the origin's next repair starts here,
- * not further back. */
-static void repair_undeliverable(train_peer *p, peer_mb *mb) {
-  GW_WARN(&p->log, "backward.repair_stuck", "mb=%llx at_stage=%d", (unsigned long long)mb->id, p->stage);
-  mb->repair = false;
-  mb->fwd = FWD_DONE;
-  mb->n_avoid = 0;
-  mb->avoid_full = 0;
-  mb->wait_since = 0;
-}
-
-/* ---- forward ---- */
-
-/* Chooses the next hop for mb and sends it our output; DENY goes upstream
- * (or the origin defers) when no peer of the next stage will do. */
+/* Chooses the next hop for mb and sends it our output. When no peer of the
+ * next stage will do, the role decides how long to wait for a slot and what
+ * then: the data node defers the microbatch (data_no_route), a relay DENYs
+ * it upstream (relay_no_route). */
 void mb_send_forward(train_peer *p, peer_mb *mb) {
   char who[GW_ID_SHORT_LEN + 1];
   gw_id next;
@@ -225,31 +235,19 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
     next = mb->origin;
     rc = id_in(mb->avoid, mb->n_avoid, &next) ? GW_ENOENT : 0;
   } else {
-    const gw_id *from = p->cfg.role == TRAIN_DATA ? NULL : &mb->prev;
+    const gw_id *from = p->cfg.role == TRAIN_DATA ? NULL : &mb->prev; /* the data node starts the path */
     rc = p->router.next_hop(p->router.ctx, &mb->origin, from, mb->index, mb->flow_in, mb->avoid, mb->n_avoid,
                             &next, &mb->flow_out);
   }
   if (rc != 0 || mb->reroutes > p->cfg.tun.max_reroutes) {
-    if (wait_for_slot(p, mb)) return;
-    mb->wait_since = 0;
-    if (p->cfg.role == TRAIN_RELAY && mb->repair) {
-      repair_undeliverable(p, mb);
-    } else if (p->cfg.role == TRAIN_DATA) {
-      GW_INFO(&p->log, "microbatch.no_route", "mb=%llx reroutes=%u", (unsigned long long)mb->id, mb->reroutes);
-      data_mb_finished(p, mb, MB_DEFERRED);
-    } else {
-      Gwtf__TrainMicrobatch m;
-      ProtobufCBinaryData path[PEER_MAX_PATH];
-      fill_mb_msg(&m, path, mb);
-      deny_raw(p, &mb->prev, &m, "no_route");
-      mb_free(p, mb);
-    }
+    if (p->cfg.role == TRAIN_DATA) data_no_route(p, mb);
+    else relay_no_route(p, mb);
     return;
   }
   mb->next = next;
   Gwtf__TrainMicrobatch m;
   ProtobufCBinaryData path[PEER_MAX_PATH];
-  fill_mb_msg(&m, path, mb);
+  mb_fill_msg(&m, path, mb);
   mb->fwd = FWD_SENT;
   mb->sent_ms = p->now;
   mb->fwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
@@ -282,130 +280,15 @@ static void reroute_from_lost(train_peer *p, peer_mb *mb, const char *why) {
   reroute(p, mb, why, false);
 }
 
-static bool accept_iteration(train_peer *p, const Gwtf__TrainMicrobatch *m, bool *queue, const char **why) {
-  *queue = false;
-  if (m->iteration < p->iteration) return (*why = "stale_iteration"), false;
-  if (m->iteration > p->iteration + 1) return (*why = "future_iteration"), false;
-  if (m->iteration == p->iteration && p->aggregating) return (*why = "aggregating"), false;
-  /* Upstream already started the next iteration: hold it until our own
-   * aggregation has updated the weights it must run on. */
-  if (m->iteration == p->iteration + 1) *queue = true;
-  return true;
-}
-
-static void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m,
-                             const train_tensor *t) {
-  gw_id origin;
-  const char *why = NULL;
-  bool queue;
-  if (p->state != PEER_READY) return deny_raw(p, from, m, "not_ready");
-  id_from_bytes(&origin, m->origin);
-  if (!accept_iteration(p, m, &queue, &why)) {
-    behind_note_future(p, from, &origin, m->iteration); /* the run may have left our stage behind */
-    return deny_raw(p, from, m, why);
-  }
-  if ((int)m->n_path != p->stage || m->n_path > PEER_MAX_PATH) return deny_raw(p, from, m, "bad_path");
-  peer_mb *old = mb_find(p, &origin, m->id);
-  if (old) {
-    /* A repair, or a restart from the origin, may send the same microbatch
-     * through us again: start over. A plain copy is a re-route duplicate. */
-    bool again = m->attempt > old->attempt || m->repair;
-    if (!again) return deny_raw(p, from, m, "duplicate");
-    if (old->job) return deny_raw(p, from, m, "busy");
-    mb_free(p, old);
-  }
-  if (p->held >= p->cfg.capacity) return deny_raw(p, from, m, "full");
-  peer_mb *mb = mb_new(p, &origin, m->id);
-  if (!mb) return deny_raw(p, from, m, "full");
-  mb->iteration = m->iteration;
-  mb->attempt = m->attempt;
-  mb->key = mb_key(&origin, m->id, m->attempt);
-  mb->flow_in = m->flow_id;
-  mb->prev = *from;
-  mb->path_len = (uint32_t)m->n_path;
-  for (size_t i = 0; i < m->n_path; i++) id_from_bytes(&mb->path[i], m->path[i]);
-  mb->repair = m->repair;
-  mb->repair_end_stage = m->repair_end_stage;
-  if (m->repair) id_from_bytes(&mb->repair_target, m->repair_target);
-  mb->eval = m->eval && !m->repair; /* forward only: nothing kept for a backward */
-  size_t n = peer_act_floats(p);
-  mb->in = wire_act_decode(p, t);
-  mb->out = malloc(n * sizeof(float));
-  if (!mb->in || !mb->out) {
-    mb_free(p, mb);
-    return deny_raw(p, from, m, "out_of_memory");
-  }
-  ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
-  if (queue) {
-    mb->fwd = FWD_QUEUED;
-    behind_note_next(p);
-    return;
-  }
-  mb->fwd = FWD_COMPUTE;
-  if (!peer_submit(p, mb->eval ? TRAIN_JOB_EVAL_FORWARD : TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float), mb->out,
-                   n * sizeof(float))) {
-    mb_free(p, mb);
-    deny_raw(p, from, m, "compute_unavailable");
-  }
-}
-
-/* Microbatches of the next iteration that waited for our aggregation. */
-void mb_release_queued(train_peer *p) {
-  size_t n = peer_act_floats(p);
-  for (size_t i = 0; i < p->n_mbs; i++) {
-    peer_mb *mb = &p->mbs[i];
-    if (!mb->used || mb->fwd != FWD_QUEUED || mb->iteration != p->iteration) continue;
-    mb->fwd = FWD_COMPUTE;
-    if (!peer_submit(p, mb->eval ? TRAIN_JOB_EVAL_FORWARD : TRAIN_JOB_FORWARD, mb, mb->in, n * sizeof(float),
-                     mb->out, n * sizeof(float)))
-      mb_free(p, mb);
-  }
-}
-
-static void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m,
-                           const train_tensor *t) {
-  peer_mb *mb = mb_find(p, &p->cfg.self, m->id);
-  if (!mb || mb->attempt != m->attempt || (mb->fwd != FWD_SENT && mb->fwd != FWD_FLIGHT)) {
-    /* A spare copy from a re-route, or a microbatch we gave up on: the
-     * relays that carried it drop it (see forward_duplicate). */
-    deny_raw(p, from, m, "duplicate");
-    return;
-  }
-  if (m->n_path != (size_t)p->cfg.n_stages + 1) return;
-  mb->path_len = (uint32_t)m->n_path;
-  for (size_t i = 0; i < m->n_path; i++) id_from_bytes(&mb->path[i], m->path[i]);
-  mb->next = *from;
-  ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
-  size_t n = peer_act_floats(p);
-  free(mb->in);
-  mb->in = wire_act_decode(p, t);
-  if (mb->eval) return eval_on_return(p, mb);
-  if (!mb->grad) mb->grad = malloc(n * sizeof(float)); /* reused by a restarted attempt */
-  if (!mb->in || !mb->grad) return data_mb_finished(p, mb, MB_DEFERRED);
-  mb->fwd = FWD_LOSS;
-  if (!peer_submit(p, TRAIN_JOB_LOSS, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float)))
-    data_mb_finished(p, mb, MB_DEFERRED);
-}
-
+/* A FORWARD: on the data node, one of its own microbatches coming back from
+ * the last stage; on a relay, a microbatch for its stage. */
 void mb_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
   if (m->origin.len != GW_ID_BYTES || m->n_path == 0 || m->n_path > PEER_MAX_PATH || !valid_act(p, t)) {
     log_malformed(p, from, "forward", t);
     return;
   }
-  if (p->cfg.role == TRAIN_DATA) {
-    gw_id origin;
-    id_from_bytes(&origin, m->origin);
-    if (gw_id_eq(&origin, &p->cfg.self)) data_on_return(p, from, m, t);
-    return;
-  }
-  relay_on_forward(p, from, m, t);
-}
-
-static peer_mb *mb_from_ack(train_peer *p, const Gwtf__TrainAck *a) {
-  gw_id origin;
-  if (a->origin.len != GW_ID_BYTES) return NULL;
-  id_from_bytes(&origin, a->origin);
-  return mb_find(p, &origin, a->id);
+  if (p->cfg.role == TRAIN_DATA) data_on_return(p, from, m, t);
+  else relay_on_forward(p, from, m, t);
 }
 
 void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
@@ -415,25 +298,13 @@ void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainA
   /* Now its forward, and the hop after it: FORWARD_DONE. */
   mb->fwd_cap = p->now + 3 * p->cfg.tun.hop_timeout_ms;
   mb->fwd_deadline = live_deadline(p, from, live_compute_ms(p, from), mb->fwd_cap);
-  if (p->cfg.role == TRAIN_RELAY && !mb->fwd_done_sent) {
-    mb->fwd_done_sent = true;
-    ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
-  }
+  if (p->cfg.role == TRAIN_RELAY) relay_confirm_upstream(p, mb); /* the next peer holds our output */
 }
 
 /* Our forward part is over: the microbatch went on past the next stage. */
 static void forward_through(train_peer *p, peer_mb *mb) {
-  /* A data node's own microbatch now travels until it comes back; after a
-   * repair it re-sent, it is already back and waits for its backward. */
-  mb->fwd = p->cfg.role == TRAIN_DATA && !mb->repair ? FWD_FLIGHT : FWD_DONE;
-  if (p->cfg.role == TRAIN_DATA) mb->trip_deadline = p->now + trip_ms(p);
-  if (p->cfg.role == TRAIN_RELAY && !mb->fwd_done_sent) {
-    mb->fwd_done_sent = true;
-    ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
-  }
-  /* No backward comes for an eval microbatch: its output is safe two hops
-   * on, so the relay keeps nothing of it. */
-  if (p->cfg.role == TRAIN_RELAY && mb->eval) mb_free(p, mb);
+  if (p->cfg.role == TRAIN_DATA) data_forward_through(p, mb);
+  else relay_forward_through(p, mb);
 }
 
 void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
@@ -446,32 +317,29 @@ void mb_on_forward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *
 /* "duplicate": the next peer already holds this microbatch, so its forward
  * went on another way. If we re-routed it away from a next hop we lost (dead,
  * or silent past its deadline), the copy we gave that one is what went on,
- * and we are on its path: we wait for the backward.
- * Otherwise our copy is a spare that a re-route upstream of us made; nothing
- * will come back through it, so we drop it and tell the peer before us to do
- * the same. Before, each spare re-routed on, ran its forward on more peers
- * and held their slots for the rest of the iteration. */
+ * and we are on its path: we wait for the backward. So does the data node,
+ * whose microbatch it is, and a relay carrying a repair.
+ * Otherwise a relay's copy is a spare that a re-route upstream of it made:
+ * it drops it (relay_drop_spare). Before, each spare re-routed on, ran its
+ * forward on more peers and held their slots for the rest of the iteration. */
 static void forward_duplicate(train_peer *p, peer_mb *mb) {
-  if (p->cfg.role == TRAIN_DATA || mb->repair || mb->maybe_through) {
-    GW_DEBUG(&p->log, "forward.through", "mb=%llx", (unsigned long long)mb->id);
-    if (mb->fwd == FWD_SENT) forward_through(p, mb);
+  if (p->cfg.role == TRAIN_RELAY && !mb->repair && !mb->maybe_through) {
+    relay_drop_spare(p, mb);
     return;
   }
-  Gwtf__TrainMicrobatch m;
-  ProtobufCBinaryData path[PEER_MAX_PATH];
-  fill_mb_msg(&m, path, mb);
-  deny_raw(p, &mb->prev, &m, "duplicate");
-  GW_INFO(&p->log, "forward.spare_dropped", "mb=%llx", (unsigned long long)mb->id);
-  mb_free(p, mb);
+  GW_DEBUG(&p->log, "forward.through", "mb=%llx", (unsigned long long)mb->id);
+  if (mb->fwd == FWD_SENT) forward_through(p, mb);
 }
 
 /* A DENY can also come after FORWARD_DONE: the next hop computed, then found
  * no route onwards. While we still hold our output and no gradient came
  * back, the microbatch is ours to re-route (else it would stall until its
- * data node's trip deadline). */
+ * data node's trip deadline). Passed on means, for the data node, that its
+ * microbatch travels (FWD_FLIGHT); for a relay, that its forward is done and
+ * the next peer is not the peer after a repair's gap (its target). */
 static bool deniable(const train_peer *p, const peer_mb *mb) {
   if (mb->fwd == FWD_SENT) return true;
-  bool gap_end = mb->repair && p->stage == mb->repair_end_stage; /* its next is the peer after the gap */
+  bool gap_end = mb->repair && p->stage == mb->repair_end_stage;
   bool passed_on = p->cfg.role == TRAIN_DATA ? mb->fwd == FWD_FLIGHT : mb->fwd == FWD_DONE && !gap_end;
   return passed_on && mb->bwd == BWD_NONE && mb->out;
 }
@@ -498,12 +366,11 @@ void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
 /* ---- backward ---- */
 
 void mb_send_backward(train_peer *p, peer_mb *mb) {
-  /* Upstream is the peer before us on the path: the origin for stage 1. */
-  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  int up = mb_upstream_stage(p);
   if (up < 0 || (uint32_t)up >= mb->path_len) return;
   Gwtf__TrainMicrobatch m;
   ProtobufCBinaryData path[PEER_MAX_PATH];
-  fill_mb_msg(&m, path, mb);
+  mb_fill_msg(&m, path, mb);
   m.repair = false;
   mb->grad_acked = mb->grad_received = false;
   mb->bwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
@@ -511,6 +378,20 @@ void mb_send_backward(train_peer *p, peer_mb *mb) {
     mb->bwd_deadline = mb->bwd_cap = p->now; /* session gone: report at the next tick */
   else
     mb->bwd_deadline = live_deadline(p, &mb->path[up], 0, mb->bwd_cap);
+}
+
+/* A gradient for mb from `from`: acknowledged (BACKWARD_RECEIVED) and kept
+ * in mb->in. False when there is nothing to compute: a duplicate after a
+ * repair (the first one wins), or no memory. Then the role's backward job. */
+bool mb_take_gradient(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t) {
+  mb_ack(p, from, GWTF__TRAIN_MSG__TRAIN_BACKWARD_RECEIVED, mb, NULL);
+  if (mb->bwd != BWD_NONE) return false;
+  free(mb->in);
+  mb->in = wire_act_decode(p, t);
+  if (!mb->in) return false;
+  mb->next = *from; /* whoever sent the gradient gets our BACKWARD_DONE */
+  mb->bwd = BWD_COMPUTE;
+  return true;
 }
 
 void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
@@ -522,37 +403,8 @@ void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   id_from_bytes(&origin, m->origin);
   peer_mb *mb = mb_find(p, &origin, m->id);
   if (!mb || mb->attempt != m->attempt) return;
-  bool ready = p->cfg.role == TRAIN_DATA ? (mb->fwd == FWD_DONE && mb->end == MB_LIVE) : mb->fwd == FWD_DONE;
-  if (!ready) return;
-  ack(p, from, GWTF__TRAIN_MSG__TRAIN_BACKWARD_RECEIVED, mb, NULL);
-  if (mb->bwd != BWD_NONE) return; /* a duplicate after a repair: the first one wins */
-  size_t n = peer_act_floats(p);
-  free(mb->in);
-  mb->in = wire_act_decode(p, t);
-  if (!mb->in) return;
-  mb->next = *from; /* whoever sent the gradient gets our BACKWARD_DONE */
-  mb->bwd = BWD_COMPUTE;
-  if (p->cfg.role == TRAIN_DATA) {
-    if (!peer_submit(p, TRAIN_JOB_EMBED_BACKWARD, mb, mb->in, n * sizeof(float), NULL, 0)) mb->bwd = BWD_NONE;
-    return;
-  }
-  if (!mb->grad) mb->grad = malloc(n * sizeof(float));
-  if (!mb->grad) return;
-  /* Not queued: a re-sent gradient tries again. */
-  if (!peer_submit(p, TRAIN_JOB_BACKWARD, mb, mb->in, n * sizeof(float), mb->grad, n * sizeof(float)))
-    mb->bwd = BWD_NONE;
-}
-
-/* Our BACKWARD_DONE to the peer that sent us the gradient: ours is held upstream. */
-static void relay_confirm_downstream(train_peer *p, peer_mb *mb) {
-  if (p->cfg.role != TRAIN_RELAY || mb->done_sent) return;
-  mb->done_sent = true;
-  ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
-}
-
-static bool from_upstream(const train_peer *p, const peer_mb *mb, const gw_id *from) {
-  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
-  return up >= 0 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], from);
+  if (p->cfg.role == TRAIN_DATA) data_on_backward(p, from, mb, t);
+  else relay_on_backward(p, from, mb, t);
 }
 
 void mb_on_backward_received(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
@@ -562,7 +414,7 @@ void mb_on_backward_received(train_peer *p, const gw_id *from, const Gwtf__Train
   /* Now its backward, and the hop after it: BACKWARD_DONE. */
   mb->bwd_cap = p->now + 3 * p->cfg.tun.hop_timeout_ms;
   mb->bwd_deadline = live_deadline(p, from, live_compute_ms(p, from), mb->bwd_cap);
-  relay_confirm_downstream(p, mb);
+  if (p->cfg.role == TRAIN_RELAY) relay_confirm_downstream(p, mb); /* the peer before us holds ours */
 }
 
 void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
@@ -572,63 +424,11 @@ void mb_on_backward_done(train_peer *p, const gw_id *from, const Gwtf__TrainAck 
    * backward had already moved past the peer we suspected. */
   if (!from_upstream(p, mb, from) && !gw_id_eq(&mb->origin, from)) return;
   mb->grad_acked = true;
-  /* On the origin, the last relay's confirmation ends a repair only if that
-   * relay was the suspect. A repair of a gap further up goes on: a late
-   * confirmation (it travels behind activations on a slow link) used to end
-   * it silently, and the microbatch waited for its reporter to time out
-   * again (3 hop timeouts) before a second repair. */
-  if (mb->recovering && mb->gap_last == p->cfg.n_stages) mb->recovering = false;
-  relay_confirm_downstream(p, mb);
-  /* A data node keeps its loss gradient until the microbatch completes: it
-   * is the peer after the gap if every relay of the path is lost. */
-  if (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) mb_free(p, mb);
+  if (p->cfg.role == TRAIN_DATA) data_backward_confirmed(p, mb);
+  else relay_backward_confirmed(p, mb);
 }
 
 /* ---- compute results ---- */
-
-static void log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s) {
-  char origin[GW_ID_SHORT_LEN + 1];
-  peer_short(&mb->origin, origin);
-  GW_INFO(&p->log, "compute.done", "mb=%llx origin=%s kind=%s secs=%.4f iter=%llu attempt=%u",
-          (unsigned long long)mb->id, origin, kind, s, (unsigned long long)mb->iteration, mb->attempt);
-}
-
-static void relay_forward_done(train_peer *p, peer_mb *mb) {
-  mb->has_state = true;
-  if (mb->repair) p->counters.forward_recomputed++;
-  else p->counters.forward_computed++;
-  free(mb->in);
-  mb->in = NULL;
-  if (mb->path_len < PEER_MAX_PATH) mb->path[mb->path_len++] = p->cfg.self;
-  if (mb->repair && p->stage == mb->repair_end_stage) {
-    /* The gap is rebuilt: the peer after it re-sends its stored gradient. */
-    Gwtf__TrainMicrobatch m;
-    ProtobufCBinaryData path[PEER_MAX_PATH];
-    fill_mb_msg(&m, path, mb);
-    peer_send(p, &mb->repair_target, GWTF__TRAIN_MSG__TRAIN_REPAIR_READY, &m.base, NULL);
-    mb->next = mb->repair_target;
-    mb->fwd = FWD_DONE;
-    mb->fwd_done_sent = true;
-    ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
-    return;
-  }
-  /* FORWARD_DONE upstream waits until the next peer holds our output. */
-  mb_send_forward(p, mb);
-}
-
-static void relay_backward_done(train_peer *p, peer_mb *mb) {
-  mb->has_state = false; /* backward frees the activations kept for it */
-  mb->bwd = BWD_DONE;
-  p->counters.backward_computed++;
-  if (mb->iteration == p->iteration) p->bwd_count++;
-  ledger_on_backward(p, mb); /* exactly once: train/peer_ledger.h */
-  /* Capacity is activation memory, which the backward just freed; the
-   * gradient we keep for a re-send is small. */
-  mb->slot_freed = true;
-  p->held--;
-  /* BACKWARD_DONE downstream waits until the peer before us holds ours. */
-  mb_send_backward(p, mb);
-}
 
 void mb_job_done(train_peer *p, train_job *job) {
   peer_mb *mb = job->owner;
@@ -644,66 +444,24 @@ void mb_job_done(train_peer *p, train_job *job) {
   mb->job = NULL;
   mb->compute_s += job->seconds;
   if (mb->eval) return eval_job_done(p, mb, job);
-  if (job->rc != 0) {
+  if (job->rc != 0)
     GW_ERROR(&p->log, "compute.failed", "mb=%llx kind=%d rc=%d", (unsigned long long)mb->id, (int)job->kind,
              job->rc);
-    if (p->cfg.role == TRAIN_DATA) data_mb_finished(p, mb, MB_DEFERRED);
-    else mb_free(p, mb);
-    return;
-  }
-  switch (job->kind) {
-  case TRAIN_JOB_EMBED:
-    log_compute(p, mb, "embed", job->seconds);
-    mb->has_state = true;
-    p->counters.forward_computed++;
-    mb->path[0] = p->cfg.self;
-    mb->path_len = 1;
-    mb_send_forward(p, mb);
-    break;
-  case TRAIN_JOB_FORWARD:
-    log_compute(p, mb, mb->repair ? "recompute" : "forward", job->seconds);
-    relay_forward_done(p, mb);
-    break;
-  case TRAIN_JOB_LOSS:
-    log_compute(p, mb, "loss", job->seconds);
-    mb->loss = job->loss;
-    mb->fwd = FWD_DONE;
-    /* A hop-timeout per hop is generous for the backward too; past it the
-     * microbatch is deferred rather than holding the iteration up longer. */
-    mb->trip_deadline = p->now + trip_ms(p);
-    ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_FORWARD_DONE, mb, NULL);
-    free(mb->in);
-    mb->in = NULL;
-    mb_send_backward(p, mb);
-    break;
-  case TRAIN_JOB_BACKWARD:
-    log_compute(p, mb, "backward", job->seconds);
-    relay_backward_done(p, mb);
-    break;
-  case TRAIN_JOB_EMBED_BACKWARD:
-    log_compute(p, mb, "embed_backward", job->seconds);
-    mb->has_state = false;
-    mb->bwd = BWD_DONE;
-    p->counters.backward_computed++;
-    ack(p, &mb->next, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
-    ledger_on_backward(p, mb); /* the iteration's ledger: train/peer_ledger.h */
-    data_mb_finished(p, mb, MB_COMPLETE);
-    break;
-  default: break;
-  }
+  if (p->cfg.role == TRAIN_DATA) data_job_done(p, mb, job);
+  else relay_job_done(p, mb, job);
 }
 
 /* ---- failures ---- */
 
-/* We sent our gradient upstream and wait for the peer there to confirm it.
+/* We sent our gradient upstream (a relay: its backward ran; the data node:
+ * its loss gradient) and wait for the peer there to confirm it.
  * A data node that re-sent its own output into a repair has no last relay
  * on its path until the repaired backward arrives: it waits on its trip
  * deadline instead (reporting would find nobody to blame, and the report
  * would stand in for the deadline check at every tick). */
 static bool awaits_backward_done(const train_peer *p, const peer_mb *mb) {
-  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
-  bool grad_out = (p->cfg.role == TRAIN_RELAY && mb->bwd == BWD_DONE) ||
-                  (p->cfg.role == TRAIN_DATA && mb->fwd == FWD_DONE && mb->grad);
+  int up = mb_upstream_stage(p);
+  bool grad_out = p->cfg.role == TRAIN_DATA ? mb->fwd == FWD_DONE && mb->grad : mb->bwd == BWD_DONE;
   return grad_out && !mb->grad_acked && up >= 0 && (uint32_t)up < mb->path_len;
 }
 
@@ -729,44 +487,41 @@ static void forward_overdue(train_peer *p, peer_mb *mb) {
   reroute_from_lost(p, mb, why);
 }
 
+/* The deadlines every peer keeps on a microbatch it passed on: a slot wait
+ * over, the next hop's FORWARD_DONE, the upstream peer's BACKWARD_DONE.
+ * True when one of them acted (or still waits on its probe). */
+bool mb_tick_hops(train_peer *p, peer_mb *mb) {
+  if (mb->fwd == FWD_WAIT && p->now >= mb->wait_until) {
+    mb_send_forward(p, mb);
+    return true;
+  }
+  if (mb->fwd == FWD_SENT && p->now >= mb->fwd_deadline) {
+    forward_overdue(p, mb);
+    return true;
+  }
+  if (awaits_backward_done(p, mb) && !mb->recovering && p->now >= mb->bwd_deadline) {
+    int up = mb_upstream_stage(p);
+    /* the peer upstream, probed first (a deadline past its cap is final) */
+    if (live_check(p, &mb->path[up], &mb->bwd_deadline, mb->bwd_cap, live_compute_ms(p, &mb->path[up]),
+                   "backward_done", mb->id) == LIVE_WAIT)
+      return true;
+    repair_report(p, mb);
+    return true;
+  }
+  return false;
+}
+
 void mb_tick(train_peer *p) {
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;
-    if (mb->fwd == FWD_WAIT && p->cfg.role == TRAIN_DATA && p->iter_wrap_up && !mb->repair && !mb->eval) {
-      /* still outside the pipeline, and the iteration is closing */
-      data_mb_finished(p, mb, MB_DEFERRED);
-      continue;
-    }
-    if (mb->fwd == FWD_WAIT && p->now >= mb->wait_until) {
-      mb_send_forward(p, mb);
-      continue;
-    }
-    if (mb->fwd == FWD_SENT && p->now >= mb->fwd_deadline) {
-      forward_overdue(p, mb);
-      continue;
-    }
-    if (awaits_backward_done(p, mb) && !mb->recovering && p->now >= mb->bwd_deadline) {
-      int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
-      /* the peer upstream, probed first (a deadline past its cap is final) */
-      if (live_check(p, &mb->path[up], &mb->bwd_deadline, mb->bwd_cap, live_compute_ms(p, &mb->path[up]),
-                     "backward_done", mb->id) == LIVE_WAIT)
-        continue;
-      repair_report(p, mb);
-      continue;
-    }
-    bool travelling = p->cfg.role == TRAIN_DATA && mb->end == MB_LIVE && mb->bwd == BWD_NONE &&
-                      (mb->fwd == FWD_FLIGHT || mb->fwd == FWD_DONE) && !mb->recovering;
-    if (travelling && mb->trip_deadline && p->now >= mb->trip_deadline) {
-      GW_WARN(&p->log, "microbatch.timeout", "mb=%llx phase=%s", (unsigned long long)mb->id,
-              mb->fwd == FWD_FLIGHT ? "forward" : "backward");
-      if (mb->fwd == FWD_DONE && p->cfg.recovery == TRAIN_RECOVER_RESTART) repair_restart_timed_out(p, mb);
-      else data_mb_finished(p, mb, MB_DEFERRED);
-    }
+    if (p->cfg.role == TRAIN_DATA) data_mb_tick(p, mb); /* and the trip's deadline */
+    else mb_tick_hops(p, mb);
   }
 }
 
 void mb_peer_down(train_peer *p, const gw_id *peer) {
+  int up = mb_upstream_stage(p);
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;
@@ -774,7 +529,6 @@ void mb_peer_down(train_peer *p, const gw_id *peer) {
       reroute_from_lost(p, mb, "peer_lost");
       continue;
     }
-    int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
     if (awaits_backward_done(p, mb) && gw_id_eq(&mb->path[up], peer))
       mb->bwd_deadline = p->now; /* report at the next tick */
   }

@@ -22,23 +22,19 @@
 
 static void short_of(const gw_id *id, char *out) { peer_short(id, out); }
 
-/* A peer holding an unconfirmed gradient asks for help (or, on the origin,
- * starts the repair itself: the last relay lost our loss gradient). In
- * SWARM mode nobody asks: relays drop the microbatch, and the origin acts
- * only on what it sees itself, its own session to the last relay. */
-void repair_report(train_peer *p, peer_mb *mb) {
-  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
-  if (up < 0 || (uint32_t)up >= mb->path_len) return;
-  if (p->cfg.role == TRAIN_DATA) {
-    if (p->cfg.recovery == TRAIN_RECOVER_RESTART && peer_alive(p, &mb->path[up])) {
-      /* SWARM has no chain of confirmations to read a silence from: while
-       * the last relay is there, only the trip deadline (mb_tick) decides. */
-      mb->bwd_deadline = UINT64_MAX;
-      return;
-    }
-    repair_begin(p, mb, up, &p->cfg.self);
+/* On the origin: the last relay did not confirm our loss gradient. */
+static void report_origin(train_peer *p, peer_mb *mb, int up) {
+  if (p->cfg.recovery == TRAIN_RECOVER_RESTART && peer_alive(p, &mb->path[up])) {
+    /* SWARM has no chain of confirmations to read a silence from: while
+     * the last relay is there, only the trip deadline (data_mb_tick) decides. */
+    mb->bwd_deadline = UINT64_MAX;
     return;
   }
+  repair_begin(p, mb, up, &p->cfg.self);
+}
+
+/* On a relay: the peer before us did not confirm our gradient. */
+static void report_relay(train_peer *p, peer_mb *mb, int up) {
   if (up == 0) {
     /* The origin itself did not confirm: if it is gone, so is the microbatch. */
     if (!peer_alive(p, &mb->origin)) mb_free(p, mb);
@@ -65,6 +61,17 @@ void repair_report(train_peer *p, peer_mb *mb) {
           (unsigned long long)mb->id);
   /* Wait for the rebuilt segment; report again if nothing comes. */
   mb->bwd_deadline = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+}
+
+/* A peer holding an unconfirmed gradient asks for help (or, on the origin,
+ * starts the repair itself: the last relay lost our loss gradient). In
+ * SWARM mode nobody asks: relays drop the microbatch, and the origin acts
+ * only on what it sees itself, its own session to the last relay. */
+void repair_report(train_peer *p, peer_mb *mb) {
+  int up = mb_upstream_stage(p);
+  if (up < 0 || (uint32_t)up >= mb->path_len) return;
+  if (p->cfg.role == TRAIN_DATA) report_origin(p, mb, up);
+  else report_relay(p, mb, up);
 }
 
 /* SWARM baseline: send the stored embedding through the whole pipeline again. */
@@ -149,7 +156,7 @@ static void send_repair(train_peer *p, peer_mb *mb, const gw_id *L, int first) {
           mb->gap_last);
   mb->recovering = false;
   /* the rebuilt segment and the rest of the backward: as long as a trip */
-  mb->trip_deadline = p->now + p->cfg.tun.hop_timeout_ms * (uint64_t)(p->cfg.n_stages + 2);
+  mb->trip_deadline = p->now + data_trip_ms(p);
   if (gw_id_eq(L, &p->cfg.self)) {
     repair_on_repair(p, &p->cfg.self, &r);
   } else {
@@ -161,11 +168,7 @@ static void probe_next(train_peer *p, peer_mb *mb) {
   while (mb->probe_stage >= 1) {
     const gw_id *peer = &mb->path[mb->probe_stage];
     if (peer_alive(p, peer)) {
-      Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
-      a.id = mb->id;
-      a.origin = id_bytes(&mb->origin);
-      a.iteration = mb->iteration;
-      peer_send(p, peer, GWTF__TRAIN_MSG__TRAIN_PROBE, &a.base, NULL);
+      mb_ack(p, peer, GWTF__TRAIN_MSG__TRAIN_PROBE, mb, NULL);
       mb->probe_deadline = p->now + p->cfg.tun.probe_timeout_ms;
       return;
     }
@@ -209,13 +212,9 @@ void repair_on_probe_reply(train_peer *p, const gw_id *from, const Gwtf__TrainPr
   if (r->has_grad && mb->probe_stage == mb->gap_last - 1) {
     /* The gradient already got past the peer we suspected: nothing is
      * broken. Release the reporter from its wait on our behalf. */
-    Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
-    a.id = mb->id;
-    a.origin = id_bytes(&mb->origin);
-    a.iteration = mb->iteration;
     mb->recovering = false;
     if (!gw_id_eq(&mb->gap_target, &p->cfg.self))
-      peer_send(p, &mb->gap_target, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, &a.base, NULL);
+      mb_ack(p, &mb->gap_target, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
     GW_INFO(&p->log, "backward.recovery_cancelled", "mb=%llx reason=already_past", (unsigned long long)mb->id);
     return;
   }
@@ -260,7 +259,7 @@ void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobat
   id_from_bytes(&origin, m->origin);
   peer_mb *mb = mb_find(p, &origin, m->id);
   if (!mb || !mb->grad || mb->grad_acked) return;
-  int up = p->cfg.role == TRAIN_DATA ? p->cfg.n_stages : p->stage - 1;
+  int up = mb_upstream_stage(p);
   if ((int)m->n_path != up + 1) return;
   id_from_bytes(&mb->path[up], m->path[up]);
   if (!gw_id_eq(&mb->path[up], from)) return;
