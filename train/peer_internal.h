@@ -588,6 +588,14 @@ void agg_apply_average(train_peer *p, const float *avg, uint32_t total_count);
 /* Begins our round as a BEGIN_AGG would (peer_behind.c: the upstream is in
  * the next iteration and its BEGIN_AGG passed us by). */
 void agg_begin_late(train_peer *p);
+/* Who aggregates (train/peer_agg_who.c): the lowest live vouched member
+ * still in the round (us included); whether a member is out of it (gave
+ * up on it, waits for our state, or is joining); whether it failed us. */
+gw_id agg_pick_aggregator(train_peer *p);
+bool agg_out_of_round(const train_peer *p, const gw_id *id);
+bool agg_is_failed(const peer_agg *a, const gw_id *id);
+/* Finishes our round as its aggregator once every awaited member is in. */
+void agg_maybe_finish(train_peer *p);
 /* Whether `from` is the aggregator of our stage's current round for us. */
 bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
 /* The average of a member that left us out of its round while we
