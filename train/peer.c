@@ -267,6 +267,7 @@ void peer_vouch(train_peer *p, const gw_id *id) {
   if (p->heard[k].stage != p->stage) {
     p->heard[k].stage = p->stage;
     p->heard[k].at_ms = 0;
+    p->heard[k].listed = false;
   }
   p->heard[k].vouched_ms = p->now;
   peer_vouch_view(p, p->stage, id);
@@ -335,18 +336,37 @@ static bool heard_fresh(const train_peer *p, uint64_t at_ms) {
  * three HELLO periods, across directory refreshes that do not list it yet. */
 static void heard_member(train_peer *p, const gw_id *id, uint32_t capacity) {
   uint32_t k = heard_slot(p, id);
-  if (p->heard[k].stage != p->stage) p->heard[k].vouched_ms = 0; /* a vouch for another stage */
+  if (p->heard[k].stage != p->stage) { /* a vouch for another stage */
+    p->heard[k].vouched_ms = 0;
+    p->heard[k].listed = false;
+  }
   p->heard[k].stage = p->stage;
   p->heard[k].capacity = capacity;
   p->heard[k].at_ms = p->now;
   member_add(p, p->stage, id, capacity, 0, true);
-  if (heard_fresh(p, p->heard[k].vouched_ms)) peer_vouch_view(p, p->stage, id);
+  if (heard_fresh(p, p->heard[k].vouched_ms)) {
+    peer_vouch_view(p, p->stage, id);
+    agg_repick(p); /* vouched before its HELLO came: it may be the round's aggregator */
+  }
+}
+
+/* Marks which peers heard by HELLO the directory lists now for our stage
+ * (ours included: kept across refreshes, see train_peer_set_members). */
+static void mark_listed(train_peer *p, const peer_stage_view *v) {
+  for (uint32_t k = 0; k < p->n_heard; k++)
+    if (p->heard[k].stage == p->stage) p->heard[k].listed = false;
+  for (size_t i = 0; i < v->n; i++) {
+    if (v->v[i].heard) continue;
+    for (uint32_t k = 0; k < p->n_heard; k++)
+      if (p->heard[k].stage == p->stage && gw_id_eq(&p->heard[k].id, &v->v[i].id)) p->heard[k].listed = true;
+  }
 }
 
 void train_peer_set_members(train_peer *p, int stage, const train_member *members, size_t n, uint64_t now_ms) {
   p->now = now_ms;
   peer_stage_view *v = peer_stage(p, stage);
   if (!v) return;
+  if (stage == p->stage) mark_listed(p, v);
   v->n = 0;
   for (size_t i = 0; i < n; i++)
     if (!trust_banned(p, &members[i].id) &&
@@ -357,7 +377,13 @@ void train_peer_set_members(train_peer *p, int stage, const train_member *member
      * member's BEGIN_AGG) before its HELLO reached us */
     if (p->heard[k].stage == stage && (heard_fresh(p, p->heard[k].at_ms) || heard_fresh(p, p->heard[k].vouched_ms)) &&
         !trust_banned(p, &p->heard[k].id)) {
-      member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0, true);
+      /* A member our directory listed stays one while its HELLOs keep
+       * coming, though this refresh lost its record (a DHT lookup under
+       * churn came back short): demoted to "heard", it was neither waited
+       * for nor picked, and we averaged alone, a split (evaluation grid,
+       * homo-churn10 SWARM seed 111). It leaves when its session does. */
+      bool kept = p->heard[k].listed && heard_fresh(p, p->heard[k].at_ms);
+      member_add(p, stage, &p->heard[k].id, p->heard[k].capacity, 0, !kept);
       if (heard_fresh(p, p->heard[k].vouched_ms)) peer_vouch_view(p, stage, &p->heard[k].id);
     }
   if (stage == 0 && p->cfg.role == TRAIN_DATA) leader_check(p);

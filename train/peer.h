@@ -288,7 +288,7 @@ typedef struct train_tunables {
   uint64_t hello_period_ms;      /* HELLO to neighbours (2000) */
   uint64_t settle_ms;            /* the first iteration waits this long at most for flows (15000) */
   uint64_t flow_grace_ms;        /* later, a data node with no flow waits this long, then routes by fallback (1000) */
-  uint32_t max_repairs;          /* per microbatch before it is declared lost (4) */
+  uint32_t max_repairs;          /* per break of a microbatch's path before it is declared lost (4) */
   uint32_t max_reroutes;         /* per hop before DENY goes upstream (4) */
   size_t chunk_bytes;            /* gradient / weight transfer chunk (4 MiB) */
   double norm_k;                 /* a contribution's norm per microbatch may be at most norm_k x the
@@ -515,6 +515,7 @@ typedef struct train_counters {
    * issued (holders) and verified; downloads refuted by the stage's hashes */
   uint64_t admissions_refused, certs_issued, certs_verified, downloads_refuted;
   uint64_t splits_healed; /* a lower vouched aggregator's average overrode the one we applied */
+  uint64_t aggregator_repicks; /* a lower member was vouched for mid-round and we switched to it */
   /* activations and gradients sent (FORWARD, BACKWARD): tensors, payload
    * bytes on the wire, and what they would have taken as fp32 */
   uint64_t wire_tensors, wire_bytes, wire_f32_bytes;

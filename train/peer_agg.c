@@ -80,22 +80,39 @@ static void reset_round(peer_agg *a) {
 
 /* ---- beginning a round ---- */
 
-/* BEGIN_AGG to our stage names the members our directory lists (and us):
- * a member that only heard one of them by HELLO may then pick it to
- * aggregate, so views that differ by a joiner still agree (peer_vouch). */
+/* The members a BEGIN_AGG to our stage names: us, and those our directory
+ * lists or a directory member vouched for. A member that only heard one of
+ * them by HELLO may then pick it to aggregate, so views that differ by a
+ * joiner still agree (peer_vouch, agg_repick). */
+static size_t fill_members(train_peer *p, ProtobufCBinaryData ids[PEER_MAX_CONTRIB]) {
+  size_t n = 0;
+  ids[n++] = id_bytes(&p->cfg.self);
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n && n < PEER_MAX_CONTRIB; i++)
+    if ((!v->v[i].heard || v->v[i].vouched) && !gw_id_eq(&v->v[i].id, &p->cfg.self)) ids[n++] = id_bytes(&v->v[i].id);
+  return n;
+}
+
 void agg_flood_begin(train_peer *p, uint64_t iteration) {
   Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
   ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
-  size_t n = 0;
   m.iteration = iteration;
   ledger_fill_begin(p, &m, iteration); /* the iteration's ledger travels with it (peer_ledger.h) */
   if (p->stage < p->cfg.n_stages)
     peer_broadcast_stage(p, p->stage + 1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
-  ids[n++] = id_bytes(&p->cfg.self);
-  peer_stage_view *v = peer_stage(p, p->stage);
-  for (size_t i = 0; v && i < v->n && n < PEER_MAX_CONTRIB; i++)
-    if (!v->v[i].heard && !gw_id_eq(&v->v[i].id, &p->cfg.self)) ids[n++] = id_bytes(&v->v[i].id);
-  m.n_members = n;
+  m.n_members = fill_members(p, ids);
+  m.members = ids;
+  peer_broadcast_stage(p, p->stage, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
+}
+
+/* Our member list again, to our stage only and without the ledger (both
+ * went with the first): after we gave up aggregating for a lower ID, the
+ * members that sent us their gradient learn of it from us. */
+static void relist_members(train_peer *p, uint64_t iteration) {
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+  m.iteration = iteration;
+  m.n_members = fill_members(p, ids);
   m.members = ids;
   peer_broadcast_stage(p, p->stage, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
 }
@@ -156,7 +173,10 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
     if (!listed) {
       p->agg.unlisted.id = *from;
       p->agg.unlisted.iteration = iteration + 1;
+    } else if (gw_id_eq(&p->agg.unlisted.id, from)) {
+      p->agg.unlisted.iteration = 0; /* its list has us now (relist_members) */
     }
+    if (iteration == p->agg.iteration) agg_repick(p);
   }
   ledger_on_begin(p, from, msg); /* every data node's flood adds its ledger */
   if (p->begin_agg_seen > iteration) return; /* already flooded */
@@ -397,6 +417,47 @@ static void contribute(train_peer *p) {
   } else {
     send_mine(p);
   }
+}
+
+/* We aggregated the round and give it up: our own gradient goes back to
+ * being ours to send, the others' are dropped (their senders re-send them
+ * to the new aggregator, agg_repick). */
+static void step_down(train_peer *p) {
+  peer_agg *a = &p->agg;
+  for (uint32_t i = 0; i < a->n_contrib; i++) {
+    if (gw_id_eq(&a->contrib[i].id, &p->cfg.self) && a->contrib[i].complete && !a->mine) {
+      a->mine = a->contrib[i].buf;
+      a->contrib[i].buf = NULL;
+    }
+    free(a->contrib[i].buf);
+  }
+  a->n_contrib = 0;
+}
+
+/* A member of lower ID than the aggregator we picked for this round was
+ * vouched for while we wait (a stage-mate's BEGIN_AGG named a joiner our
+ * directory does not list yet, or its HELLO came after that vouch). Every
+ * member that hears of it switches to it, so the stage ends the round with
+ * one aggregator; before, those that had picked already kept their pick,
+ * two aggregators each waited out the round for the other's contributors
+ * and the stage split (evaluation grid, hetero-churn10 seed 112). One that
+ * stops aggregating lists the new one to its stage, so the members that
+ * sent it their gradient switch too. */
+void agg_repick(train_peer *p) {
+  peer_agg *a = &p->agg;
+  if (!p->aggregating || a->phase != AGG_COLLECT || !a->picked) return;
+  gw_id now = agg_pick_aggregator(p);
+  if (gw_id_cmp(&now, &a->aggregator) >= 0 || gw_id_eq(&now, &p->cfg.self)) return;
+  char was[GW_ID_SHORT_LEN + 1], to[GW_ID_SHORT_LEN + 1];
+  peer_short(&a->aggregator, was);
+  peer_short(&now, to);
+  GW_INFO(&p->log, "aggregation.repicked", "iter=%llu from=%s to=%s", (unsigned long long)a->iteration, was, to);
+  p->counters.aggregator_repicks++;
+  bool stepped_down = agg_i_aggregate(p);
+  if (stepped_down) step_down(p);
+  a->aggregator = now;
+  if (a->mine) send_mine(p);
+  if (stepped_down) relist_members(p, a->iteration);
 }
 
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {

@@ -405,7 +405,9 @@ struct train_peer {
   /* peers of our stage heard from by HELLO lately: members, though the
    * directory may not list them yet (a view without them would pick
    * another aggregator and split the stage's aggregation) */
-  struct { gw_id id; int stage; uint32_t capacity; uint64_t at_ms, vouched_ms; } heard[PEER_MAX_CONTRIB];
+  /* listed: the directory listed it at the refresh before (a member kept
+   * across a refresh that drops it while its HELLOs come: peer.c) */
+  struct { gw_id id; int stage; uint32_t capacity; uint64_t at_ms, vouched_ms; bool listed; } heard[PEER_MAX_CONTRIB];
   uint32_t n_heard;
   gw_id leader;
   bool have_leader;
@@ -592,6 +594,8 @@ void agg_begin_late(train_peer *p);
  * still in the round (us included); whether a member is out of it (gave
  * up on it, waits for our state, or is joining); whether it failed us. */
 gw_id agg_pick_aggregator(train_peer *p);
+/* A member of lower ID than our round's aggregator was vouched for: switch to it (peer_agg_who.c). */
+void agg_repick(train_peer *p);
 bool agg_out_of_round(const train_peer *p, const gw_id *id);
 bool agg_is_failed(const peer_agg *a, const gw_id *id);
 /* Finishes our round as its aggregator once every awaited member is in. */

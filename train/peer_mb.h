@@ -76,6 +76,10 @@ typedef struct peer_mb {
   uint32_t avoid_full;       /* bit i: avoid[i] only said "full", worth asking again later */
   uint64_t wait_since, wait_until; /* FWD_WAIT: since when, and the next try */
   uint32_t reroutes, repairs;
+  /* data: the peer whose loss the last repair mended, and the repairs of
+   * that one break so far (max_repairs is a budget per break) */
+  gw_id break_suspect;
+  uint32_t break_repairs;
   bool repair;
   int repair_end_stage;
   gw_id repair_target;

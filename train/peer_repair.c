@@ -107,12 +107,29 @@ void repair_restart_timed_out(train_peer *p, peer_mb *mb) {
 
 static void probe_next(train_peer *p, peer_mb *mb);
 
+/* Counts a repair of the break at `suspect`. The budget is per break: a
+ * microbatch whose path breaks again at another peer once the first break
+ * is mended (a second death on it, at 20 % churn) gets repairs of its own
+ * for that one. Before, the budget was per microbatch: in the grid
+ * (hetero-churn20 seed 121) four repairs of one break, whose only
+ * replacement was full, used it up, and the death of a peer upstream then
+ * lost the microbatch. Every stage's breaks together stay bounded. */
+static bool repair_budget_left(train_peer *p, peer_mb *mb, const gw_id *suspect) {
+  uint32_t max = p->cfg.tun.max_repairs;
+  if (!gw_id_eq(suspect, &mb->break_suspect) || mb->repairs == 0) {
+    mb->break_suspect = *suspect;
+    mb->break_repairs = 0;
+  }
+  mb->repairs++;
+  return ++mb->break_repairs <= max && mb->repairs <= max * (uint32_t)p->cfg.n_stages;
+}
+
 void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *target) {
   char who[GW_ID_SHORT_LEN + 1];
   if (mb->recovering || suspect_stage < 1 || suspect_stage > p->cfg.n_stages) return;
   const gw_id *suspect = &mb->path[suspect_stage];
   if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, suspect);
-  if (++mb->repairs > p->cfg.tun.max_repairs) {
+  if (!repair_budget_left(p, mb, suspect)) {
     data_mb_finished(p, mb, MB_LOST);
     return;
   }

@@ -60,7 +60,7 @@ static void refresh_members(h_harness *h) {
       size_t k = 0;
       for (int j = 0; j < h->n_nodes; j++) {
         h_node *n = &h->nodes[j];
-        if (n->alive && (n->ready || (n->listed_early && n->stage >= 0)) && n->stage == s && n->hidden_from != i + 1 &&
+        if (n->alive && (n->ready || (n->listed_early && n->stage >= 0)) && n->stage == s && !n->hidden_from[i] &&
             !(me->dir_blind && s == me->stage && j != i))
           list[k++] = (train_member){.id = n->peer.id, .capacity = n->capacity, .load = 0};
       }
@@ -69,6 +69,8 @@ static void refresh_members(h_harness *h) {
     if (leader && me->role == TRAIN_RELAY) train_peer_set_leader(me->tp, leader, sim_now(h->s));
   }
 }
+
+void h_refresh(h_harness *h) { refresh_members(h); }
 
 /* ---- router: a fixed spread over live next-stage peers ---- */
 

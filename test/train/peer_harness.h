@@ -51,7 +51,7 @@ typedef struct h_node {
   uint64_t job_ms;    /* virtual compute time of each of its jobs (0: H_JOB_MS): a slower device */
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
-  int hidden_from;         /* 1 + index of a node whose directory never lists it (0: none) */
+  bool hidden_from[H_MAX_NODES]; /* node k's directory does not list it (while set) */
   /* its session to node k is not up before virtual ms sessions_until[k]
    * (0: always up): sends to k fail, k is not connected (a restarted peer's
    * sessions come up one by one) */
@@ -164,6 +164,9 @@ void h_silence(h_harness *h, int index);
 /* Runs until every live data node finished `iterations` or the deadline. */
 bool h_run_until_finished(h_harness *h, uint64_t deadline_ms);
 void h_run_for(h_harness *h, uint64_t ms);
+/* Every peer's directory is looked up again now (a periodic DHT refresh;
+ * otherwise only a start, a crash or a peer getting ready refreshes). */
+void h_refresh(h_harness *h);
 /* Sends a train message from node `from` to node `to` through the simulator,
  * as if `from`'s peer had sent it: what a hostile member could send. */
 int h_inject(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len, const train_tensor *t);

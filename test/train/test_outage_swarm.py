@@ -7,7 +7,7 @@ of one data node and six relays.
     test_outage_swarm.py kill_fraction        (--kill-fraction 0.5, --replicate-every 2)
 
 kill_data_node: the run's only data node is killed (SIGKILL) in iteration 5
-and a fresh one (new identity, empty data dir, same dataset) starts 2 s
+and a fresh one (new identity, empty data dir, same dataset) starts 8 s
 later. The relays pause (run.paused reason=no_data_node); the new data node
 restores stage 0 from the newest replica the relays hold (the weights hash
 the old data node logged at that aggregation), resumes in the relays'
@@ -52,7 +52,11 @@ def finished_and_falling(s):
 
 def kill_data_node(tmp):
     scenario = "kill_data_node"
-    rc, s, events, log = run(tmp, scenario, 2, "--kill-data-node")
+    # Relays pause after three HELLO periods (6 s) without a data node. The
+    # fresh one comes 8 s after the kill, so they have paused by then; with
+    # the default 2 s, a fresh node whose record reached them within 6 s
+    # (as under CI's load) kept them from pausing and failed the check below.
+    rc, s, events, log = run(tmp, scenario, 2, "--kill-data-node", "--replace-after", "8000")
     try:
         check(rc == 0 and s is not None, f"gwtf swarm exited {rc}")
         ls = finished_and_falling(s)

@@ -91,7 +91,7 @@ static void scene_build(scene *sc, int joiners) {
   for (int k = 0; k < 2; k++) {
     int j = k ? sc->j2 : sc->j1;
     if (j < 0) continue;
-    if (!sc->in_view) sc->h.nodes[j].hidden_from = 1 + sc->s;
+    if (!sc->in_view) sc->h.nodes[j].hidden_from[sc->s] = true;
   }
   sim_set_delay_fn(sc->h.s, scene_delay, sc);
   for (int i = 0; i < sc->j1; i++) h_start(&sc->h, i);

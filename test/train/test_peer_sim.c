@@ -616,6 +616,64 @@ static void test_lost_self_repair_meets_trip_deadline(void **state) {
   h_free(&h);
 }
 
+/* Iteration 2, four stages, one repair allowed per break: a microbatch's
+ * stage-3 relay dies as its loss is computed (the first break, mended from
+ * its stage-2 relay); then, as the mended backward reaches stage 2, its
+ * stage-1 relay dies too (a second break, at another peer). The second
+ * break gets a repair of its own and the microbatch completes. Before,
+ * the budget was per microbatch, and the second break lost it (the grid's
+ * one lost microbatch at 20 % churn). */
+typedef struct two_breaks {
+  int phase, s1;
+  uint64_t key;
+} two_breaks;
+
+static bool crash_two_breaks(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  two_breaks *t = h->hook_ud;
+  if (train_peer_iteration(n->tp) != 2) return false;
+  if (t->phase == 0 && job->kind == TRAIN_JOB_LOSS) {
+    int s3 = holder(h, 3, job->key);
+    t->s1 = holder(h, 1, job->key);
+    if (s3 < 0 || t->s1 < 0) return false;
+    t->key = job->key;
+    h_crash(h, s3); /* here, not through *crash: the harness stops calling a hook once it fires */
+    t->phase = 1;
+    return false;
+  }
+  if (t->phase == 1 && job->kind == TRAIN_JOB_BACKWARD && n->stage == 2 && job->key == t->key) {
+    *crash = t->s1;
+    t->phase = 2;
+    return true;
+  }
+  return false;
+}
+
+static void test_second_break_gets_its_own_repair(void **state) {
+  (void)state;
+  h_harness h;
+  two_breaks t = {0, -1, 0};
+  h_init(&h, 4, 11, verbose());
+  h.tun.max_repairs = 1;
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= 4; s++)
+    for (int k = 0; k < 3; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  h.hook = crash_two_breaks;
+  h.hook_ud = &t;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(t.phase, 2);
+  const train_counters *dc = C(&h, d);
+  if (verbose())
+    fprintf(stderr, "repairs %llu, recovered %llu, lost %llu, deferred %llu\n", (unsigned long long)dc->repairs_started,
+            (unsigned long long)dc->backward_recoveries, (unsigned long long)dc->lost_microbatches,
+            (unsigned long long)dc->deferred_microbatches);
+  assert_true(dc->repairs_started >= 2);
+  assert_int_equal(dc->lost_microbatches + dc->deferred_microbatches, 0);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 static void test_swarm_mode_restarts_from_data_node(void **state) {
   (void)state;
   h_harness h;
@@ -785,7 +843,7 @@ static void test_joiner_known_by_hello(void **state) {
   }
   for (int i = 0; i < j; i++) h_start(&h, i);
   while (train_peer_iteration(h.nodes[d].tp) < 2) h_run_for(&h, 100);
-  h.nodes[j].hidden_from = 1 + lowest_of_stage(&h, 2, j);
+  h.nodes[j].hidden_from[lowest_of_stage(&h, 2, j)] = true;
   h_start(&h, j);
   assert_true(h_run_until_finished(&h, 120000));
   assert_true(h.nodes[j].ready);
@@ -1061,6 +1119,7 @@ int main(void) {
       cmocka_unit_test(test_late_confirmation_keeps_the_repair),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
+      cmocka_unit_test(test_second_break_gets_its_own_repair),
       cmocka_unit_test(test_spare_copy_is_dropped),
       cmocka_unit_test(test_leader_crash_hands_over),
       cmocka_unit_test(test_join_mid_run),
