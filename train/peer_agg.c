@@ -421,17 +421,25 @@ static void contribute(train_peer *p) {
 
 /* We aggregated the round and give it up: our own gradient goes back to
  * being ours to send, the others' are dropped (their senders re-send them
- * to the new aggregator, agg_repick). */
+ * to the new aggregator, agg_repick). Their senders stay listed: one that
+ * does not switch (the new aggregator is not in its view) gets the new
+ * one's average from us (begin_average's pass-on). */
 static void step_down(train_peer *p) {
   peer_agg *a = &p->agg;
+  uint32_t kept = 0;
   for (uint32_t i = 0; i < a->n_contrib; i++) {
-    if (gw_id_eq(&a->contrib[i].id, &p->cfg.self) && a->contrib[i].complete && !a->mine) {
-      a->mine = a->contrib[i].buf;
-      a->contrib[i].buf = NULL;
+    agg_contrib *c = &a->contrib[i];
+    bool mine = gw_id_eq(&c->id, &p->cfg.self);
+    if (mine && c->complete && !a->mine) {
+      a->mine = c->buf;
+      c->buf = NULL;
     }
-    free(a->contrib[i].buf);
+    free(c->buf);
+    if (mine) continue;
+    a->contrib[kept] = (agg_contrib){.id = c->id};
+    kept++;
   }
-  a->n_contrib = 0;
+  a->n_contrib = kept;
 }
 
 /* A member of lower ID than the aggregator we picked for this round was

@@ -5,7 +5,8 @@
  * A stage's aggregator is its lowest live node ID among the members the
  * directory, the leader or a directory member's BEGIN_AGG vouches for,
  * leaving out members that gave up on the round, wait for our state, or say
- * they are joining. Views can differ for a moment; the rules here settle
+ * they are joining; a lower one vouched for mid-round is switched to
+ * (agg_repick, peer_agg.c). Views can differ for a moment; the rules here settle
  * which average a member applies: its chosen aggregator's, a vouched lower
  * ID's (a split healed), its source's while it joins, and a joiner's
  * stage-mate whose view does not have it yet. */

@@ -45,6 +45,19 @@ static uint32_t live_mbs(const train_peer *p) {
 
 static void data_refill(train_peer *p, uint32_t slot);
 
+/* A repaired microbatch came home: how long its repairs took, and where:
+ * find_s from the first RECOVER to the first REPAIR taken on (the walk to
+ * the last live peer before the gap), rebuild_s from the last REPAIR taken
+ * on to now (the re-sent segment's forward and the backward from there). */
+static void log_recovered(train_peer *p, const peer_mb *mb) {
+  double secs = (double)(p->now - mb->recover_started_ms) / 1000.0;
+  double find = mb->first_taken_ms ? (double)(mb->first_taken_ms - mb->recover_started_ms) / 1000.0 : secs;
+  double rebuild = mb->repair_taken_ms ? (double)(p->now - mb->repair_taken_ms) / 1000.0 : 0.0;
+  p->counters.backward_recoveries++;
+  GW_INFO(&p->log, "backward.recovered", "mb=%llx repairs=%u secs=%.3f find_s=%.3f rebuild_s=%.3f",
+          (unsigned long long)mb->id, mb->repairs, secs, find, rebuild);
+}
+
 void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
   if (mb->eval) return eval_mb_finished(p, mb, how);
   mb->end = how;
@@ -58,13 +71,7 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
     /* its whole trip, for the communication time (trip minus compute) */
     GW_INFO(&p->log, "microbatch.done", "mb=%llx trip_s=%.4f iter=%llu attempt=%u", (unsigned long long)mb->id,
             (double)(p->now - mb->started_ms) / 1000.0, (unsigned long long)p->iteration, mb->attempt);
-    if (mb->repairs > 0) {
-      char dt[32];
-      snprintf(dt, sizeof(dt), "%.3f", (double)(p->now - mb->recover_started_ms) / 1000.0);
-      p->counters.backward_recoveries++;
-      GW_INFO(&p->log, "backward.recovered", "mb=%llx repairs=%u secs=%s", (unsigned long long)mb->id,
-              mb->repairs, dt);
-    }
+    if (mb->repairs > 0) log_recovered(p, mb);
   } else if (how == MB_DEFERRED) {
     p->iter_deferred++;
     p->counters.deferred_microbatches++;

@@ -594,7 +594,7 @@ void agg_begin_late(train_peer *p);
  * still in the round (us included); whether a member is out of it (gave
  * up on it, waits for our state, or is joining); whether it failed us. */
 gw_id agg_pick_aggregator(train_peer *p);
-/* A member of lower ID than our round's aggregator was vouched for: switch to it (peer_agg_who.c). */
+/* A member of lower ID than our round's aggregator was vouched for: switch to it (peer_agg.c). */
 void agg_repick(train_peer *p);
 bool agg_out_of_round(const train_peer *p, const gw_id *id);
 bool agg_is_failed(const peer_agg *a, const gw_id *id);

@@ -94,6 +94,7 @@ typedef struct peer_mb {
   int gap_last;              /* last stage of the gap */
   gw_id gap_target;          /* first live peer after the gap (holds the gradient) */
   uint64_t recover_started_ms;
+  uint64_t first_taken_ms, repair_taken_ms; /* data: a REPAIR first and last taken on (breakdown) */
   float *gpart; /* --deterministic: this microbatch's own gradient on us (train/peer_ledger.h) */
 } peer_mb;
 

@@ -512,6 +512,51 @@ static void test_backward_crash_repairs_along_path(void **state) {
   h_free(&h);
 }
 
+/* Messages of the repair walk, counted as they are sent. */
+typedef struct walk_count {
+  h_harness *h;
+  uint64_t probes, repairs, replies;
+} walk_count;
+
+static uint64_t count_walk(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  walk_count *w = ud;
+  (void)from, (void)to, (void)len;
+  w->probes += w->h->sending == GWTF__TRAIN_MSG__TRAIN_PROBE;
+  w->repairs += w->h->sending == GWTF__TRAIN_MSG__TRAIN_REPAIR;
+  w->replies += w->h->sending == GWTF__TRAIN_MSG__TRAIN_PROBE_REPLY;
+  return 1 + gw_rng_below(rng, 3);
+}
+
+/* The crash of run_backward_crash: the last live peer before each gap is
+ * reached with the REPAIR itself, which it answers (PROBE_REPLY), and
+ * nothing is probed first: one message to it, not three (probe, reply,
+ * repair), before the re-send starts. */
+static void test_repair_needs_no_probe(void **state) {
+  (void)state;
+  h_harness h;
+  walk_count w = {&h, 0, 0, 0};
+  h_init(&h, STAGES, 3, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  sim_set_delay_fn(h.s, count_walk, &w);
+  h.hook = crash_before_backward;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  const train_counters *dc = C(&h, d);
+  if (verbose())
+    fprintf(stderr, "repairs %llu: %llu REPAIR, %llu PROBE, %llu PROBE_REPLY\n",
+            (unsigned long long)dc->backward_recoveries, (unsigned long long)w.repairs, (unsigned long long)w.probes,
+            (unsigned long long)w.replies);
+  assert_true(dc->backward_recoveries >= 1);
+  assert_int_equal(w.probes, 0);
+  assert_int_equal(w.repairs, dc->repairs_started);
+  assert_int_equal(w.replies, w.repairs);
+  assert_int_equal(dc->lost_microbatches + dc->deferred_microbatches, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* Four stages; the stage-2 relay of a microbatch dies as its loss is
  * computed, and the stage-3 relay reports it. The last relay's confirmation
  * to the data node (BACKWARD_DONE) comes late, in the middle of the repair,
@@ -1118,6 +1163,7 @@ int main(void) {
       cmocka_unit_test(test_backward_crash_repairs_along_path),
       cmocka_unit_test(test_late_confirmation_keeps_the_repair),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
+      cmocka_unit_test(test_repair_needs_no_probe),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
       cmocka_unit_test(test_second_break_gets_its_own_repair),
       cmocka_unit_test(test_spare_copy_is_dropped),
