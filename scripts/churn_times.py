@@ -2,8 +2,9 @@
 """Failure handling times from `gwtf swarm` logs (swarm.log of each run of a
 `gwtf experiment --workdir DIR`): iteration times after the first (the
 slowest data node's), backward repairs (backward.recovered secs:
-from the origin's first recovery_started to the microbatch complete; and to
-the gradient flowing again, backward.resumed, when the log names its origin),
+from the origin's first recovery_started to the microbatch complete, and
+its parts find_s, to the first REPAIR taken on, and rebuild_s, from the last
+one to the completion; and to the gradient flowing again, backward.resumed, when the log names its origin),
 forward re-routes after a lost next hop (from the first sign of the loss at
 the re-routing peer: its session dropping, peer.lost, or its probe going
 unanswered, to forward.rerouted), and how peers were declared failed.
@@ -42,6 +43,7 @@ def pct(v, q):
 
 def scan(log):
     repairs, reroute_after, known = [], [], {}
+    parts = {"find_s": [], "rebuild_s": []}  # backward.recovered's breakdown (newer logs)
     started, resumed = {}, []  # (origin, mb) -> recovery_started; resumed after it (s)
     iters = {}  # iteration -> the slowest data node's secs
     counts = {"presumed_dead": 0, "presumed_dead_probe": 0, "probes": 0, "probes_unanswered": 0, "peer_slow": 0,
@@ -57,6 +59,9 @@ def scan(log):
                 iters[a["iter"]] = max(iters.get(a["iter"], 0.0), float(a["secs"]))
             elif ev == "backward.recovered" and "secs" in a:
                 repairs.append(float(a["secs"]))
+                for k in parts:
+                    if k in a:
+                        parts[k].append(float(a[k]))
             elif ev == "backward.recovery_started" and "mb" in a:
                 started[(node, a["mb"])] = t
             elif ev == "backward.resumed":
@@ -86,15 +91,18 @@ def scan(log):
                 k = (who, a.get("from_peer", ""))
                 if k in known:
                     reroute_after.append(t - known[k])
-    return repairs, resumed, reroute_after, counts, list(iters.values())
+    return repairs, resumed, reroute_after, counts, list(iters.values()), parts
 
 
 def summary(dirs):
     repairs, resumes, reroutes, counts, its = [], [], [], {}, []
+    parts = {"find_s": [], "rebuild_s": []}
     for d in dirs:
         for log in sorted(glob.glob(os.path.join(d, "**", "swarm.log"), recursive=True)):
-            r, u, f, c, i = scan(log)
+            r, u, f, c, i, b = scan(log)
             its += i
+            for k in parts:
+                parts[k] += b[k]
             repairs += r
             resumes += u
             reroutes += f
@@ -105,6 +113,8 @@ def summary(dirs):
         "repair_median_s": pct(repairs, 0.5),
         "repair_p95_s": pct(repairs, 0.95),
         "repair_max_s": max(repairs) if repairs else None,
+        "repair_find_median_s": pct(parts["find_s"], 0.5),
+        "repair_rebuild_median_s": pct(parts["rebuild_s"], 0.5),
         "iterations": len(its),
         "iteration_median_s": pct(its, 0.5),
         "iteration_p90_s": pct(its, 0.9),
@@ -135,10 +145,11 @@ def main(argv):
         print(json.dumps(rows, indent=1))
         return 0
     for d, s in rows.items():
-        print("%s: iterations %d median %s s p90 %s s; repairs %d median %s s p95 %s s max %s s (to the gradient flowing again: %d, median %s s, p95 %s s); re-routes after a loss %d median %s ms p95 %s ms; "
+        print("%s: iterations %d median %s s p90 %s s; repairs %d median %s s p95 %s s max %s s (finding the peer before the gap: median %s s; from there to the end: median %s s; to the gradient flowing again: %d, median %s s, p95 %s s); re-routes after a loss %d median %s ms p95 %s ms; "
               "presumed dead %d (by probe %d), probes %d unanswered %d, slow %d, fallbacks %d, DENY full %d" %
               (d, s["iterations"], fmt(s["iteration_median_s"], "%.2f"), fmt(s["iteration_p90_s"], "%.2f"),
                s["repairs"], fmt(s["repair_median_s"]), fmt(s["repair_p95_s"]), fmt(s["repair_max_s"]),
+               fmt(s["repair_find_median_s"]), fmt(s["repair_rebuild_median_s"]),
                s["resumed"], fmt(s["resumed_median_s"]), fmt(s["resumed_p95_s"]),
                s["reroutes_after_loss"], fmt(s["reroute_median_ms"], "%.0f"), fmt(s["reroute_p95_ms"], "%.0f"),
                s["presumed_dead"], s["presumed_dead_probe"], s["probes"], s["probes_unanswered"], s["peer_slow"],

@@ -370,6 +370,24 @@ static void test_joiner_unknown_to_its_only_mate(void **state) {
   h_free(&h);
 }
 
+/* One data node and PER_STAGE relays in each stage, started; s2: stage 2's
+ * members by ID. `fast_hello`: HELLO every 20 ms (ticks every 10 ms), so
+ * that a vouch (three HELLO periods) lapses within a round. */
+static int build_stages(h_harness *h, int s2[8], bool fast_hello) {
+  for (uint64_t seed = 100;; seed++) {
+    h_init(h, STAGES, seed, verbose());
+    if (fast_hello) {
+      h->tun.hello_period_ms = 20;
+      h->tun.tick_ms = 10;
+    }
+    int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int s = 1; s <= STAGES; s++)
+      for (int k = 0; k < PER_STAGE; k++) h_add(h, TRAIN_RELAY, s, M, 0, true);
+    if (h_by_id(h, 2, s2, 8) == PER_STAGE) return d;
+    h_free(h);
+  }
+}
+
 /* Stage 2 has three members from the start; the directory of one of them,
  * L, never lists the other two (its records of them are missing: a refresh
  * under churn), and they know L from theirs. L hears them only by HELLO, so
@@ -385,18 +403,7 @@ static void test_member_blind_to_its_stage(void **state) {
   (void)state;
   h_harness h;
   int d, s2[8];
-  for (uint64_t seed = 100;; seed++) {
-    h_init(&h, STAGES, seed, verbose());
-    /* vouches (BEGIN_AGG lists, 3 HELLO periods) lapse within a round, as
-     * they did in the grid's 18 s last iteration; HELLOs keep coming */
-    h.tun.hello_period_ms = 20;
-    h.tun.tick_ms = 10;
-    d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-    for (int s = 1; s <= STAGES; s++)
-      for (int k = 0; k < PER_STAGE; k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
-    if (h_by_id(&h, 2, s2, 8) == PER_STAGE) break;
-    h_free(&h);
-  }
+  d = build_stages(&h, s2, false);
   int l = s2[PER_STAGE - 1]; /* the highest ID: everyone else's pick is another */
   for (int k = 0; k < PER_STAGE - 1; k++) h.nodes[s2[k]].hidden_from[l] = true;
   for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
@@ -431,18 +438,9 @@ static void test_refresh_keeps_live_members(void **state) {
   (void)state;
   h_harness h;
   int d, s2[8];
-  for (uint64_t seed = 100;; seed++) {
-    h_init(&h, STAGES, seed, verbose());
-    /* vouches (BEGIN_AGG lists, 3 HELLO periods) lapse within a round, as
-     * they did in the grid's 18 s last iteration; HELLOs keep coming */
-    h.tun.hello_period_ms = 20;
-    h.tun.tick_ms = 10;
-    d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-    for (int s = 1; s <= STAGES; s++)
-      for (int k = 0; k < PER_STAGE; k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
-    if (h_by_id(&h, 2, s2, 8) == PER_STAGE) break;
-    h_free(&h);
-  }
+  /* vouches (BEGIN_AGG lists, 3 HELLO periods) lapse within a round, as
+   * they did in the grid's 18 s last iteration; HELLOs keep coming */
+  d = build_stages(&h, s2, true);
   int l = s2[PER_STAGE - 1];
   for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
   while (train_peer_iteration(h.nodes[d].tp) < 3) h_run_for(&h, 100);
