@@ -115,6 +115,16 @@ static void commit_average(train_peer *p, uint64_t iteration, uint32_t total_cou
   }
 }
 
+/* The average names `id` among its contributors: that member sent its
+ * gradient to the average's aggregator too (it switched to it,
+ * agg_repick), and gets the average from it, not from us. A copy we passed
+ * on reached it after the round and was refused as forged. */
+static bool avg_lists(const Gwtf__TrainGrad *g, const gw_id *id) {
+  for (size_t i = 0; i < g->n_contributors; i++)
+    if (g->contributors[i].len == GW_ID_BYTES && memcmp(g->contributors[i].data, id->b, GW_ID_BYTES) == 0) return true;
+  return false;
+}
+
 /* An average's first chunk, its signature checked: we are in the round
  * now, and this is the average we expect the rest of. */
 static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const peer_avg_sig *sig,
@@ -134,7 +144,8 @@ static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGra
      * alone. */
     a->n_pass_on = 0;
     for (uint32_t i = 0; i < a->n_contrib; i++)
-      if (!gw_id_eq(&a->contrib[i].id, &p->cfg.self)) a->pass_to[a->n_pass_on++] = a->contrib[i].id;
+      if (!gw_id_eq(&a->contrib[i].id, &p->cfg.self) && !avg_lists(g, &a->contrib[i].id))
+        a->pass_to[a->n_pass_on++] = a->contrib[i].id;
     a->pass_on = a->n_pass_on > 0;
     if (agg_i_aggregate(p)) {
       char who[GW_ID_SHORT_LEN + 1];

@@ -233,6 +233,7 @@ bool trust_admit(train_peer *p, const gw_id *from, uint32_t type) {
   if (type == GWTF__TRAIN_MSG__TRAIN_AVG) {
     char who[GW_ID_SHORT_LEN + 1];
     peer_short(from, who);
+    p->counters.averages_forged++; /* as peer_avgsig.c counts its refusals */
     /* once per (peer, type) through trust_refuse's table would hide a
      * second forger's first try: this one is an error every time */
     GW_ERROR(&p->log, "agg.forged", "peer=%s iter=%llu reason=%s", who, (unsigned long long)p->iteration, why);
