@@ -526,6 +526,7 @@ typedef struct train_counters {
    * signature, a signer we do not follow, floats that do not match the signed
    * hash) or because they misstate our contribution */
   uint64_t averages_signed, averages_forged;
+  uint64_t averages_late; /* a stage-mate's copy of an average after our round was over (agg.late_copy) */
   /* exactly once (train/peer_ledger.h): microbatches a member accumulated
    * twice or an aggregator found listed twice in a round (duplicates), in
    * the iteration's ledger but in no contribution (missing), listed but

@@ -218,6 +218,25 @@ static bool in_circle(train_peer *p, const gw_id *from, trust_circle c, const ch
   return false;
 }
 
+/* An average the dispatcher refused. Outside a round, from a member of our
+ * stage, it is a late copy of a round already over (a member answering a
+ * takeover's question with the average we made, a copy passed on after we
+ * applied it): nothing could apply it, and the grid's honest runs logged
+ * 11 such copies in 36 runs as forgeries. Anything else is an error every
+ * time (once per (peer, type) through trust_refuse's table would hide a
+ * second forger's first try). */
+static void refused_average(train_peer *p, const gw_id *from, const char *why) {
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  if (!p->aggregating && p->stage >= 0 && peer_is_member(p, p->stage, from, false)) {
+    p->counters.averages_late++;
+    GW_INFO(&p->log, "agg.late_copy", "peer=%s iter=%llu reason=%s", who, (unsigned long long)p->iteration, why);
+    return;
+  }
+  p->counters.averages_forged++; /* as peer_avgsig.c counts its refusals */
+  GW_ERROR(&p->log, "agg.forged", "peer=%s iter=%llu reason=%s", who, (unsigned long long)p->iteration, why);
+}
+
 bool trust_admit(train_peer *p, const gw_id *from, uint32_t type) {
   const trust_row *r = row_for(type);
   if (!r) return true; /* the dispatcher logs unknown types */
@@ -230,14 +249,7 @@ bool trust_admit(train_peer *p, const gw_id *from, uint32_t type) {
   const char *why = "refused";
   if (in_circle(p, from, r->circle, &why)) return true;
   trust_refuse(p, from, type, why);
-  if (type == GWTF__TRAIN_MSG__TRAIN_AVG) {
-    char who[GW_ID_SHORT_LEN + 1];
-    peer_short(from, who);
-    p->counters.averages_forged++; /* as peer_avgsig.c counts its refusals */
-    /* once per (peer, type) through trust_refuse's table would hide a
-     * second forger's first try: this one is an error every time */
-    GW_ERROR(&p->log, "agg.forged", "peer=%s iter=%llu reason=%s", who, (unsigned long long)p->iteration, why);
-  }
+  if (type == GWTF__TRAIN_MSG__TRAIN_AVG) refused_average(p, from, why);
   return false;
 }
 

@@ -87,6 +87,10 @@ static void run_forged_average(float value) {
   assert_true(h.nodes[d].last_loss < h.nodes[d].loss_of[0]); /* it still learns */
   assert_agree(&h, ITERS);
   for (int k = 0; k < PER_STAGE; k++) assert_true(C(&h, s2[k])->messages_refused >= (k == 0 ? 3u : 2u));
+  /* the stranger's and the stage-1 relay's are forgeries wherever they
+   * land; a stage-mate's outside a round may be a late copy (agg.late_copy) */
+  for (int k = 0; k < PER_STAGE; k++) assert_true(C(&h, s2[k])->averages_forged >= 2);
+  assert_true(C(&h, s2[0])->averages_forged + C(&h, s2[0])->averages_late >= 3);
   h_free(&h);
 }
 
