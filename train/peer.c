@@ -420,6 +420,18 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
   if (p->cfg.role == TRAIN_DATA) leader_check(p);
 }
 
+/* A session came up. Our HELLO goes at once (after our certificate, in a
+ * private run): the peer negotiates its wire dtype towards us from it
+ * (peer_wire.c), and until it has, it sends us F32. Before, a relay that
+ * got ready as a neighbour's session was still coming up waited for our
+ * next periodic HELLO, up to a period, and its first activations to us
+ * went as F32 (swarm_wire_bf16 under ASan: one tensor of 62). */
+void train_peer_on_peer_up(train_peer *p, const gw_id *peer, uint64_t now_ms) {
+  p->now = now_ms;
+  admit_peer_up(p, peer);
+  if (p->state == PEER_READY && p->stage >= 0) peer_hello_to(p, peer);
+}
+
 void train_peer_set_leader(train_peer *p, const gw_id *leader, uint64_t now_ms) {
   p->now = now_ms;
   bool changed = !p->have_leader || !gw_id_eq(&p->leader, leader);

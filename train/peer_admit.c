@@ -118,8 +118,7 @@ void admit_before_send(train_peer *p, const gw_id *to, uint32_t type) {
 
 void train_peer_present(train_peer *p, const gw_id *peer) { admit_before_send(p, peer, 0); }
 
-void train_peer_on_peer_up(train_peer *p, const gw_id *peer, uint64_t now_ms) {
-  p->now = now_ms;
+void admit_peer_up(train_peer *p, const gw_id *peer) {
   if (!p->admit.private_run || !p->admit.my_cert) return;
   present(p, peer, !admit_is_member(p, peer));
 }

@@ -691,6 +691,7 @@ void admit_on_admitted(train_peer *p, const gw_id *from, const Gwtf__TrainCert *
 void admit_on_revoked(train_peer *p, const gw_id *from, const Gwtf__TrainRevoked *r);
 /* Joiners without a certificate redeem their token; holders renew theirs. */
 void admit_tick(train_peer *p);
+void admit_peer_up(train_peer *p, const gw_id *peer); /* a session came up: our certificate first */
 void admit_peer_down(train_peer *p, const gw_id *peer);
 void admit_free(train_peer *p);
 /* Whether we may take part (open run, or we hold a valid certificate). */
