@@ -167,13 +167,31 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
   qsort(ranks, (size_t)p->cfg.n_stages, sizeof(*ranks), cmp_rank);
 }
 
-static void assign(train_peer *p, const peer_candidate *c, int stage, double utilization) {
-  Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
-  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+/* The stage's members for an ASSIGN: those the directory lists, and those
+ * we placed there lately that it does not list yet. Two relays placed into
+ * an emptied stage one after the other used to be told of nobody: each
+ * restored the replica and aggregated alone, and the stage split for three
+ * rounds (swarm_kill_fraction). Now the second knows the first (it fetches
+ * the first's state once that is in place, join_on_weights_req) and
+ * aggregates with it. */
+static size_t assign_members(train_peer *p, int stage, const gw_id *to, ProtobufCBinaryData ids[PEER_MAX_CONTRIB]) {
   peer_stage_view *v = &p->members[stage];
   size_t n = 0;
   for (size_t i = 0; i < v->n && n < PEER_MAX_CONTRIB; i++)
     if (peer_alive(p, &v->v[i].id)) ids[n++] = id_bytes(&v->v[i].id);
+  for (uint32_t k = 0; k < p->n_placed && n < PEER_MAX_CONTRIB; k++) {
+    const gw_id *id = &p->placed[k].id;
+    if (p->placed[k].stage == stage && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
+        !peer_in_view(v, id) && !gw_id_eq(id, to) && peer_alive(p, id))
+      ids[n++] = id_bytes(id);
+  }
+  return n;
+}
+
+static void assign(train_peer *p, const peer_candidate *c, int stage, double utilization) {
+  Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
+  ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
+  size_t n = assign_members(p, stage, &c->id, ids);
   a.stage = stage;
   a.iteration = p->iteration;
   a.step = p->step;

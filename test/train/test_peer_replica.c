@@ -149,6 +149,59 @@ static void test_empty_stage_refilled_from_replica(void **state) {
   h_free(&h);
 }
 
+/* Both relays of stage 1 die in iteration 5 and two fresh relays start
+ * one after the other: the leader places both into the emptied stage, the
+ * second told of the first (placed, not yet in the directory, which lags
+ * three rounds for them). No round of theirs splits. Before, each was told
+ * of nobody, restored the replica and aggregated alone until their
+ * directories caught up (swarm_kill_fraction). */
+/* Everything to `slow` but the leader's ASSIGN takes 1 s: its restore
+ * is still on its way when the leader places the next joiner. */
+typedef struct slow_to {
+  h_harness *h;
+  int slow;
+} slow_to;
+
+static uint64_t slow_restore(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  const slow_to *st = ud;
+  (void)from, (void)len;
+  if (to == st->h->nodes[st->slow].index && st->h->sending != GWTF__TRAIN_MSG__TRAIN_ASSIGN) return 1000;
+  return 1 + gw_rng_below(rng, 3);
+}
+
+static void test_two_joiners_refill_one_stage(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 10, kill_at = 5;
+  int d = build(&h, 23, 2, iters, 2);
+  for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < kill_at; k++) h_run_for(&h, 5);
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].alive && h.nodes[i].stage == 1) h_crash(&h, i);
+  int j1 = h_add(&h, TRAIN_RELAY, -1, M, 0, false), j2 = h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  slow_to st = {&h, j1};
+  sim_set_delay_fn(h.s, slow_restore, &st);
+  h_start(&h, j1);
+  /* the second asks once the first is placed (together, the leader spreads
+   * one batch of joiners over the stages) and before it is ready */
+  for (int k = 0; k < 20000 && h.nodes[j1].stage < 0; k++) h_run_for(&h, 1);
+  assert_false(h.nodes[j1].ready);
+  /* neither's directory record reaches the other for three rounds (in a
+   * swarm the DHT lags the leader's placements) */
+  h.nodes[j1].hidden_from[j2] = h.nodes[j2].hidden_from[j1] = true;
+  h_start(&h, j2);
+  for (int k = 0; k < 200000 && train_peer_iteration(h.nodes[d].tp) < kill_at + 3; k++) h_run_for(&h, 5);
+  h.nodes[j1].hidden_from[j2] = h.nodes[j2].hidden_from[j1] = false;
+  h_refresh(&h);
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(h.nodes[j1].stage, 1);
+  assert_int_equal(h.nodes[j2].stage, 1);
+  assert_true(h.nodes[j1].ready && h.nodes[j2].ready);
+  char why[200] = "";
+  if (!h_hashes_agree(&h, iters, why, sizeof(why))) fail_msg("%s", why);
+  assert_memory_equal(h.nodes[j1].w, h.nodes[j2].w, sizeof(h.nodes[j1].w));
+  h_free(&h);
+}
+
 /* The restored state equals the replica bit for bit: the joiner's weights
  * hash right after the restore is the one stage 1 logged at aggregation 4. */
 static uint8_t restored_hash[32];
@@ -467,6 +520,7 @@ int main(void) {
       cmocka_unit_test(test_push_and_store),
       cmocka_unit_test(test_holder_bound),
       cmocka_unit_test(test_empty_stage_refilled_from_replica),
+      cmocka_unit_test(test_two_joiners_refill_one_stage),
       cmocka_unit_test(test_restored_weights_are_the_replica),
       cmocka_unit_test(test_mismatch_falls_back_to_another_holder),
       cmocka_unit_test(test_forged_holder_outvoted),
