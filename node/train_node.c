@@ -46,6 +46,8 @@
 #define DEFAULT_BW_BPS 125e6  /* 1 Gb/s until a throughput sample exists */
 #define DEFAULT_COMPUTE_S 0.01 /* a peer that has not measured itself yet */
 #define STOP_AFTER_DONE_MS 1000
+#define REPAIR_RESERVE 1      /* train_tunables.repair_reserve */
+#define REPAIR_RESERVE_MIN 8  /* memory-derived capacity: slots before one is kept for repairs */
 /* A private member not reached through its current relay within this long
  * is tried through its next one. */
 #define VIA_FALLBACK_MS 6000
@@ -117,6 +119,7 @@ typedef struct train_rt {
   train_run run;
   int stage;
   uint32_t capacity;
+  uint32_t repair_reserve; /* slots over capacity for repairs (train_tunables.repair_reserve) */
   train_dataset ds;
   bool ds_open;
   train_dataset val; /* validation tokens (n_tokens 0: none) */
@@ -858,7 +861,7 @@ static int open_validation(train_rt *rt) {
 /* Microbatches in flight a stage must hold: a little more than the peer
  * admits, for releases still queued on the worker. */
 static void spec_for_stage(const train_rt *rt, int s, stage_spec *spec) {
-  int cap = s == 0 ? 2 * rt->run.microbatches + 4 : (int)rt->capacity + 4;
+  int cap = s == 0 ? 2 * rt->run.microbatches + 4 : (int)(rt->capacity + rt->repair_reserve) + 4;
   train_run_stage_spec(&rt->run, s, cap, spec);
 }
 
@@ -874,7 +877,18 @@ static uint32_t derive_capacity(train_rt *rt, gpu_backend *be, size_t budget) {
     int c = stage_capacity_for(&spec, be, budget);
     if (c < best) best = c;
   }
-  return best <= 0 ? 1 : best > 64 ? 64 : (uint32_t)best;
+  int most = 64 + REPAIR_RESERVE;
+  return best <= 0 ? 1 : best > most ? (uint32_t)most : (uint32_t)best;
+}
+
+/* What the memory holds, split between the flows' slots and the repair
+ * reserve: a repair's rebuilt microbatch must fit in memory like any other.
+ * A small memory keeps every slot for the flows (a reserve of one would
+ * cost a relay of 4 slots a quarter of its throughput to speed up repairs
+ * that are rare); from REPAIR_RESERVE_MIN slots on, one goes to repairs. */
+static void set_capacity_from_memory(train_rt *rt, uint32_t fits) {
+  rt->repair_reserve = fits >= REPAIR_RESERVE_MIN ? REPAIR_RESERVE : 0;
+  rt->capacity = fits - rt->repair_reserve > 64 ? 64 : fits - rt->repair_reserve;
 }
 
 /* Opens the device once at start to say what this node computes with
@@ -898,15 +912,19 @@ static int probe_compute(train_rt *rt, bool data) {
   gpu_device_info_get(be, &info);
   size_t budget = free_b / 10 * 8; /* leave a fifth for everything else */
   rt->budget_bytes = budget;
+  rt->repair_reserve = REPAIR_RESERVE;
   if (data)
     rt->capacity = (uint32_t)rt->run.microbatches;
+  else if (rt->o->capacity > 0)
+    rt->capacity = (uint32_t)rt->o->capacity;
   else
-    rt->capacity = rt->o->capacity > 0 ? (uint32_t)rt->o->capacity : derive_capacity(rt, be, budget);
+    set_capacity_from_memory(rt, derive_capacity(rt, be, budget));
   char devname[GPU_DEVICE_STR_MAX];
   gpu_device_format(&be->dev, devname, sizeof(devname));
   GW_INFO(&rt->log, "compute.ready",
-          "device=%s name=\"%s\" threads=%d mem_total_mb=%zu mem_free_mb=%zu budget_mb=%zu capacity=%u%s", devname,
-          info.name, be->threads, total_b >> 20, free_b >> 20, budget >> 20, rt->capacity,
+          "device=%s name=\"%s\" threads=%d mem_total_mb=%zu mem_free_mb=%zu budget_mb=%zu capacity=%u "
+          "repair_reserve=%u%s",
+          devname, info.name, be->threads, total_b >> 20, free_b >> 20, budget >> 20, rt->capacity, rt->repair_reserve,
           data || rt->o->capacity > 0 ? "" : " capacity_from=memory");
   gpu_backend_close(be);
   return 0;
@@ -1164,6 +1182,7 @@ static int start_peer(train_rt *rt) {
   cfg.tun.hop_timeout_ms = o->hop_timeout_ms;
   cfg.tun.live_rto_k = o->live_k;
   cfg.tun.live_floor_ms = o->live_floor_ms;
+  cfg.tun.repair_reserve = rt->repair_reserve;
   cfg.tun.aggregate = o->aggregate;
   cfg.tun.no_validation = o->no_validation;
   cfg.tun.deterministic = o->deterministic;

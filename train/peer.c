@@ -21,6 +21,7 @@ void train_tunables_default(train_tunables *t) {
   t->flow_grace_ms = 1000;
   t->max_repairs = 4;
   t->max_reroutes = 4;
+  t->repair_reserve = 1;
   t->chunk_bytes = 4u << 20;
   t->norm_k = 10.0;
   t->no_validation = false;

@@ -290,6 +290,9 @@ typedef struct train_tunables {
   uint64_t flow_grace_ms;        /* later, a data node with no flow waits this long, then routes by fallback (1000) */
   uint32_t max_repairs;          /* per break of a microbatch's path before it is declared lost (4) */
   uint32_t max_reroutes;         /* per hop before DENY goes upstream (4) */
+  uint32_t repair_reserve;       /* relays: microbatches admitted over capacity when they rebuild a
+                                    repair's gap (1): a repair denied "full" re-routes, a round trip
+                                    each, and was most of the grid's slowest repairs */
   size_t chunk_bytes;            /* gradient / weight transfer chunk (4 MiB) */
   double norm_k;                 /* a contribution's norm per microbatch may be at most norm_k x the
                                     round's median (10) */
@@ -504,6 +507,8 @@ typedef struct train_counters {
   uint64_t forward_rerouted, denies_sent, denies_received;
   uint64_t backward_recoveries, lost_microbatches, deferred_microbatches;
   uint64_t repairs_started; /* data: repairs begun (a microbatch may need more than one) */
+  uint64_t repair_denies;   /* relays: a repair's re-sent forward we turned away (any reason) */
+  uint64_t repair_reserve_used; /* relays: repairs we took with every flow slot held */
   uint64_t microbatches_done;
   double compute_seconds, wasted_seconds;
   double microbatch_seconds; /* relays: of FORWARD and BACKWARD jobs only */

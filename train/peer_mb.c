@@ -153,8 +153,10 @@ void mb_deny(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch *m, con
   a.reason = (char *)reason;
   peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_DENY, &a.base, NULL);
   p->counters.denies_sent++;
+  p->counters.repair_denies += m->repair;
   peer_short(to, who);
-  GW_INFO(&p->log, "deny.sent", "mb=%llx to=%s reason=%s", (unsigned long long)m->id, who, reason);
+  GW_INFO(&p->log, "deny.sent", "mb=%llx to=%s reason=%s%s", (unsigned long long)m->id, who, reason,
+          m->repair ? " repair=1" : "");
 }
 
 void mb_fill_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, const peer_mb *mb) {

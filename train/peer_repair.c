@@ -154,10 +154,18 @@ void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *ta
 }
 
 /* L took the repair on (or we re-send our own embedding): the rebuilt
- * segment and the rest of the backward have as long as a trip. */
+ * segment and the rest of the backward have as long as a trip. That holds
+ * for our wait on the last relay's BACKWARD_DONE too: it cannot confirm
+ * our loss gradient before the gap upstream of it is rebuilt. A death of
+ * it still shows at once (its session drops, or a probe goes unanswered);
+ * only the cap on a live, answering relay moves. Before, a rebuild slower
+ * than that cap (3 hop timeouts) made us suspect the live last relay, and
+ * a second repair rebuilt its stage as well (test_slow_rebuild_keeps_the_
+ * last_relay; swarm_backward_crash under load). */
 static void repair_taken(train_peer *p, peer_mb *mb) {
   mb->recovering = false;
   mb->trip_deadline = p->now + data_trip_ms(p);
+  if (mb->bwd_cap < mb->trip_deadline) mb->bwd_cap = mb->trip_deadline;
   if (!mb->repair_taken_ms) mb->first_taken_ms = p->now;
   mb->repair_taken_ms = p->now;
 }

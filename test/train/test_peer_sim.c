@@ -557,6 +557,107 @@ static void test_repair_needs_no_probe(void **state) {
   h_free(&h);
 }
 
+/* Repairs into a full stage. Stage 2 has two relays of one slot each.
+ * One dies before the backward of its microbatch at a moment the other,
+ * the only replacement, holds a microbatch of its own. With a repair
+ * reserve it takes the rebuilt microbatch at once (0.03 s of virtual time
+ * to the repair's end); without one (the same run, reserve 0) it turns it
+ * away ("full"), and the re-sending peer waits for the slot (0.33 s): in
+ * the grid, such waits were the whole of the slow tail of repairs. */
+static int states_held(const h_node *n) {
+  int k = 0;
+  for (int i = 0; i < 64; i++) k += n->states[i].used;
+  return k;
+}
+
+static bool crash_when_mate_full(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  int victim;
+  if (!crash_before_backward(h, n, job, &victim)) return false;
+  for (int i = 0; i < h->n_nodes; i++)
+    if (i != victim && h->nodes[i].alive && h->nodes[i].stage == 2 && states_held(&h->nodes[i]) >= 1) {
+      *crash = victim;
+      return true;
+    }
+  return false;
+}
+
+static void run_full_stage_repair(uint32_t reserve, uint64_t *denied, uint64_t *reserved) {
+  h_harness h;
+  h_init(&h, STAGES, 3, verbose());
+  h.tun.repair_reserve = reserve;
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) {
+      int r = h_add(&h, TRAIN_RELAY, s, s == 2 ? 1 : M / 2, 0, true);
+      h_start(&h, r);
+    }
+  h.hook = crash_when_mate_full;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  *denied = *reserved = 0;
+  for (int i = 0; i < h.n_nodes; i++) {
+    *denied += C(&h, i)->repair_denies;
+    *reserved += C(&h, i)->repair_reserve_used;
+  }
+  if (verbose())
+    fprintf(stderr, "reserve %u: %llu repairs denied, %llu over capacity\n", reserve, (unsigned long long)*denied,
+            (unsigned long long)*reserved);
+  assert_true(C(&h, d)->backward_recoveries >= 1);
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->lost_microbatches + C(&h, d)->deferred_microbatches, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+static void test_full_stage_takes_the_repair(void **state) {
+  (void)state;
+  uint64_t denied, reserved;
+  run_full_stage_repair(1, &denied, &reserved);
+  assert_true(reserved >= 1);
+  assert_int_equal(denied, 0);
+  run_full_stage_repair(0, &denied, &reserved); /* the case is real: without the reserve, "full" */
+  assert_int_equal(reserved, 0);
+  assert_true(denied >= 1);
+}
+
+/* The crash of run_backward_crash, with a slow rebuild: REPAIR_READY takes
+ * 2.5 hop timeouts (a slow replacement, a thin link). The last relay cannot
+ * confirm the data node's loss gradient until the gap upstream of it is
+ * rebuilt, and it answers every probe. The data node waits on it: only
+ * stage 2 is recomputed. Before, its wait for BACKWARD_DONE ended at its
+ * cap (3 hop timeouts after BACKWARD_RECEIVED), it suspected the live last
+ * relay, and a second repair rebuilt stages 2..3 (swarm_backward_crash
+ * under load: "recomputed at stages [2, 3], the gap was stage 3"). */
+static uint64_t slow_repair_ready(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  h_harness *h = ud;
+  (void)from, (void)to, (void)len;
+  if (h->sending == GWTF__TRAIN_MSG__TRAIN_REPAIR_READY) return h->tun.hop_timeout_ms * 5 / 2;
+  return 1 + gw_rng_below(rng, 3);
+}
+
+static void test_slow_rebuild_keeps_the_last_relay(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 3, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
+  sim_set_delay_fn(h.s, slow_repair_ready, &h);
+  h.hook = crash_before_backward;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  uint64_t repaired = C(&h, d)->backward_recoveries, recomputed[STAGES + 1] = {0};
+  for (int i = 0; i < h.n_nodes; i++) recomputed[h.nodes[i].stage] += C(&h, i)->forward_recomputed;
+  assert_true(repaired >= 1);
+  assert_int_equal(C(&h, d)->repairs_started, repaired);
+  assert_int_equal(recomputed[2], repaired);
+  assert_int_equal(recomputed[0] + recomputed[1] + recomputed[3], 0);
+  assert_int_equal(C(&h, d)->lost_microbatches + C(&h, d)->deferred_microbatches, 0);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* Four stages; the stage-2 relay of a microbatch dies as its loss is
  * computed, and the stage-3 relay reports it. The last relay's confirmation
  * to the data node (BACKWARD_DONE) comes late, in the middle of the repair,
@@ -1164,6 +1265,8 @@ int main(void) {
       cmocka_unit_test(test_late_confirmation_keeps_the_repair),
       cmocka_unit_test(test_swarm_mode_restarts_from_data_node),
       cmocka_unit_test(test_repair_needs_no_probe),
+      cmocka_unit_test(test_full_stage_takes_the_repair),
+      cmocka_unit_test(test_slow_rebuild_keeps_the_last_relay),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
       cmocka_unit_test(test_second_break_gets_its_own_repair),
       cmocka_unit_test(test_spare_copy_is_dropped),
