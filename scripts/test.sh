@@ -18,10 +18,33 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$here"
 jobs=$(nproc)
 
+# ctest in build dir $1 with the rest as its arguments. On a failure, the
+# last lines of each failed test's own output come last, where a CI log
+# shown by its tail still has them (ctest's summary names the test only).
+run_ctest() {
+  local dir=$1
+  shift
+  local rc=0
+  (cd "$dir" && ctest --output-on-failure -j "$jobs" "$@") || rc=$?
+  [ "$rc" -eq 0 ] && return 0
+  local failed="$dir/Testing/Temporary/LastTestsFailed.log" log="$dir/Testing/Temporary/LastTest.log"
+  echo "== failed in $dir: the end of each one's output"
+  if [ -f "$failed" ] && [ -f "$log" ]; then
+    while IFS=: read -r _ name; do
+      echo "-- $name"
+      awk -v t="$name" '$0 ~ "Testing: " t "$" {on = 1; n = 0; next}
+        on && /^<end of output>/ {on = 0}
+        on {buf[n++ % 12] = $0}
+        END {for (i = (n > 12 ? n - 12 : 0); i < n; i++) print buf[i % 12]}' "$log"
+    done < "$failed"
+  fi
+  exit "$rc"
+}
+
 echo "== setup and build (build/)"
 scripts/setup.sh --test-deps --werror
 echo "== tests (build/)"
-(cd build && ctest --output-on-failure -j "$jobs")
+run_ctest build
 
 # CUDA kernels are compiled by nvcc and are not instrumented by the
 # sanitizers, so the sanitizer build leaves the CUDA backend out.
@@ -30,16 +53,16 @@ scripts/setup.sh --test-deps --werror --build-dir "$here/build-san" --sanitize -
 echo "== tests (build-san/, ASan+UBSan)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-(cd build-san && ctest --output-on-failure -j "$jobs")
+run_ctest build-san
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 echo "== unit tests under valgrind (build/)"
-(cd build && ctest --output-on-failure -j "$jobs" -L unit -LE novalgrind -T memcheck)
+run_ctest build -L unit -LE novalgrind -T memcheck
 
 echo "== setup and build (build-clang/, clang)"
 scripts/setup.sh --test-deps --werror --cc clang --build-dir "$here/build-clang" --cuda OFF
 echo "== unit tests (build-clang/)"
-(cd build-clang && ctest --output-on-failure -j "$jobs" -L unit)
+run_ctest build-clang -L unit
 
 echo "== Release build and Debian package (build-rel/)"
 deb=$(scripts/package.sh --build-dir "$here/build-rel" --werror | tail -n 1)
