@@ -17,6 +17,7 @@
 #include "flow/flow_guard.h"
 #include "gwtf.pb-c.h"
 #include "node/dht_node.h"
+#include "node/early_certs.h"
 #include "node/relays.h"
 #include "node/run_access.h"
 #include "node/train_access.h"
@@ -33,6 +34,7 @@
 #include "train/route_swarm.h"
 #include "train/stage.h"
 #include "train/wire_codec.h"
+#include "train.pb-c.h"
 #include "util/err.h"
 #include "util/file.h"
 
@@ -126,6 +128,7 @@ typedef struct train_rt {
   uint32_t val_n;    /* validation microbatches */
   uint64_t data_seed;
   train_peer *peer;
+  node_early_certs early_certs; /* members' certificates from before peer existed */
   train_compute compute;
   bool compute_ready;
   node_worker *worker;
@@ -1129,6 +1132,11 @@ static void on_peer_event(void *ud, const train_event *ev) {
   }
 }
 
+static void give_early_cert(void *ud, const gw_id *from, const uint8_t *body, size_t len) {
+  train_rt *rt = ud;
+  train_peer_on_message(rt->peer, from, GWTF__TRAIN_MSG__TRAIN_CERT, body, len, NULL, now_ms(rt));
+}
+
 static int start_peer(train_rt *rt) {
   const train_node_opts *o = rt->o;
   bool data = o->create_run || o->data;
@@ -1237,7 +1245,11 @@ static int start_peer(train_rt *rt) {
   train_peer_start(rt->peer, now_ms(rt));
   if (rt->run.private_run) {
     /* Sessions that came up before the peer existed: what they presented
-     * was dropped (no peer yet). Present ours, asking for theirs. */
+     * was kept (node/early_certs.h); ours goes to them now, asking for
+     * theirs where we have none. */
+    if (rt->early_certs.n)
+      GW_DEBUG(&rt->log, "run.early_certificates", "peers=%zu", rt->early_certs.n);
+    node_early_certs_replay(&rt->early_certs, give_early_cert, rt);
     gw_peer up[MAX_KNOWN];
     size_t n = p2p_host_peers(rt->host, up, MAX_KNOWN);
     if (n > MAX_KNOWN) n = MAX_KNOWN; /* it counts them all, fills at most MAX_KNOWN */
@@ -1431,6 +1443,7 @@ static void comp_stop(node *n, void *state) {
   node_worker_free(rt->worker); /* joins the compute thread before the stage goes */
   rt->worker = NULL;
   train_peer_free(rt->peer);
+  node_early_certs_free(&rt->early_certs);
   rt->peer = NULL;
   train_access_wipe(&rt->acc);
   flow_free(rt->flow);
@@ -1471,7 +1484,12 @@ static void comp_peer_down(void *state, const gw_id *id, p2p_down_reason reason)
 
 static void comp_message(void *state, const gw_id *from, p2p_msg *msg) {
   train_rt *rt = state;
-  if (!rt || !rt->peer) return;
+  if (!rt) return;
+  if (!rt->peer) {
+    if (msg->type == GWTF__TRAIN_MSG__TRAIN_CERT && !msg->data_len && !rt->stopping)
+      node_early_certs_keep(&rt->early_certs, from, msg->body, msg->body_len);
+    return;
+  }
   uint64_t now = now_ms(rt);
   rt->rf.now_ms = now;
   if (msg->type == GWTF__MSG_TYPE__MSG_FLOW) {
