@@ -40,6 +40,7 @@
 
 #define PEER_TICK_MS 100
 #define DISCOVER_MS 1000
+#define SEARCH_MS 200 /* the run record's lookup, until it is found */
 #define RUN_REFRESH_MS 5000
 #define COST_MS 2000
 #define ANNOUNCE_MS 5000
@@ -118,6 +119,7 @@ typedef struct train_rt {
   dht *d;
   p2p_host *host;
   bool have_run, started, stopping, finished;
+  uint64_t search_ms; /* the run record's next lookup, until it is found */
   train_run run;
   int stage;
   uint32_t capacity;
@@ -802,6 +804,15 @@ static void disco_cb(uv_timer_t *t) {
     rt->last_run_refresh = now;
     refresh_run(rt);
   }
+  /* A node that starts asks for the run record again after SEARCH_MS,
+   * doubling up to DISCOVER_MS: its first lookup, at once, finds no
+   * contact yet. At DISCOVER_MS from the start, a relay restarted under
+   * churn searched a whole second. */
+  if (!rt->have_run) {
+    rt->search_ms = rt->search_ms ? rt->search_ms * 2 : SEARCH_MS;
+    if (rt->search_ms > DISCOVER_MS) rt->search_ms = DISCOVER_MS;
+    uv_timer_start(t, disco_cb, rt->search_ms, DISCOVER_MS);
+  }
   if (!rt->peer) return;
   rt->discover_round++;
   for (int s = 0; s <= rt->run.stages; s++) {
@@ -1313,7 +1324,12 @@ static void run_cb(void *ud, int status, const stage_run *runs, size_t n) {
   GW_INFO(&rt->log, "run.found", "run=%s model=%s stages=%d layers=%d d_model=%d leader=%s access=%s", rt->run.name,
           model_arch_name(rt->run.model.arch), rt->run.stages, rt->run.model.n_layers, rt->run.model.d_model,
           leader, rt->run.private_run ? "private" : "open");
-  if (start_peer(rt) != 0) node_stop(rt->n);
+  if (start_peer(rt) != 0) {
+    node_stop(rt->n);
+    return;
+  }
+  /* the stages' members (the leader among them) now, not at the next round */
+  uv_timer_start(&rt->disco_timer, disco_cb, 0, DISCOVER_MS);
 }
 
 static int create_run(train_rt *rt) {

@@ -431,6 +431,7 @@ void train_peer_on_peer_up(train_peer *p, const gw_id *peer, uint64_t now_ms) {
   p->now = now_ms;
   admit_peer_up(p, peer);
   if (p->state == PEER_READY && p->stage >= 0) peer_hello_to(p, peer);
+  join_leader_up(p, peer);
 }
 
 void train_peer_set_leader(train_peer *p, const gw_id *leader, uint64_t now_ms) {

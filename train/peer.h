@@ -519,6 +519,7 @@ typedef struct train_counters {
   /* private runs: messages refused for want of a certificate, certificates
    * issued (holders) and verified; downloads refuted by the stage's hashes */
   uint64_t admissions_refused, certs_issued, certs_verified, downloads_refuted;
+  uint64_t verify_timeouts; /* downloads accepted unconfirmed because a member we asked never answered */
   uint64_t splits_healed; /* a lower vouched aggregator's average overrode the one we applied */
   uint64_t aggregator_repicks; /* a lower member was vouched for mid-round and we switched to it */
   /* activations and gradients sent (FORWARD, BACKWARD): tensors, payload

@@ -757,6 +757,7 @@ void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeig
 void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t);
 void join_job_done(train_peer *p, train_job *job);
 void join_tick(train_peer *p);
+void join_leader_up(train_peer *p, const gw_id *peer); /* JOIN now, if we wait to */
 void join_peer_down(train_peer *p, const gw_id *peer);
 void join_become_ready(train_peer *p);
 void join_serve_pending(train_peer *p);

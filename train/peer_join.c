@@ -809,6 +809,29 @@ static void note_empty_stages(train_peer *p) {
   }
 }
 
+/* An unplaced relay asks the leader for a stage, every JOIN_RETRY_MS. */
+static void join_request(train_peer *p) {
+  if (p->state != PEER_UNASSIGNED || p->stage >= 0 || !p->have_leader) return;
+  if (p->last_join_ms != 0 && p->now - p->last_join_ms < JOIN_RETRY_MS) return;
+  Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
+  j.capacity = p->cfg.capacity;
+  j.want_stage = p->cfg.join_stage;
+  p->last_join_ms = p->now;
+  peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
+  GW_DEBUG(&p->log, "join.requested", "capacity=%u", p->cfg.capacity);
+}
+
+/* The session to the leader came up: a JOIN that found none goes now, not
+ * at its next retry. A restarted relay's first JOIN usually leaves before
+ * that session is up (it dials the leader once the run record names it),
+ * and waited out JOIN_RETRY_MS: in the grid of 2026-11-26, 1.3 s of the
+ * 8 s a rejoining relay took to carry work again. */
+void join_leader_up(train_peer *p, const gw_id *peer) {
+  if (!p->have_leader || !gw_id_eq(peer, &p->leader) || !admit_ready(p)) return;
+  p->last_join_ms = 0;
+  join_request(p);
+}
+
 void join_tick(train_peer *p) {
   if (p->state == PEER_RESTORING && p->dl.wait_round_until && p->now >= p->dl.wait_round_until)
     join_accept_download(p); /* no average came: these weights are stale, fetch again */
@@ -816,15 +839,7 @@ void join_tick(train_peer *p) {
   place_candidates(p);
   join_serve_pending(p); /* requests held back by WEIGHTS_REQ_MIN_INTERVAL_MS */
   if (!admit_ready(p)) return; /* a private run: redeem the invite first (peer_admit.c) */
-  if (p->state == PEER_UNASSIGNED && p->stage < 0 && p->have_leader &&
-      (p->last_join_ms == 0 || p->now - p->last_join_ms >= JOIN_RETRY_MS)) {
-    Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
-    j.capacity = p->cfg.capacity;
-    j.want_stage = p->cfg.join_stage;
-    p->last_join_ms = p->now;
-    peer_send(p, &p->leader, GWTF__TRAIN_MSG__TRAIN_JOIN, &j.base, NULL);
-    GW_DEBUG(&p->log, "join.requested", "capacity=%u", p->cfg.capacity);
-  }
+  join_request(p);
   /* A fixed stage (a data node joining later) fetches from its stage. */
   if (p->state == PEER_UNASSIGNED && p->stage >= 0 && (peer_stage(p, p->stage)->n > 0 || stage0_trained(p)))
     fetch_or_init(p);

@@ -68,7 +68,13 @@ bool verify_begin(train_peer *p, const gw_id *source, uint64_t iteration, const 
   v->deadline = p->now + p->cfg.tun.hop_timeout_ms;
   Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
   m.iteration = iteration;
-  for (uint32_t i = 0; i < n; i++) peer_send(p, &ids[i], GWTF__TRAIN_MSG__TRAIN_HASH_REQ, &m.base, NULL);
+  /* A member we cannot reach (no session: under churn, most often a dead
+   * one the directory still lists) abstains at once rather than at the
+   * deadline: in the grid of 2026-11-26, half the rejoining relays waited
+   * the whole hop timeout (2 s) for such a member before they trained. */
+  for (uint32_t i = 0; i < n; i++)
+    if (peer_send(p, &ids[i], GWTF__TRAIN_MSG__TRAIN_HASH_REQ, &m.base, NULL) != 0 && v->n_abstain < PEER_MAX_CONTRIB)
+      v->abstain[v->n_abstain++] = ids[i];
   GW_DEBUG(&p->log, "weights.verifying", "from=%s iter=%llu asked=%u", src, (unsigned long long)iteration, n);
   return true;
 }
@@ -96,6 +102,7 @@ static void decide(train_peer *p, bool final) {
   }
   if (final || all) {
     v->active = false;
+    p->counters.verify_timeouts += !all;
     GW_INFO(&p->log, "weights.unconfirmed", "from=%s iter=%llu hash=%s agree=%u reason=%s", src,
             (unsigned long long)v->iteration, mine, v->n_agree, final ? "timeout" : "no_hash");
     join_accept_download(p);
@@ -142,7 +149,9 @@ void verify_on_hash(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *
   decide(p, false);
 }
 
+/* Every tick: the deadline, and the members we asked that died meanwhile
+ * (they leave the view, so n_asked no longer waits for them). */
 void verify_tick(train_peer *p) {
-  if (p->verify.active && p->state == PEER_RESTORING && p->now >= p->verify.deadline) decide(p, true);
+  if (p->verify.active && p->state == PEER_RESTORING) decide(p, p->now >= p->verify.deadline);
   if (p->verify.active && p->state != PEER_RESTORING) p->verify.active = false; /* a resync took over */
 }

@@ -351,6 +351,34 @@ static void test_wrong_weights_are_refetched(void **state) {
   h_free(&h);
 }
 
+/* Open run: stage 1 has two members, and the joiner cannot reach one of
+ * them (no session: under churn, a dead member its directory still
+ * lists). That one abstains at once, and the joiner takes the weights on
+ * the word of the other as soon as it answered. Before, it waited for the
+ * unreachable one until the verification's deadline (a hop timeout). */
+static void test_unreachable_member_abstains(void **state) {
+  (void)state;
+  const uint64_t iters = 8;
+  h_harness h;
+  h_init(&h, STAGES, 37, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, iters, true);
+  h_add(&h, TRAIN_RELAY, 1, M, 0, true);
+  int far = h_add(&h, TRAIN_RELAY, 1, M, 0, true);
+  for (int j = 0; j < PER_STAGE; j++) h_add(&h, TRAIN_RELAY, 2, M, 0, true);
+  int joiner = h_add(&h, TRAIN_RELAY, 1, M, 0, false);
+  h.nodes[joiner].sessions_until[far] = UINT64_MAX;
+  start_all(&h, joiner);
+  while (train_peer_iteration(h.nodes[d].tp) < 2) h_run_for(&h, 1);
+  h_start(&h, joiner);
+  assert_true(h_run_until_finished(&h, 240000));
+  assert_true(h.nodes[joiner].ready);
+  assert_int_equal(C(&h, joiner)->verify_timeouts, 0);
+  assert_int_equal(C(&h, joiner)->downloads_refuted, 0);
+  assert_true(C(&h, joiner)->backward_computed > 0);
+  assert_agree(&h, iters);
+  h_free(&h);
+}
+
 /* Open run: the leader takes one JOIN per peer per second. */
 static void test_join_rate_limited(void **state) {
   (void)state;
@@ -434,6 +462,7 @@ int main(void) {
       cmocka_unit_test(test_expired_and_used_up_tokens_are_refused),
       cmocka_unit_test(test_certificates_renew_and_expire),
       cmocka_unit_test(test_wrong_weights_are_refetched),
+      cmocka_unit_test(test_unreachable_member_abstains),
       cmocka_unit_test(test_join_rate_limited),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -958,6 +958,33 @@ static void test_join_mid_run(void **state) {
   h_free(&h);
 }
 
+/* A joiner whose session to the leader comes up 500 ms after it started:
+ * its first JOIN found no session. It sends the JOIN as the session comes
+ * up (the transport's peer_up), and is placed within a few message delays
+ * of it, not at its next retry (JOIN_RETRY_MS, 2 s after the first). */
+static void test_join_when_leader_session_up(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 8, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, 6, true);
+  h_start(&h, d);
+  for (int i = 0; i < 2 * STAGES; i++) h_start(&h, h_add(&h, TRAIN_RELAY, 1 + i % STAGES, M, 0, true));
+  while (train_peer_iteration(h.nodes[d].tp) < 1) h_run_for(&h, 100);
+  int j = h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  uint64_t t0 = sim_now(h.s), up = t0 + 500;
+  h.nodes[j].sessions_until[d] = up;
+  h_start(&h, j);
+  h_run_for(&h, up - sim_now(h.s));
+  assert_int_equal(h.nodes[j].stage, -1); /* its JOIN had no session */
+  train_peer_on_peer_up(h.nodes[j].tp, &h.nodes[d].peer.id, sim_now(h.s));
+  h_run_for(&h, 200);
+  assert_true(h.nodes[j].stage >= 1);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.nodes[j].ready);
+  assert_agree(&h, 6);
+  h_free(&h);
+}
+
 /* A joiner that one member's directory does not list yet (directories lag
  * behind joins): that member learns of it from its HELLO, so every member
  * picks the same aggregator and the stage's weights stay one. Without it,
@@ -1272,6 +1299,7 @@ int main(void) {
       cmocka_unit_test(test_spare_copy_is_dropped),
       cmocka_unit_test(test_leader_crash_hands_over),
       cmocka_unit_test(test_join_mid_run),
+      cmocka_unit_test(test_join_when_leader_session_up),
       cmocka_unit_test(test_joiner_known_by_hello),
       cmocka_unit_test(test_gradient_before_begin_agg_is_kept),
       cmocka_unit_test(test_aggregator_crash),
