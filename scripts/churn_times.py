@@ -7,7 +7,11 @@ its parts find_s, to the first REPAIR taken on, and rebuild_s, from the last
 one to the completion; and to the gradient flowing again, backward.resumed, when the log names its origin),
 forward re-routes after a lost next hop (from the first sign of the loss at
 the re-routing peer: its session dropping, peer.lost, or its probe going
-unanswered, to forward.rerouted), and how peers were declared failed.
+unanswered, to forward.rerouted), how peers were declared failed, and
+how long a relay restarted under churn (a new identity: its data dir is not
+NAME.0) took from its start (node.listening) to finding the run
+(run.found), being placed (stage.assigned), ready (peer.ready) and its
+first forward (compute.done kind=forward).
 
     scripts/churn_times.py DIR [DIR...]      # one line per DIR, and all of them
     scripts/churn_times.py --json DIR...
@@ -41,8 +45,29 @@ def pct(v, q):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+REJOIN_STEPS = (("run.found", "found"), ("stage.assigned", "assigned"), ("peer.ready", "ready"))
+
+
+def rejoin_event(rejoins, node, ev, rest, t):
+    """Notes the steps of restarted relays (rejoins: node id -> step -> ms)."""
+    if ev == "node.listening":
+        data_dir = kv(rest).get("data_dir", "")
+        if data_dir and not data_dir.endswith(".0"):
+            rejoins[node] = {"start": t}
+        return
+    steps = rejoins.get(node)
+    if steps is None:
+        return
+    for name, step in REJOIN_STEPS:
+        if ev == name:
+            steps.setdefault(step, t)
+    if ev == "compute.done" and kv(rest).get("kind") == "forward":
+        steps.setdefault("work", t)
+
+
 def scan(log):
     repairs, reroute_after, known = [], [], {}
+    rejoins = {}
     parts = {"find_s": [], "rebuild_s": []}  # backward.recovered's breakdown (newer logs)
     started, resumed = {}, []  # (origin, mb) -> recovery_started; resumed after it (s)
     iters = {}  # iteration -> the slowest data node's secs
@@ -55,6 +80,7 @@ def scan(log):
                 continue
             who, t, node, ev, rest = m.group(1), ms(m.group(2)), m.group(3), m.group(4), m.group(5)
             a = kv(rest)
+            rejoin_event(rejoins, node, ev, rest, t)
             if ev == "iteration.done" and "secs" in a and a.get("iter", "0") != "0":
                 iters[a["iter"]] = max(iters.get(a["iter"], 0.0), float(a["secs"]))
             elif ev == "backward.recovered" and "secs" in a:
@@ -91,16 +117,22 @@ def scan(log):
                 k = (who, a.get("from_peer", ""))
                 if k in known:
                     reroute_after.append(t - known[k])
-    return repairs, resumed, reroute_after, counts, list(iters.values()), parts
+    # seconds from the start to each step, of the restarts that got ready
+    rejoin = {step: [(s[step] - s["start"]) / 1000.0 for s in rejoins.values() if step in s and "ready" in s]
+              for step in ("found", "assigned", "ready", "work")}
+    return repairs, resumed, reroute_after, counts, list(iters.values()), parts, rejoin
 
 
 def summary(dirs):
     repairs, resumes, reroutes, counts, its = [], [], [], {}, []
     parts = {"find_s": [], "rebuild_s": []}
+    rejoin = {"found": [], "assigned": [], "ready": [], "work": []}
     for d in dirs:
         for log in sorted(glob.glob(os.path.join(d, "**", "swarm.log"), recursive=True)):
-            r, u, f, c, i, b = scan(log)
+            r, u, f, c, i, b, j = scan(log)
             its += i
+            for k in rejoin:
+                rejoin[k] += j[k]
             for k in parts:
                 parts[k] += b[k]
             repairs += r
@@ -124,6 +156,8 @@ def summary(dirs):
         "reroutes_after_loss": len(reroutes),
         "reroute_median_ms": pct(reroutes, 0.5),
         "reroute_p95_ms": pct(reroutes, 0.95),
+        "rejoins": len(rejoin["ready"]),
+        **{f"rejoin_{k}_median_s": pct(v, 0.5) for k, v in rejoin.items()},
         **counts,
     }
 
@@ -154,6 +188,9 @@ def main(argv):
                s["reroutes_after_loss"], fmt(s["reroute_median_ms"], "%.0f"), fmt(s["reroute_p95_ms"], "%.0f"),
                s["presumed_dead"], s["presumed_dead_probe"], s["probes"], s["probes_unanswered"], s["peer_slow"],
                s["fallbacks"], s["deny_full"]))
+        print("%s: rejoins %d, from the restart, median: run found %s s, placed %s s, ready %s s, first forward %s s" %
+              (d, s["rejoins"], fmt(s["rejoin_found_median_s"], "%.2f"), fmt(s["rejoin_assigned_median_s"], "%.2f"),
+               fmt(s["rejoin_ready_median_s"], "%.2f"), fmt(s["rejoin_work_median_s"], "%.2f")))
     return 0
 
 
