@@ -41,10 +41,11 @@ static bool submit_forward(train_peer *p, peer_mb *mb) {
 
 /* Microbatches we hold at most once m is in: a repair rebuilding a gap may
  * take one of the reserve slots. A full replacement used to deny it, and
- * each "full" cost the peer re-sending a round trip to the next candidate:
- * in the grid of 2026-11-26 the 18 % of repairs that met one were all of
- * the slow tail (0.5-3 s to rebuild, against 0.2 s for the others), the
- * stage being full exactly when its members carry the most flows. */
+ * each "full" cost the peer re-sending a round trip to the next candidate
+ * or a wait for a slot: in the grid of 2026-11-26, the 14 of 100 repairs
+ * that met one took 0.24-3 s to the rebuilt forward (median 0.8 s, against
+ * 0.2 s for the others), most of the slow tail; a stage is full exactly
+ * when its members carry the most flows. */
 static uint32_t relay_admits(const train_peer *p, const Gwtf__TrainMicrobatch *m) {
   return p->cfg.capacity + (m->repair ? p->cfg.tun.repair_reserve : 0);
 }
