@@ -43,6 +43,7 @@
 #define SEARCH_MS 200 /* the run record's lookup, until it is found */
 #define RUN_REFRESH_MS 5000
 #define COST_MS 2000
+#define COST_SOON_MS 300 /* a neighbour's session came up: its first RTT sample is in by then */
 #define ANNOUNCE_MS 5000
 #define MAX_STAGES 64
 #define MAX_KNOWN 512
@@ -483,6 +484,15 @@ static void update_costs(train_rt *rt) {
 
 static void cost_cb(uv_timer_t *t) { update_costs(t->data); }
 
+/* The costs again in COST_SOON_MS, unless due sooner. A neighbour whose
+ * session just came up (a relay restarted under churn, as a new peer) had
+ * no cost for the flows and was no fallback hop until the next COST_MS
+ * round, a second on average: its first RTT sample is in by then. */
+static void costs_soon(train_rt *rt) {
+  if (uv_timer_get_due_in(&rt->cost_timer) > COST_SOON_MS)
+    uv_timer_start(&rt->cost_timer, cost_cb, COST_SOON_MS, COST_MS);
+}
+
 static void known_set_stage(train_rt *rt, known_peer *k, int stage);
 
 static void peer_info(void *ud, const gw_id *peer, int stage, uint32_t capacity, double compute_ms) {
@@ -593,6 +603,7 @@ static void known_set_stage(train_rt *rt, known_peer *k, int stage) {
     if (stage == next_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
     if (stage == prev_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_PREV, c);
   }
+  if (k->stage != stage && (stage == next_stage(rt) || stage == prev_stage(rt))) costs_soon(rt);
   k->stage = stage;
 }
 
@@ -1481,9 +1492,10 @@ static void comp_peer_up(void *state, const gw_peer *peer, bool back) {
   if (!rt || rt->stopping) return;
   /* a private run: our certificate first, on every new session */
   if (rt->peer) train_peer_on_peer_up(rt->peer, &peer->id, now_ms(rt));
-  if (!rt->flow || !back) return;
-  known_peer *k = known_find(rt, &peer->id);
+  known_peer *k = rt->flow ? known_find(rt, &peer->id) : NULL;
   if (!k) return;
+  if (k->stage == next_stage(rt) || k->stage == prev_stage(rt)) costs_soon(rt);
+  if (!back) return;
   flow_add_peer(rt->flow, &k->id, k->stage);
   double c = link_cost(rt, &k->id);
   if (k->stage == next_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
