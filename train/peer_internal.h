@@ -348,6 +348,8 @@ typedef struct live_peer {
   gw_id id;
   double compute_ms;       /* its HELLO: forward + backward per microbatch */
   uint64_t full_ms;        /* it last said DENY full (0: never) */
+  double hold_ms;          /* EWMA: how long one of our microbatches held a slot there (our FORWARD to
+                              its gradient back; 0: none yet) */
   bool probing;
   uint64_t probe_sent_ms, probe_deadline, probe_heard; /* probe_heard: train_link.heard then */
   uint64_t answered_ms;    /* it last answered a probe */
@@ -549,6 +551,10 @@ double live_compute_ms(train_peer *p, const gw_id *peer);
 void live_heard(train_peer *p, const gw_id *from); /* any train message from it */
 void live_on_hello(train_peer *p, const gw_id *from, double compute_ms);
 void live_note_full(train_peer *p, const gw_id *from); /* it said DENY full */
+/* One of our microbatches held a slot at `peer` for ms (our FORWARD to its gradient back). */
+void live_note_hold(train_peer *p, const gw_id *peer, double ms);
+/* How long its DENY full keeps it a last resort for the fallback. */
+uint64_t live_full_for_ms(const train_peer *p, const live_peer *e, uint32_t capacity);
 
 /* peer_eval.c: validation microbatches (forward only) */
 #define EVAL_ID_BIT (1ULL << 63) /* an eval microbatch's id: never a training one's */

@@ -168,6 +168,13 @@ void live_on_hello(train_peer *p, const gw_id *from, double compute_ms) {
   if (isfinite(compute_ms) && compute_ms >= 0) e->compute_ms = compute_ms;
 }
 
+void live_note_hold(train_peer *p, const gw_id *peer, double ms) {
+  if (!isfinite(ms) || ms < 0) return;
+  live_peer *e = live_get(p, peer);
+  e->touched_ms = p->now;
+  e->hold_ms = e->hold_ms > 0 ? 0.75 * e->hold_ms + 0.25 * ms : ms;
+}
+
 void live_note_full(train_peer *p, const gw_id *from) {
   live_peer *e = live_get(p, from);
   e->touched_ms = p->now;
@@ -189,6 +196,25 @@ static uint32_t outstanding_at(const train_peer *p, const gw_id *peer) {
   return n;
 }
 
+/* How long a DENY full stays news: until one of its slots is likely free.
+ * Its slots free as backwards finish, one a hold time (FORWARD to gradient
+ * back, as our own microbatches there took) per slot: hold / capacity
+ * apart; at least a compute there, and two ticks. Before, it was a compute
+ * alone (a few ms on the grid's model, so two ticks, 0.2 s), while a slot
+ * was held for about a second: the next microbatch went to the same full
+ * peer, and most of the hetero grid's microbatches met a DENY full, each a
+ * round trip on a slow link (0.5-0.7 s more per trip). */
+uint64_t live_full_for_ms(const train_peer *p, const live_peer *e, uint32_t capacity) {
+  double ms = e ? e->compute_ms : 0;
+  if (e && e->hold_ms > 0) {
+    double turnover = e->hold_ms / (capacity ? (double)capacity : 1.0);
+    if (turnover > ms) ms = turnover;
+  }
+  uint64_t full_for = (uint64_t)ms;
+  if (full_for < 2 * p->cfg.tun.tick_ms) full_for = 2 * p->cfg.tun.tick_ms;
+  return full_for;
+}
+
 int train_peer_next_load(train_peer *p, const gw_id *peer, train_load *out) {
   memset(out, 0, sizeof(*out));
   if (!peer_alive(p, peer)) return -1;
@@ -204,10 +230,6 @@ int train_peer_next_load(train_peer *p, const gw_id *peer, train_load *out) {
   peer_stage_view *v = next >= 0 ? peer_stage(p, next) : NULL;
   for (size_t i = 0; v && i < v->n; i++)
     if (gw_id_eq(&v->v[i].id, peer)) out->capacity = v->v[i].capacity;
-  /* a DENY full is news for about a microbatch's compute there (its slots
-   * free as backwards finish); a tick at least */
-  uint64_t full_for = (uint64_t)out->compute_ms;
-  if (full_for < 2 * p->cfg.tun.tick_ms) full_for = 2 * p->cfg.tun.tick_ms;
-  out->full = e && e->full_ms && p->now - e->full_ms < full_for;
+  out->full = e && e->full_ms && p->now - e->full_ms < live_full_for_ms(p, e, out->capacity);
   return 0;
 }

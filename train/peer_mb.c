@@ -405,6 +405,11 @@ void mb_on_backward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   id_from_bytes(&origin, m->origin);
   peer_mb *mb = mb_find(p, &origin, m->id);
   if (!mb || mb->attempt != m->attempt) return;
+  /* the next hop gives its slot back as it sends us the gradient (a data
+   * node's next hop is its path's first relay: mb->next became the last) */
+  const gw_id *hop = p->cfg.role == TRAIN_DATA ? &mb->path[1] : &mb->next;
+  if (mb->sent_ms && mb->bwd == BWD_NONE && (p->cfg.role != TRAIN_DATA || mb->path_len > 1) && gw_id_eq(from, hop))
+    live_note_hold(p, from, (double)(p->now - mb->sent_ms));
   if (p->cfg.role == TRAIN_DATA) data_on_backward(p, from, mb, t);
   else relay_on_backward(p, from, mb, t);
 }

@@ -8,8 +8,10 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "peer_harness.h"
+#include "train.pb-c.h"
 #include "train/route_flow.h"
 #include "util/err.h"
 
@@ -170,6 +172,75 @@ static void test_next_load_sees_gone_peers(void **state) {
   h_free(&h);
 }
 
+/* ---- how long a DENY full counts ---- */
+
+/* The data node's view of stage 1 (two relays of one slot each, every
+ * relay 100 ms a job, so a stage-1 slot is held about 0.6 s per
+ * microbatch): after a DENY full from one, next_load calls it full until a
+ * slot is likely free again, the hold time per slot, and no longer. Before,
+ * it was full for two ticks (0.2 s), and the data node's next microbatch
+ * went to the same full peer. */
+typedef struct full_watch {
+  int data;
+  uint64_t denied_at[8]; /* by node index: its last DENY full to the data node (0: none) */
+} full_watch;
+
+static void note_full_deny(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                           const train_tensor *t) {
+  full_watch *w = h->hook_ud;
+  (void)t;
+  if (type != GWTF__TRAIN_MSG__TRAIN_DENY || to != w->data || from >= 8) return;
+  Gwtf__TrainAck *a = gwtf__train_ack__unpack(NULL, len, body);
+  if (a && a->reason && strcmp(a->reason, "full") == 0) w->denied_at[from] = sim_now(h->s) + 3; /* arrives within 3 ms */
+  gwtf__train_ack__free_unpacked(a, NULL);
+}
+
+static void test_full_lasts_a_slot_turnover(void **state) {
+  (void)state;
+  h_harness h;
+  full_watch w = {0};
+  h_init(&h, STAGES, 41, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < (s == 1 ? 2 : 1); k++) {
+      int r = h_add(&h, TRAIN_RELAY, s, s == 1 ? 1 : M, 0, true);
+      h.nodes[r].job_ms = 100;
+      h_start(&h, r);
+    }
+  w.data = d;
+  h.hook_ud = &w;
+  h.send_hook = note_full_deny;
+  int still_full = 0;
+  while (!train_peer_finished(h.nodes[d].tp) && sim_now(h.s) < 120000) {
+    h_run_for(&h, 1);
+    if (train_peer_iteration(h.nodes[d].tp) < 1) continue; /* a hold measured first */
+    for (int i = 0; i < h.n_nodes && i < 8; i++) {
+      if (!w.denied_at[i] || sim_now(h.s) < w.denied_at[i]) continue;
+      uint64_t since = sim_now(h.s) - w.denied_at[i];
+      train_load l;
+      if (since != 400) continue;
+      assert_int_equal(train_peer_next_load(h.nodes[d].tp, &h.nodes[i].peer.id, &l), 0);
+      assert_true(l.full); /* a slot there is held ~0.6 s: not free yet */
+      still_full++;
+    }
+  }
+  assert_true(train_peer_finished(h.nodes[d].tp));
+  assert_true(still_full >= 1);
+  /* well past a turnover, with nothing sent since: not full any more */
+  h_run_for(&h, 2000);
+  int denied = 0;
+  for (int i = 0; i < h.n_nodes && i < 8; i++) {
+    train_load l;
+    if (!w.denied_at[i]) continue;
+    denied++;
+    assert_int_equal(train_peer_next_load(h.nodes[d].tp, &h.nodes[i].peer.id, &l), 0);
+    assert_false(l.full);
+  }
+  assert_true(denied >= 1);
+  h_free(&h);
+}
+
 /* ---- the fallback: cost plus load ---- */
 
 static gw_id ids[3];
@@ -276,6 +347,7 @@ int main(void) {
       cmocka_unit_test(test_without_rtts_the_hop_timeout_decides),
       cmocka_unit_test(test_slow_next_hop_answers_probes),
       cmocka_unit_test(test_next_load_sees_gone_peers),
+      cmocka_unit_test(test_full_lasts_a_slot_turnover),
       cmocka_unit_test(test_fallback_weighs_cost_and_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
