@@ -422,6 +422,7 @@ struct train_peer {
   uint32_t iter_sent, iter_done, iter_deferred;
   double iter_loss_sum;
   uint64_t waiting_flows_since;
+  bool flowless; /* data: the last iteration started on the fallback, no flow of ours having come */
   struct { uint64_t iteration; uint32_t index; } *backlog; /* deferred microbatches, oldest first */
   size_t n_backlog, cap_backlog;
   bool finished;
