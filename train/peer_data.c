@@ -193,18 +193,16 @@ uint32_t data_share(train_peer *p) {
 
 /* How long an iteration waits for a flow of ours before it starts on the
  * fallback (the cheapest live next-stage peer after load; a full peer
- * DENYs). The first iteration waits up to settle_ms, but only while the
- * flow state is still changing: settled without a flow of ours (the other
- * data nodes' flows hold the capacity), more waiting gives none. Later
- * iterations wait flow_grace_ms, for flows that churn tore down and the
- * flow protocol is rebuilding; but not again right after an iteration that
- * waited in vain (`flowless`): in the grid of 2026-11-26, 12 of the 15 such
- * waits of hetero-churn10 ended without a flow, and in two of the three
- * fault-free hetero runs one data node had no flow all run and waited 1 s
- * every iteration (its first: the whole 15 s). */
+ * DENYs). The first iteration waits up to settle_ms (at start an empty
+ * flow state looks settled too: no peer known, nothing asked). Later ones
+ * wait flow_grace_ms, for flows that churn tore down and the flow protocol
+ * is rebuilding; but not again right after an iteration that waited in
+ * vain (`flowless`): in the grid of 2026-11-26, 12 of the 15 such waits of
+ * hetero-churn10 ended without a flow, and in two of the three fault-free
+ * hetero runs one data node had no flow all run and waited 1 s every
+ * iteration. */
 static uint64_t no_flow_grace(const train_peer *p) {
-  bool settled = p->router.settled && p->router.settled(p->router.ctx, p->now);
-  if (p->iteration == 0) return settled ? 0 : p->cfg.tun.settle_ms;
+  if (p->iteration == 0) return p->cfg.tun.settle_ms;
   return p->flowless ? 0 : p->cfg.tun.flow_grace_ms;
 }
 
@@ -226,7 +224,7 @@ bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots) {
   if (*slots == 0 && served && waited >= no_flow_grace(p)) {
     GW_INFO(&p->log, "flows.none", "iter=%llu waited_ms=%llu routing=fallback", (unsigned long long)p->iteration,
             (unsigned long long)waited);
-    p->flowless = true;
+    p->flowless = p->iteration > 0;
     *slots = want;
   }
   if (*slots == 0 && waited < p->cfg.tun.settle_ms) {
