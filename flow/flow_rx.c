@@ -231,6 +231,7 @@ static void on_deny(flow *f, int p, const Gwtf__FlowDeny *d) {
   if (d->full) flow_emit(f, FLOW_EV_DENY, &f->units[u], p);
   flow_drop_out(f, u);
   f->units[u].pushed_back = true;
+  flow_rebuild(f); /* a flow pushed back to us is rebuilt from here */
 }
 
 static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
@@ -239,6 +240,7 @@ static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
     return;
   }
   double cost = c->broken ? INFINITY : c->cost;
+  if (c->broken) flow_rebuild(f); /* a path through us broke below */
   int u = flow_find_out(f, p, c->seg);
   if (u < 0) {
     /* It may have overtaken the message that gives us the segment. */
@@ -622,6 +624,7 @@ static void on_audit(flow *f, int p, const Gwtf__FlowAudit *a) {
     bad_message(f, p, "audit_too_long");
     return;
   }
+  flow_live_audit_in(f, p, a->ping, a->echo, a->echo_held_ms);
   /* Segments younger than a tick may still have their news in flight. */
   uint64_t grace = f->tun.tick_ms;
   for (int u = 0; u < f->n_units; u++) {
@@ -699,6 +702,7 @@ void flow_handle(flow *f, int p, const Gwtf__FlowMessage *m) {
   case GWTF__FLOW_MESSAGE__MSG_AUDIT: on_audit(f, p, m->audit); break;
   case GWTF__FLOW_MESSAGE__MSG_PROBE: on_probe(f, p, m->probe); break;
   case GWTF__FLOW_MESSAGE__MSG_SWITCH_ACK: flow_switch_acked(f, p, m->switch_ack->seg); break;
+  case GWTF__FLOW_MESSAGE__MSG_PING: flow_live_on_ping(f, p, m->ping->nonce, m->ping->reply); break;
   case GWTF__FLOW_MESSAGE__MSG_PLACE_QUERY:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_JOIN:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_ASSIGN: break; /* flow/place.h handles these */
