@@ -223,7 +223,7 @@ int flow_new(const flow_config *cfg, flow **out) {
   return 0;
 }
 
-static void peer_clear_views(fpeer *p) {
+void flow_peer_clear_views(fpeer *p) {
   free(p->offers);
   free(p->units);
   free(p->next_costs);
@@ -236,7 +236,7 @@ static void peer_clear_views(fpeer *p) {
 
 void flow_free(flow *f) {
   if (!f) return;
-  for (int i = 0; i < f->n_peers; i++) peer_clear_views(&f->peers[i]);
+  for (int i = 0; i < f->n_peers; i++) flow_peer_clear_views(&f->peers[i]);
   for (int i = 0; i < f->n_units; i++) free(f->units[i].path);
   free(f->peers);
   free(f->units);
@@ -319,7 +319,7 @@ int flow_add_peer(flow *f, const gw_id *id, int stage) {
     if (f->peers[p].stage != stage) {
       /* A peer that moved stage is a new neighbour: forget what it was. */
       flow_peer_teardown(f, p);
-      peer_clear_views(&f->peers[p]);
+      flow_peer_clear_views(&f->peers[p]);
       f->peers[p].stage = stage;
       f->peers[p].cost_next = f->peers[p].cost_prev = -1;
     }
@@ -391,7 +391,7 @@ void flow_peer_down(flow *f, int p, bool forget) {
       (f->pend.peer == p || f->pend.my_next == p || f->pend.your_next == p || f->pend.prev == p || f->pend.next == p))
     flow_clear_pending(f);
   flow_peer_teardown(f, p);
-  peer_clear_views(&f->peers[p]);
+  flow_peer_clear_views(&f->peers[p]);
   f->peers[p].alive = false;
   flow_rebuild(f);
   flow_emit(f, FLOW_EV_PEER_DEAD, NULL, p);

@@ -269,6 +269,8 @@ void flow_unit_forget(flow *f, int u);
 /* Presumes a peer dead (or forgets it): pending work with it is dropped and
  * its segments are torn down locally. */
 void flow_peer_down(flow *f, int p, bool forget);
+/* Forgets what a peer offered and said of its units. */
+void flow_peer_clear_views(fpeer *p);
 /* Flows were lost (a neighbour died, a flow was pushed back, a path broke
  * below): offers are flushed early for rebuild_ticks. */
 void flow_rebuild(flow *f);
@@ -304,6 +306,7 @@ uint32_t flow_spare(const flow *f);
 bool flow_cost_ok(double c);
 
 int flow_send_ping(flow *f, int peer, uint64_t nonce, bool reply);
+int flow_send_gone(flow *f, int peer, const gw_id *gone);
 
 /* ---- liveness (flow_live.c) ---- */
 /* The peer's retransmission timeout: srtt + 4 rttvar, at least
@@ -322,6 +325,10 @@ void flow_live_on_ping(flow *f, int p, uint64_t nonce, bool reply);
 void flow_live_check(flow *f);
 /* The earliest time flow_live_check has something to do (UINT64_MAX: none). */
 uint64_t flow_live_next_wake(const flow *f);
+/* Tells our other neighbours that we presumed p dead (FlowGone). */
+void flow_live_tell_gone(flow *f, int p);
+/* A neighbour says it presumed `gone` dead. */
+void flow_live_on_gone(flow *f, int from, int gone);
 /* Asks the driver for the next wake: the next tick, or sooner. */
 void flow_arm(flow *f);
 /* A digest of what our offers say (the same to every previous-stage peer). */

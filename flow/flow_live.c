@@ -161,6 +161,31 @@ static void presume_dead(flow *f, int p) {
   pe->suspect_since = 0;
   pe->probes_sent = 0;
   flow_peer_down(f, p, false);
+  flow_live_tell_gone(f, p);
+}
+
+/* Our other neighbours may hold its offers (and would request a dead peer,
+ * then wait request_retry_ticks) or its state (and propose moves through
+ * it): they are told at once, rather than each finding out alone. */
+void flow_live_tell_gone(flow *f, int p) {
+  for (int q = 0; q < f->n_peers; q++)
+    if (q != p && f->peers[q].in_use && f->peers[q].alive) flow_send_gone(f, q, &f->peers[p].id);
+}
+
+void flow_live_on_gone(flow *f, int from, int q) {
+  fpeer *pe = &f->peers[q];
+  if (!pe->in_use || !pe->alive) return;
+  char who[GW_ID_SHORT_LEN + 1], by[GW_ID_SHORT_LEN + 1];
+  GW_DEBUG(f->cfg.log, "flow.peer_gone_heard", "peer=%s from=%s", flow_short(&pe->id, who),
+           flow_short(&f->peers[from].id, by));
+  /* Not a verdict of ours: what it offered and said is forgotten (it says
+   * it again within a period if alive), and we look for ourselves. */
+  flow_peer_clear_views(pe);
+  f->state_dirty = true;
+  if (f->pend.kind != REQ_NONE && (f->pend.peer == q || f->pend.my_next == q || f->pend.your_next == q ||
+                                   f->pend.prev == q || f->pend.next == q))
+    flow_clear_pending(f);
+  if (flow_shares_segments(f, q) && !pe->suspect_since) suspect(f, q);
 }
 
 void flow_live_check(flow *f) {

@@ -684,6 +684,18 @@ static void on_probe(flow *f, int p, const Gwtf__FlowProbe *pr) {
   src->probed_cost = pr->cost;
 }
 
+/* ---- liveness ---- */
+
+static void on_gone(flow *f, int p, const Gwtf__FlowGone *g) {
+  gw_id id;
+  if (!flow_id_from_bytes(&g->peer, &id)) {
+    bad_message(f, p, "gone");
+    return;
+  }
+  int q = flow_peer_find(f, &id); /* a peer we do not know (or ourselves): nothing to forget */
+  if (q >= 0 && q != p) flow_live_on_gone(f, p, q);
+}
+
 void flow_handle(flow *f, int p, const Gwtf__FlowMessage *m) {
   switch (m->msg_case) {
   case GWTF__FLOW_MESSAGE__MSG_OFFER: on_offer(f, p, m->offer); break;
@@ -703,6 +715,7 @@ void flow_handle(flow *f, int p, const Gwtf__FlowMessage *m) {
   case GWTF__FLOW_MESSAGE__MSG_PROBE: on_probe(f, p, m->probe); break;
   case GWTF__FLOW_MESSAGE__MSG_SWITCH_ACK: flow_switch_acked(f, p, m->switch_ack->seg); break;
   case GWTF__FLOW_MESSAGE__MSG_PING: flow_live_on_ping(f, p, m->ping->nonce, m->ping->reply); break;
+  case GWTF__FLOW_MESSAGE__MSG_GONE: on_gone(f, p, m->gone); break;
   case GWTF__FLOW_MESSAGE__MSG_PLACE_QUERY:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_JOIN:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_ASSIGN: break; /* flow/place.h handles these */

@@ -260,6 +260,15 @@ int flow_send_ping(flow *f, int peer, uint64_t nonce, bool reply) {
   return flow_send(f, peer, &m);
 }
 
+int flow_send_gone(flow *f, int peer, const gw_id *gone) {
+  Gwtf__FlowGone g = GWTF__FLOW_GONE__INIT;
+  g.peer = flow_id_bytes(gone);
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_GONE;
+  m.gone = &g;
+  return flow_send(f, peer, &m);
+}
+
 int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64_t origin_seg, const gw_id *path,
                     int path_len, double cost) {
   ProtobufCBinaryData hops[FLOW_MAX_PATH];

@@ -36,9 +36,12 @@ struct flow_simulation {
   int round;
   flow_sim_hook hook;
   void *hook_ud;
-  /* flow.peer_dead naming a crashed node (detections) or a live one */
+  /* flow.peer_dead naming a crashed node by a node that shared segments
+   * with it when it crashed (detections), or naming a live one */
   int detections, false_alarms;
   uint64_t detect_sum_ms, detect_max_ms;
+  int *watch; /* pairs (detector, crashed) still to detect, flattened */
+  int n_watch, cap_watch;
 };
 
 void flow_sim_opts_default(flow_sim_opts *o) {
@@ -99,10 +102,17 @@ static void member_event(void *ud, const flow_event *ev) {
   if (ev->kind == FLOW_EV_PEER_DEAD) {
     int who = node_of(s, &ev->peer);
     if (who >= 0 && s->m[who].crashed) {
-      uint64_t after = sim_now(s->engine) - s->m[who].crashed_at;
-      s->detections++;
-      s->detect_sum_ms += after;
-      if (after > s->detect_max_ms) s->detect_max_ms = after;
+      for (int k = 0; k < s->n_watch; k++) {
+        if (s->watch[2 * k] != m->node || s->watch[2 * k + 1] != who) continue;
+        uint64_t after = sim_now(s->engine) - s->m[who].crashed_at;
+        s->detections++;
+        s->detect_sum_ms += after;
+        if (after > s->detect_max_ms) s->detect_max_ms = after;
+        s->watch[2 * k] = s->watch[2 * (s->n_watch - 1)];
+        s->watch[2 * k + 1] = s->watch[2 * (s->n_watch - 1) + 1];
+        s->n_watch--;
+        break;
+      }
     } else if (who >= 0) {
       s->false_alarms++;
     }
@@ -263,6 +273,7 @@ void flow_sim_free(flow_simulation *s) {
   for (int i = 0; s->m && i < s->in->n_nodes; i++) flow_free(s->m[i].f);
   free(s->m);
   free(s->by_id);
+  free(s->watch);
   flow_adjacency_free(&s->adj);
   sim_free(s->engine);
   free(s);
@@ -275,9 +286,39 @@ void flow_sim_set_hook(flow_simulation *s, flow_sim_hook hook, void *ud) {
   s->hook_ud = ud;
 }
 
+/* The live nodes that share segments with `node` are the ones whose
+ * detection of its crash counts (others find out only if they come to need
+ * it, which may be much later or never). */
+static void watch_crash(flow_simulation *s, int node) {
+  const gw_id *dead = flow_sim_id(s, node);
+  for (int i = 0; i < s->in->n_nodes; i++) {
+    if (i == node || !s->m[i].active) continue;
+    size_t n = flow_units(s->m[i].f, NULL, 0);
+    flow_unit_view *v = malloc((n + 1) * sizeof(*v));
+    if (!v) return;
+    flow_units(s->m[i].f, v, n);
+    bool shares = false;
+    for (size_t k = 0; k < n && !shares; k++)
+      shares = (v[k].has_in && gw_id_eq(&v[k].prev, dead)) || (v[k].has_out && gw_id_eq(&v[k].next, dead));
+    free(v);
+    if (!shares) continue;
+    if (s->n_watch == s->cap_watch) {
+      int cap = s->cap_watch ? 2 * s->cap_watch : 64;
+      int *w = realloc(s->watch, (size_t)cap * 2 * sizeof(int));
+      if (!w) return;
+      s->watch = w;
+      s->cap_watch = cap;
+    }
+    s->watch[2 * s->n_watch] = i;
+    s->watch[2 * s->n_watch + 1] = node;
+    s->n_watch++;
+  }
+}
+
 void flow_sim_crash(flow_simulation *s, int node) {
   sim_member *m = &s->m[node];
   if (m->crashed) return;
+  watch_crash(s, node);
   m->crashed = true;
   m->crashed_at = sim_now(s->engine);
   m->active = false;
@@ -586,6 +627,7 @@ int flow_sim_run(const flow_instance *in, const flow_sim_opts *o, int rounds, fl
         if (near_optimum(out, &out->trace[r])) out->recovered_optimal_round = r + 1;
     }
     out->detections = s->detections;
+    out->undetected = s->n_watch;
     out->detect_mean_ms = s->detections ? (double)s->detect_sum_ms / s->detections : 0;
     out->detect_max_ms = s->detect_max_ms;
     out->false_alarms = s->false_alarms;

@@ -125,10 +125,12 @@ typedef struct flow_run_result {
    * FLOW_RECOVERY_TOLERANCE of that optimum: count, and cost where known
    * (-1: never). */
   int recovered_optimal_round;
-  /* Failure detection: peers presumed dead (flow.peer_dead, also through
-   * the transport's notice) that had crashed, and how long after their
-   * crash (mean and max, ms), and ones that were alive (false alarms). */
-  int detections;
+  /* Failure detection: how many nodes that shared segments with a crashed
+   * node presumed it dead (flow.peer_dead, also through the transport's
+   * notice), how long after the crash (mean and max, ms), how many never
+   * did by the last round, and how many times a live peer was presumed
+   * dead (false alarms). */
+  int detections, undetected;
   double detect_mean_ms;
   uint64_t detect_max_ms;
   int false_alarms;

@@ -422,6 +422,7 @@ int cmd_sim_flow(int argc, char **argv) {
       }
       if (r.last_crash_round >= 0 || r.false_alarms) {
         json_object_set_new(o, "detections", json_integer(r.detections));
+        json_object_set_new(o, "undetected", json_integer(r.undetected));
         json_object_set_new(o, "detect_mean_ms", json_real(r.detect_mean_ms));
         json_object_set_new(o, "detect_max_ms", json_integer((json_int_t)r.detect_max_ms));
         json_object_set_new(o, "false_alarms", json_integer(r.false_alarms));
