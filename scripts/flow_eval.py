@@ -97,7 +97,7 @@ def crash_table(a):
                     if post.get("recovered_optimal_round") is not None:
                         opt_rec.append(post["recovered_optimal_round"] - a.crash_round)
                     if post.get("detections"):
-                        tick = 2000.0
+                        tick = 2000.0  # the default tick_ms: a round
                         det.append(post["detect_mean_ms"] / tick)
                         det_max = max(det_max, post["detect_max_ms"] / tick)
                     false += post.get("false_alarms", 0)
