@@ -179,7 +179,7 @@ static bool tunables_ok(const flow_tunables *t) {
          t->p_propose_satisfied >= 0 && t->p_propose_satisfied <= 1 && t->offer_period_ticks > 0 &&
          t->state_period_ticks > 0 && t->cost_period_ticks > 0 && t->audit_period_ticks > 0 &&
          t->peer_timeout_ticks > t->audit_period_ticks && t->probe_tries >= 0 && t->probe_tries <= 16 &&
-         t->probe_timeout_min_ms > 0 && t->rto_initial_ms > 0 && t->offer_flush_ms < t->tick_ms && t->rebuild_ticks >= 0 &&
+         t->probe_timeout_min_ms > 0 && t->rto_initial_ms > 0 && t->rebuild_ticks >= 0 &&
          t->probe_period_ticks > 0 && t->live_ticks > 0 &&
          t->tombstone_ticks > 0 && t->stable_ticks >= 0 && t->dangling_weight >= 0 && t->dangling_weight <= 1 &&
          t->max_norm >= 1 && t->max_norm <= 16 && t->min_gain >= 0 && t->min_gain < 1 &&

@@ -822,6 +822,23 @@ static void test_cost_eq1_and_tunables(void **state) {
   flow_tunables_describe(&t, buf, sizeof(buf));
   assert_non_null(strstr(buf, "temp_relay=0.5\n"));
   assert_non_null(strstr(buf, "objective=sum\n"));
+  assert_non_null(strstr(buf, "probe_tries=4\n"));
+  /* The swarms' fast tick (--flow-tick 100) with every other default: a
+   * flush no shorter than the tick is just no flush, not an error. */
+  flow_config cfg;
+  flow_config_default(&cfg);
+  cap_io cap;
+  cfg.io = cap_gw_io(&cap, 1);
+  cfg.self = test_id("fast");
+  cfg.stage = 1;
+  cfg.n_stages = 2;
+  cfg.capacity = 1;
+  cfg.tun.tick_ms = 100;
+  flow *f = NULL;
+  assert_int_equal(flow_new(&cfg, &f), 0);
+  flow_free(f);
+  cfg.tun.probe_timeout_min_ms = 0;
+  assert_int_equal(flow_new(&cfg, &f), GW_EINVAL);
 }
 
 /* ---- hostile input, at volume ---- */
