@@ -651,6 +651,50 @@ static void test_probe_suspect(void **state) {
   fx_free(&x);
 }
 
+/* FlowGone: a neighbour names a peer it presumed dead. R forgets what that
+ * peer offered and gives up its request to it (no re-send at the next
+ * tick), pings a named peer it shares segments with instead of believing
+ * the word, and shrugs off a malformed one. */
+static void send_gone(fx *x, const gw_id *from, const uint8_t *peer, size_t len, uint64_t now) {
+  Gwtf__FlowGone g = GWTF__FLOW_GONE__INIT;
+  g.peer.data = (uint8_t *)peer;
+  g.peer.len = len;
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_GONE;
+  m.gone = &g;
+  assert_int_equal(deliver(x->f, from, &m, now), 0);
+}
+
+static void test_gone_heard(void **state) {
+  (void)state;
+  fx x;
+  fx_relay(&x, 2, 1.7);
+  make_standby(&x, &x.n, 4);
+  make_paired(&x, 10001, 9);
+  /* N2 offers; R, stable with room, asks for it at once. */
+  cap_clear(&x.cap);
+  send_offer(&x, &x.n2, &x.d, 1, 3, 1);
+  assert_int_equal(cap_count(&x.cap, &x.n2, GWTF__FLOW_MESSAGE__MSG_REQUEST), 1);
+  /* D says N2 is gone: the request is given up and the offer forgotten. */
+  send_gone(&x, &x.d, x.n2.b, GW_ID_BYTES, T0 + 10);
+  cap_clear(&x.cap);
+  flow_on_tick(x.f, T0 + TICK);
+  assert_int_equal(cap_count(&x.cap, &x.n2, GWTF__FLOW_MESSAGE__MSG_REQUEST), 0);
+  /* D says N is gone: R shares a segment with N, so it asks N itself. */
+  cap_clear(&x.cap);
+  send_gone(&x, &x.d, x.n.b, GW_ID_BYTES, T0 + TICK + 10);
+  assert_int_equal(cap_count(&x.cap, &x.n, GWTF__FLOW_MESSAGE__MSG_PING), 1);
+  assert_int_equal(cap_events(&x.cap, FLOW_EV_PEER_DEAD), 0);
+  flow_counts c;
+  flow_get_counts(x.f, &c);
+  assert_int_equal(c.outflow, 1);
+  /* A malformed name changes nothing. */
+  send_gone(&x, &x.d, x.n.b, 3, T0 + TICK + 20);
+  char err[200];
+  assert_int_equal(flow_check_local(x.f, err, sizeof(err)), 0);
+  fx_free(&x);
+}
+
 static void test_hostile_input(void **state) {
   (void)state;
   fx x;
@@ -982,6 +1026,7 @@ int main(void) {
       cmocka_unit_test(test_annealing_rule),
       cmocka_unit_test(test_peer_silence_and_failure),
       cmocka_unit_test(test_probe_suspect),
+      cmocka_unit_test(test_gone_heard),
       cmocka_unit_test(test_hostile_input),
       cmocka_unit_test(test_data_node_flows_and_probe),
       cmocka_unit_test(test_cost_eq1_and_tunables),
