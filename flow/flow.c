@@ -393,6 +393,8 @@ void flow_peer_down(flow *f, int p, bool forget) {
   flow_peer_teardown(f, p);
   flow_peer_clear_views(&f->peers[p]);
   f->peers[p].alive = false;
+  f->peers[p].suspect_since = 0; /* a revived peer starts with a clean slate */
+  f->peers[p].probes_sent = 0;
   flow_rebuild(f);
   flow_emit(f, FLOW_EV_PEER_DEAD, NULL, p);
   if (forget) f->peers[p].in_use = false;

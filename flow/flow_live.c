@@ -113,13 +113,10 @@ void flow_live_on_ping(flow *f, int p, uint64_t nonce, bool reply) {
 static uint64_t suspect_at(const flow *f, int p) {
   const fpeer *pe = &f->peers[p];
   if (!pe->in_use || !pe->alive || pe->suspect_since || f->tun.probe_tries == 0) return 0;
-  uint64_t at = 0;
-  uint64_t since = flow_newest_segment(f, p), period = (uint64_t)f->tun.audit_period_ticks * f->tun.tick_ms;
-  if (since) {
-    uint64_t base = pe->last_audit > since - 1 ? pe->last_audit : since - 1;
-    at = base + period + flow_live_rto(f, p);
-  }
-  return at;
+  uint64_t since = flow_newest_segment(f, p);
+  if (!since) return 0;
+  uint64_t base = pe->last_audit > since - 1 ? pe->last_audit : since - 1;
+  return base + (uint64_t)f->tun.audit_period_ticks * f->tun.tick_ms + flow_live_rto(f, p);
 }
 
 static void send_probe(flow *f, int p) {
