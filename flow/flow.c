@@ -18,7 +18,7 @@ void flow_tunables_default(flow_tunables *t) {
       .tick_ms = 2000,
       .request_retry_ticks = 5,
       .inflow_timeout_ticks = 12,
-      .pushback_timeout_ticks = 5,
+      .pushback_timeout_ticks = 2,
       .outflow_idle_ticks = 12,
       .reject_ignore_attempts = 5,
       .temp_relay = 1.7,
@@ -31,6 +31,11 @@ void flow_tunables_default(flow_tunables *t) {
       .cost_period_ticks = 12,
       .audit_period_ticks = 3,
       .peer_timeout_ticks = 10,
+      .probe_tries = 4,
+      .probe_timeout_min_ms = 200,
+      .rto_initial_ms = 1000,
+      .offer_flush_ms = 100,
+      .rebuild_ticks = 5,
       .probe_period_ticks = 3,
       .live_ticks = 10,
       .tombstone_ticks = 10,
@@ -72,6 +77,11 @@ static const tun_field tun_fields[] = {
     TUN(cost_period_ticks, TUN_INT),
     TUN(audit_period_ticks, TUN_INT),
     TUN(peer_timeout_ticks, TUN_INT),
+    TUN(probe_tries, TUN_INT),
+    TUN(probe_timeout_min_ms, TUN_U64),
+    TUN(rto_initial_ms, TUN_U64),
+    TUN(offer_flush_ms, TUN_U64),
+    TUN(rebuild_ticks, TUN_INT),
     TUN(probe_period_ticks, TUN_INT),
     TUN(live_ticks, TUN_INT),
     TUN(tombstone_ticks, TUN_INT),
@@ -168,7 +178,9 @@ static bool tunables_ok(const flow_tunables *t) {
          t->cooling > 0 && t->cooling <= 1 && t->p_propose_unmet >= 0 && t->p_propose_unmet <= 1 &&
          t->p_propose_satisfied >= 0 && t->p_propose_satisfied <= 1 && t->offer_period_ticks > 0 &&
          t->state_period_ticks > 0 && t->cost_period_ticks > 0 && t->audit_period_ticks > 0 &&
-         t->peer_timeout_ticks > t->audit_period_ticks && t->probe_period_ticks > 0 && t->live_ticks > 0 &&
+         t->peer_timeout_ticks > t->audit_period_ticks && t->probe_tries >= 0 && t->probe_tries <= 16 &&
+         t->probe_timeout_min_ms > 0 && t->rto_initial_ms > 0 && t->rebuild_ticks >= 0 &&
+         t->probe_period_ticks > 0 && t->live_ticks > 0 &&
          t->tombstone_ticks > 0 && t->stable_ticks >= 0 && t->dangling_weight >= 0 && t->dangling_weight <= 1 &&
          t->max_norm >= 1 && t->max_norm <= 16 && t->min_gain >= 0 && t->min_gain < 1 &&
          (t->objective == FLOW_OBJ_MAX || t->objective == FLOW_OBJ_SUM);
@@ -211,7 +223,7 @@ int flow_new(const flow_config *cfg, flow **out) {
   return 0;
 }
 
-static void peer_clear_views(fpeer *p) {
+void flow_peer_clear_views(fpeer *p) {
   free(p->offers);
   free(p->units);
   free(p->next_costs);
@@ -224,7 +236,7 @@ static void peer_clear_views(fpeer *p) {
 
 void flow_free(flow *f) {
   if (!f) return;
-  for (int i = 0; i < f->n_peers; i++) peer_clear_views(&f->peers[i]);
+  for (int i = 0; i < f->n_peers; i++) flow_peer_clear_views(&f->peers[i]);
   for (int i = 0; i < f->n_units; i++) free(f->units[i].path);
   free(f->peers);
   free(f->units);
@@ -307,7 +319,7 @@ int flow_add_peer(flow *f, const gw_id *id, int stage) {
     if (f->peers[p].stage != stage) {
       /* A peer that moved stage is a new neighbour: forget what it was. */
       flow_peer_teardown(f, p);
-      peer_clear_views(&f->peers[p]);
+      flow_peer_clear_views(&f->peers[p]);
       f->peers[p].stage = stage;
       f->peers[p].cost_next = f->peers[p].cost_prev = -1;
     }
@@ -370,13 +382,20 @@ int flow_set_cost(flow *f, const gw_id *id, flow_dir dir, double cost) {
   return 0;
 }
 
+/* Flows were lost: they are rebuilt back from the sink, a stage per offer,
+ * so for a while offers go out as they change, not at the next tick. */
+void flow_rebuild(flow *f) { f->rebuild_until = f->now + (uint64_t)f->tun.rebuild_ticks * f->tun.tick_ms; }
+
 void flow_peer_down(flow *f, int p, bool forget) {
   if (f->pend.kind != REQ_NONE &&
       (f->pend.peer == p || f->pend.my_next == p || f->pend.your_next == p || f->pend.prev == p || f->pend.next == p))
     flow_clear_pending(f);
   flow_peer_teardown(f, p);
-  peer_clear_views(&f->peers[p]);
+  flow_peer_clear_views(&f->peers[p]);
   f->peers[p].alive = false;
+  f->peers[p].suspect_since = 0; /* a revived peer starts with a clean slate */
+  f->peers[p].probes_sent = 0;
+  flow_rebuild(f);
   flow_emit(f, FLOW_EV_PEER_DEAD, NULL, p);
   if (forget) f->peers[p].in_use = false;
 }
@@ -392,8 +411,13 @@ int flow_remove_peer(flow *f, const gw_id *id, uint64_t now_ms) {
 int flow_peer_failed(flow *f, const gw_id *id, uint64_t now_ms) {
   int p = flow_peer_find(f, id);
   if (p < 0) return GW_ENOENT;
-  f->now = now_ms;
-  if (f->peers[p].alive) flow_peer_down(f, p, false);
+  if (now_ms > f->now) f->now = now_ms;
+  if (!f->peers[p].alive) return 0;
+  flow_peer_down(f, p, false);
+  /* What it held is rebuilt now: requests for the units that lost their
+   * next hop, and our changed offers upstream (flushed shortly). */
+  if (f->tun.chain_requests && f->started) flow_try_request(f);
+  flow_arm(f);
   return 0;
 }
 
@@ -436,11 +460,13 @@ int flow_on_message(flow *f, const gw_peer *from, const uint8_t *buf, size_t len
     f->offer_dirty = f->state_dirty = true;
   }
   f->peers[p].last_heard = f->now;
+  flow_live_heard(f, p);
   flow_handle(f, p, m);
   gwtf__flow_message__free_unpacked(m, NULL);
   /* A message may have made a request possible (a standby path was taken,
    * a next hop was lost, a grant arrived): ask now rather than next tick. */
   if (f->tun.chain_requests && f->started) flow_try_request(f);
+  flow_arm(f); /* a request to watch, offers to flush */
   return 0;
 }
 

@@ -93,6 +93,15 @@ typedef struct fpeer {
   plink *next_costs;
   int n_next_costs;
   int ignore; /* proposals to skip after a rejection */
+  /* liveness (flow_live.c) */
+  bool has_rtt;                  /* a round trip was measured */
+  double srtt, rttvar;           /* ms, RFC 6298 */
+  uint64_t ping_nonce[2], ping_at[2]; /* the pings of our last two audits, awaiting their echo */
+  uint64_t echo_nonce, echo_at;  /* its last audit's ping, echoed in our next audit */
+  uint64_t last_audit;           /* its last audit or ping answer: a heartbeat */
+  uint64_t suspect_since;        /* 0: not suspected */
+  uint64_t probe_nonce, probe_at, probe_deadline;
+  int probes_sent;
 } fpeer;
 
 typedef enum req_kind { REQ_NONE = 0, REQ_FLOW, REQ_CHANGE, REQ_REDIRECT } req_kind;
@@ -196,6 +205,11 @@ struct flow {
   uint64_t cost_clock; /* advanced with every cost we send */
 
   bool offer_dirty, state_dirty;
+  uint64_t next_tick;    /* the next full tick; wakes before it are the liveness checks' */
+  uint64_t offer_flush;  /* 0, or when changed offers go out before the next tick */
+  uint64_t rebuild_until; /* a neighbour was lost: offers are flushed early until then */
+  uint64_t nonce_clock;   /* ping nonces */
+  uint64_t offer_sent_hash; /* what the offers sent last said (a flush repeats nothing) */
   uint64_t last_change; /* last change to a complete flow */
   int rr_route, rr_first;
 };
@@ -255,6 +269,11 @@ void flow_unit_forget(flow *f, int u);
 /* Presumes a peer dead (or forgets it): pending work with it is dropped and
  * its segments are torn down locally. */
 void flow_peer_down(flow *f, int p, bool forget);
+/* Forgets what a peer offered and said of its units. */
+void flow_peer_clear_views(fpeer *p);
+/* Flows were lost (a neighbour died, a flow was pushed back, a path broke
+ * below): offers are flushed early for rebuild_ticks. */
+void flow_rebuild(flow *f);
 
 /* ---- wire (flow_wire.c): each returns the io's result ---- */
 int flow_send(flow *f, int peer, Gwtf__FlowMessage *m);
@@ -285,6 +304,41 @@ void flow_resend_switches(flow *f);
 void flow_offer_for(const flow *f, const gw_id *t, uint32_t *count, double *cost);
 uint32_t flow_spare(const flow *f);
 bool flow_cost_ok(double c);
+
+int flow_send_ping(flow *f, int peer, uint64_t nonce, bool reply);
+int flow_send_gone(flow *f, int peer, const gw_id *gone);
+
+/* ---- liveness (flow_live.c) ---- */
+/* The peer's retransmission timeout: srtt + 4 rttvar, at least
+ * probe_timeout_min_ms (rto_initial_ms before any sample). */
+uint64_t flow_live_rto(const flow *f, int p);
+/* A round-trip sample (ms) from an audit echo or a ping answer. */
+void flow_live_sample(flow *f, int p, double rtt_ms);
+/* Any message from p: it is alive, so a suspicion ends. */
+void flow_live_heard(flow *f, int p);
+/* The audit fields for p: a new ping, and the echo of p's last one. */
+void flow_live_audit_out(flow *f, int p, uint64_t *ping, uint64_t *echo, uint32_t *held_ms);
+/* An audit from p: its ping to echo, our echoed ping (a sample). */
+void flow_live_audit_in(flow *f, int p, uint64_t ping, uint64_t echo, uint32_t held_ms);
+void flow_live_on_ping(flow *f, int p, uint64_t nonce, bool reply);
+/* Suspicions, pings and verdicts due by now (every wake). */
+void flow_live_check(flow *f);
+/* The earliest time flow_live_check has something to do (UINT64_MAX: none). */
+uint64_t flow_live_next_wake(const flow *f);
+/* Tells our other neighbours that we presumed p dead (FlowGone). */
+void flow_live_tell_gone(flow *f, int p);
+/* A neighbour says it presumed `gone` dead. */
+void flow_live_on_gone(flow *f, int from, int gone);
+/* Asks the driver for the next wake: the next tick, or sooner. */
+void flow_arm(flow *f);
+/* A digest of what our offers say (the same to every previous-stage peer). */
+uint64_t flow_offer_hash(const flow *f);
+/* Sends the offers now if they changed since last sent (a flush). */
+void flow_flush_offers(flow *f);
+
+/* ---- tick helpers shared with flow_live.c (flow_tick.c) ---- */
+bool flow_shares_segments(const flow *f, int p);
+uint64_t flow_newest_segment(const flow *f, int p);
 
 /* ---- receive (flow_rx.c) ---- */
 void flow_handle(flow *f, int peer, const Gwtf__FlowMessage *m);

@@ -231,6 +231,7 @@ static void on_deny(flow *f, int p, const Gwtf__FlowDeny *d) {
   if (d->full) flow_emit(f, FLOW_EV_DENY, &f->units[u], p);
   flow_drop_out(f, u);
   f->units[u].pushed_back = true;
+  flow_rebuild(f); /* a flow pushed back to us is rebuilt from here */
 }
 
 static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
@@ -239,6 +240,7 @@ static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
     return;
   }
   double cost = c->broken ? INFINITY : c->cost;
+  if (c->broken) flow_rebuild(f); /* a path through us broke below */
   int u = flow_find_out(f, p, c->seg);
   if (u < 0) {
     /* It may have overtaken the message that gives us the segment. */
@@ -622,6 +624,7 @@ static void on_audit(flow *f, int p, const Gwtf__FlowAudit *a) {
     bad_message(f, p, "audit_too_long");
     return;
   }
+  flow_live_audit_in(f, p, a->ping, a->echo, a->echo_held_ms);
   /* Segments younger than a tick may still have their news in flight. */
   uint64_t grace = f->tun.tick_ms;
   for (int u = 0; u < f->n_units; u++) {
@@ -681,6 +684,18 @@ static void on_probe(flow *f, int p, const Gwtf__FlowProbe *pr) {
   src->probed_cost = pr->cost;
 }
 
+/* ---- liveness ---- */
+
+static void on_gone(flow *f, int p, const Gwtf__FlowGone *g) {
+  gw_id id;
+  if (!flow_id_from_bytes(&g->peer, &id)) {
+    bad_message(f, p, "gone");
+    return;
+  }
+  int q = flow_peer_find(f, &id); /* a peer we do not know (or ourselves): nothing to forget */
+  if (q >= 0 && q != p) flow_live_on_gone(f, p, q);
+}
+
 void flow_handle(flow *f, int p, const Gwtf__FlowMessage *m) {
   switch (m->msg_case) {
   case GWTF__FLOW_MESSAGE__MSG_OFFER: on_offer(f, p, m->offer); break;
@@ -699,6 +714,8 @@ void flow_handle(flow *f, int p, const Gwtf__FlowMessage *m) {
   case GWTF__FLOW_MESSAGE__MSG_AUDIT: on_audit(f, p, m->audit); break;
   case GWTF__FLOW_MESSAGE__MSG_PROBE: on_probe(f, p, m->probe); break;
   case GWTF__FLOW_MESSAGE__MSG_SWITCH_ACK: flow_switch_acked(f, p, m->switch_ack->seg); break;
+  case GWTF__FLOW_MESSAGE__MSG_PING: flow_live_on_ping(f, p, m->ping->nonce, m->ping->reply); break;
+  case GWTF__FLOW_MESSAGE__MSG_GONE: on_gone(f, p, m->gone); break;
   case GWTF__FLOW_MESSAGE__MSG_PLACE_QUERY:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_JOIN:
   case GWTF__FLOW_MESSAGE__MSG_PLACE_ASSIGN: break; /* flow/place.h handles these */

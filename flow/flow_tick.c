@@ -320,7 +320,7 @@ bool flow_try_propose(flow *f) {
 
 /* ---- tick ---- */
 
-static bool shares_segments(const flow *f, int p) {
+bool flow_shares_segments(const flow *f, int p) {
   for (int u = 0; u < f->n_units; u++) {
     const funit *un = &f->units[u];
     if (un->used && ((un->has_in && un->in_peer == p) || (un->has_out && un->out_peer == p))) return true;
@@ -328,10 +328,10 @@ static bool shares_segments(const flow *f, int p) {
   return false;
 }
 
-/* When the newest segment with p was bound (0: none). A segment handed to
- * us by a notify-switch may tie us to a peer we have not heard from in a
- * while; its silence only counts from then. */
-static uint64_t newest_segment(const flow *f, int p) {
+/* When the newest segment with p was bound, plus one (0: none). A segment
+ * handed to us by a notify-switch may tie us to a peer we have not heard
+ * from in a while; its silence only counts from then. */
+uint64_t flow_newest_segment(const flow *f, int p) {
   uint64_t t = 0;
   for (int u = 0; u < f->n_units; u++) {
     const funit *un = &f->units[u];
@@ -340,21 +340,6 @@ static uint64_t newest_segment(const flow *f, int p) {
     if (un->has_out && un->out_peer == p && un->out_since + 1 > t) t = un->out_since + 1;
   }
   return t;
-}
-
-static void check_liveness(flow *f) {
-  uint64_t timeout = (uint64_t)f->tun.peer_timeout_ticks * f->tun.tick_ms;
-  for (int p = 0; p < f->n_peers; p++) {
-    fpeer *pe = &f->peers[p];
-    if (!pe->in_use || !pe->alive || f->now < pe->last_heard + timeout) continue;
-    uint64_t since = newest_segment(f, p);
-    if (since == 0) continue; /* nothing to lose; requests find out by timing out */
-    if (f->now < since - 1 + timeout) continue;
-    char who[GW_ID_SHORT_LEN + 1];
-    GW_WARN(f->cfg.log, "flow.peer_silent", "peer=%s silent_ms=%llu", flow_short(&pe->id, who),
-            (unsigned long long)(f->now - pe->last_heard));
-    flow_peer_down(f, p, false);
-  }
 }
 
 static void pending_timeout(flow *f) {
@@ -405,8 +390,9 @@ static void periodic_sends(flow *f) {
     if (!f->peers[p].in_use || !f->peers[p].alive) continue;
     if (offers && flow_peer_is_prev(f, p) && f->peers[p].cost_prev >= 0) flow_send_offer(f, p);
     if (states && flow_peer_is_same(f, p)) flow_send_state(f, p);
-    if (audits && shares_segments(f, p)) flow_send_audit(f, p, false);
+    if (audits && flow_shares_segments(f, p)) flow_send_audit(f, p, false);
   }
+  if (offers) f->offer_sent_hash = flow_offer_hash(f); /* a flush repeats none of it */
   f->offer_dirty = f->state_dirty = false;
   bool costs = due(f, f->tun.cost_period_ticks);
   bool probes = f->cfg.role == FLOW_DATA && due(f, f->tun.probe_period_ticks);
@@ -433,8 +419,15 @@ static bool unmet(const flow *f) {
 
 void flow_on_tick(flow *f, uint64_t now_ms) {
   if (now_ms > f->now) f->now = now_ms;
+  if (f->now < f->next_tick) {
+    /* A wake between ticks: a suspect's ping is due, or an offer flush. */
+    flow_live_check(f);
+    flow_arm(f);
+    return;
+  }
+  f->next_tick = f->now + f->tun.tick_ms;
   f->ticks++;
-  check_liveness(f);
+  flow_live_check(f);
   flow_resend_switches(f);
   pending_timeout(f);
   unit_timeouts(f);
@@ -443,5 +436,5 @@ void flow_on_tick(flow *f, uint64_t now_ms) {
     double p = unmet(f) ? f->tun.p_propose_unmet : f->tun.p_propose_satisfied;
     if (flow_random_uniform(f) < p) flow_try_propose(f);
   }
-  f->cfg.io.want_tick(f->cfg.io.ud, f->now + f->tun.tick_ms);
+  flow_arm(f);
 }

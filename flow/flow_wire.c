@@ -239,6 +239,7 @@ int flow_send_audit(flow *f, int peer, bool reply) {
     a.n_down_segs = nd;
     a.down_segs = down;
     a.reply = reply;
+    flow_live_audit_out(f, peer, &a.ping, &a.echo, &a.echo_held_ms);
     Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
     m.msg_case = GWTF__FLOW_MESSAGE__MSG_AUDIT;
     m.audit = &a;
@@ -247,6 +248,25 @@ int flow_send_audit(flow *f, int peer, bool reply) {
   free(up);
   free(down);
   return rc;
+}
+
+int flow_send_ping(flow *f, int peer, uint64_t nonce, bool reply) {
+  Gwtf__FlowPing pg = GWTF__FLOW_PING__INIT;
+  pg.nonce = nonce;
+  pg.reply = reply;
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_PING;
+  m.ping = &pg;
+  return flow_send(f, peer, &m);
+}
+
+int flow_send_gone(flow *f, int peer, const gw_id *gone) {
+  Gwtf__FlowGone g = GWTF__FLOW_GONE__INIT;
+  g.peer = flow_id_bytes(gone);
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_GONE;
+  m.gone = &g;
+  return flow_send(f, peer, &m);
 }
 
 int flow_send_probe(flow *f, int peer, uint64_t seg, const gw_id *origin, uint64_t origin_seg, const gw_id *path,

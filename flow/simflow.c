@@ -18,6 +18,7 @@ typedef struct sim_member {
   bool active;  /* joined (and not crashed) */
   bool pending; /* joins in a later round; nobody knows it yet */
   bool crashed;
+  uint64_t crashed_at;
 } sim_member;
 
 typedef struct id_slot {
@@ -35,6 +36,12 @@ struct flow_simulation {
   int round;
   flow_sim_hook hook;
   void *hook_ud;
+  /* flow.peer_dead naming a crashed node by a node that shared segments
+   * with it when it crashed (detections), or naming a live one */
+  int detections, false_alarms;
+  uint64_t detect_sum_ms, detect_max_ms;
+  int *watch; /* pairs (detector, crashed) still to detect, flattened */
+  int n_watch, cap_watch;
 };
 
 void flow_sim_opts_default(flow_sim_opts *o) {
@@ -79,11 +86,38 @@ static void on_tick(void *ud, uint64_t now) {
   if (m->active) flow_on_tick(m->f, now);
 }
 
+/* The transport's notice (opts.crash_notice): a session to `peer` broke. */
+static void on_peer_down(void *ud, void *node, const gw_peer *peer, uint64_t now) {
+  (void)ud;
+  sim_member *m = node;
+  if (m->active) flow_peer_failed(m->f, &peer->id, now);
+}
+
 static const sim_node_ops member_ops = {on_message, on_tick};
 
-static void forward_event(void *ud, const flow_event *ev) {
+/* Counts detections and false alarms, then passes the event on. */
+static void member_event(void *ud, const flow_event *ev) {
   sim_member *m = ud;
-  m->s->opts.on_event(m->s->opts.event_ud, m->node, ev);
+  flow_simulation *s = m->s;
+  if (ev->kind == FLOW_EV_PEER_DEAD) {
+    int who = node_of(s, &ev->peer);
+    if (who >= 0 && s->m[who].crashed) {
+      for (int k = 0; k < s->n_watch; k++) {
+        if (s->watch[2 * k] != m->node || s->watch[2 * k + 1] != who) continue;
+        uint64_t after = sim_now(s->engine) - s->m[who].crashed_at;
+        s->detections++;
+        s->detect_sum_ms += after;
+        if (after > s->detect_max_ms) s->detect_max_ms = after;
+        s->watch[2 * k] = s->watch[2 * (s->n_watch - 1)];
+        s->watch[2 * k + 1] = s->watch[2 * (s->n_watch - 1) + 1];
+        s->n_watch--;
+        break;
+      }
+    } else if (who >= 0) {
+      s->false_alarms++;
+    }
+  }
+  if (s->opts.on_event) s->opts.on_event(s->opts.event_ud, m->node, ev);
 }
 
 /* ---- setup ---- */
@@ -180,10 +214,8 @@ static int make_member(flow_simulation *s, int i) {
   cfg.log = &m->log;
   m->s = s;
   m->node = i;
-  if (s->opts.on_event) {
-    cfg.on_event = forward_event;
-    cfg.event_ud = m;
-  }
+  cfg.on_event = member_event;
+  cfg.event_ud = m;
   m->pending = joins_later(&s->opts, i);
   return flow_new(&cfg, &m->f);
 }
@@ -209,8 +241,13 @@ int flow_sim_new(const flow_instance *in, const flow_sim_opts *o, flow_simulatio
   s->in = in;
   s->opts = *o;
   sim_config cfg = {
-      .seed = o->seed, .delay_min_ms = 1, .delay_max_ms = 1 + (o->delay_ms ? o->delay_ms - 1 : 0), .loss = o->loss};
+      .seed = o->seed,
+      .delay_min_ms = 1,
+      .delay_max_ms = 1 + (o->delay_ms ? o->delay_ms - 1 : 0),
+      .loss = o->loss,
+      .session_notice = o->crash_notice};
   s->engine = sim_new(&cfg);
+  if (s->engine) sim_set_peer_down_fn(s->engine, on_peer_down, s);
   s->m = calloc((size_t)in->n_nodes, sizeof(*s->m));
   s->by_id = malloc((size_t)in->n_nodes * sizeof(*s->by_id));
   int rc = s->engine && s->m && s->by_id ? flow_adjacency_build(in, &s->adj) : GW_ENOMEM;
@@ -236,6 +273,7 @@ void flow_sim_free(flow_simulation *s) {
   for (int i = 0; s->m && i < s->in->n_nodes; i++) flow_free(s->m[i].f);
   free(s->m);
   free(s->by_id);
+  free(s->watch);
   flow_adjacency_free(&s->adj);
   sim_free(s->engine);
   free(s);
@@ -248,10 +286,41 @@ void flow_sim_set_hook(flow_simulation *s, flow_sim_hook hook, void *ud) {
   s->hook_ud = ud;
 }
 
+/* The live nodes that share segments with `node` are the ones whose
+ * detection of its crash counts (others find out only if they come to need
+ * it, which may be much later or never). */
+static void watch_crash(flow_simulation *s, int node) {
+  const gw_id *dead = flow_sim_id(s, node);
+  for (int i = 0; i < s->in->n_nodes; i++) {
+    if (i == node || !s->m[i].active) continue;
+    size_t n = flow_units(s->m[i].f, NULL, 0);
+    flow_unit_view *v = malloc((n + 1) * sizeof(*v));
+    if (!v) return;
+    flow_units(s->m[i].f, v, n);
+    bool shares = false;
+    for (size_t k = 0; k < n && !shares; k++)
+      shares = (v[k].has_in && gw_id_eq(&v[k].prev, dead)) || (v[k].has_out && gw_id_eq(&v[k].next, dead));
+    free(v);
+    if (!shares) continue;
+    if (s->n_watch == s->cap_watch) {
+      int cap = s->cap_watch ? 2 * s->cap_watch : 64;
+      int *w = realloc(s->watch, (size_t)cap * 2 * sizeof(int));
+      if (!w) return;
+      s->watch = w;
+      s->cap_watch = cap;
+    }
+    s->watch[2 * s->n_watch] = i;
+    s->watch[2 * s->n_watch + 1] = node;
+    s->n_watch++;
+  }
+}
+
 void flow_sim_crash(flow_simulation *s, int node) {
   sim_member *m = &s->m[node];
   if (m->crashed) return;
+  watch_crash(s, node);
   m->crashed = true;
+  m->crashed_at = sim_now(s->engine);
   m->active = false;
   sim_crash(s->engine, m->sim_index);
 }
@@ -293,6 +362,7 @@ flow *flow_sim_node(const flow_simulation *s, int node) { return s->m[node].f; }
 const gw_id *flow_sim_id(const flow_simulation *s, int node) { return flow_self(s->m[node].f); }
 uint64_t flow_sim_messages(const flow_simulation *s) { return sim_get_stats(s->engine)->sent; }
 sim *flow_sim_engine(flow_simulation *s) { return s->engine; }
+int flow_sim_false_alarms(const flow_simulation *s) { return s->false_alarms; }
 
 uint64_t flow_sim_in_flight(const flow_simulation *s) {
   const sim_stats *st = sim_get_stats(s->engine);
@@ -462,17 +532,38 @@ static bool same_flows(const flow_solution *a, const flow_solution *b) {
   return len == 0 || memcmp(a->nodes, b->nodes, len * sizeof(int)) == 0;
 }
 
-static int recovery_target(const flow_instance *in, const flow_sim_opts *o, int last_crash, int flows_before) {
+/* The old measure's target (the pre-crash count, or what the survivors can
+ * carry when that is fewer) and the surviving graph's optimum. */
+static void recovery_targets(const flow_instance *in, const flow_sim_opts *o, int flows_before, flow_run_result *out) {
+  out->recovery_target = flows_before;
+  out->optimum_flows = -1;
+  out->optimum_cost = NAN;
   unsigned char *gone = calloc((size_t)in->n_nodes, 1);
-  if (!gone) return flows_before;
+  if (!gone) return;
   for (int k = 0; k < o->n_crashes; k++)
-    if (o->crashes[k].round <= last_crash) gone[o->crashes[k].node] = 1;
+    if (o->crashes[k].round <= out->last_crash_round) gone[o->crashes[k].node] = 1;
   /* What the survivors can carry caps what can come back (exact with one
    * data node, an upper bound with several). */
   int most = flows_before;
-  if (flow_max_flows(in, gone, &most) == 0 && most < flows_before) flows_before = most;
+  if (flow_max_flows(in, gone, &most) == 0) {
+    if (most < flows_before) out->recovery_target = most;
+    out->optimum_flows = most;
+  }
+  flow_solution opt;
+  if (flow_optimal(in, gone, &opt) == 0) {
+    out->optimum_flows = opt.n_flows;
+    out->optimum_cost = flow_solution_total(&opt);
+    flow_solution_free(&opt);
+  }
   free(gone);
-  return flows_before;
+}
+
+/* Within FLOW_RECOVERY_TOLERANCE of the optimum: as many flows (less the
+ * tolerance), and no dearer (plus the tolerance) where the cost is known. */
+static bool near_optimum(const flow_run_result *r, const flow_round_stat *t) {
+  if (r->optimum_flows < 0) return false;
+  if ((double)t->num_flows < (1 - FLOW_RECOVERY_TOLERANCE) * r->optimum_flows) return false;
+  return isnan(r->optimum_cost) || t->total_cost <= (1 + FLOW_RECOVERY_TOLERANCE) * r->optimum_cost + 1e-9;
 }
 
 static void settle(flow_run_result *out, int rounds, const flow_solution *final) {
@@ -496,7 +587,8 @@ void flow_run_result_free(flow_run_result *r) {
 int flow_sim_run(const flow_instance *in, const flow_sim_opts *o, int rounds, flow_run_result *out) {
   memset(out, 0, sizeof(*out));
   flow_solution_init(&out->sol, in->stages);
-  out->last_crash_round = out->recovered_round = -1;
+  out->last_crash_round = out->recovered_round = out->recovered_optimal_round = out->optimum_flows = -1;
+  out->optimum_cost = NAN;
   for (int k = 0; k < o->n_crashes; k++)
     if (o->crashes[k].round > out->last_crash_round) out->last_crash_round = o->crashes[k].round;
   flow_simulation *s;
@@ -528,10 +620,17 @@ int flow_sim_run(const flow_instance *in, const flow_sim_opts *o, int rounds, fl
     out->rounds = rounds;
     out->messages = flow_sim_messages(s);
     if (out->last_crash_round >= 0 && out->last_crash_round < rounds) {
-      out->recovery_target = recovery_target(in, o, out->last_crash_round, flows_before_crash);
+      recovery_targets(in, o, flows_before_crash, out);
       for (int r = out->last_crash_round; r < rounds && out->recovered_round < 0; r++)
         if (out->trace[r].num_flows >= out->recovery_target) out->recovered_round = r + 1;
+      for (int r = out->last_crash_round; r < rounds && out->recovered_optimal_round < 0; r++)
+        if (near_optimum(out, &out->trace[r])) out->recovered_optimal_round = r + 1;
     }
+    out->detections = s->detections;
+    out->undetected = s->n_watch;
+    out->detect_mean_ms = s->detections ? (double)s->detect_sum_ms / s->detections : 0;
+    out->detect_max_ms = s->detect_max_ms;
+    out->false_alarms = s->false_alarms;
   } else {
     flow_solution_free(&prev);
   }

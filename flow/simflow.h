@@ -39,6 +39,12 @@ typedef struct flow_sim_opts {
   int n_crashes;
   const flow_sim_event *joins; /* nodes that take part only from a round on */
   int n_joins;
+  /* The transport's notice of a crash: a node that had a session with a
+   * crashed node (they exchanged a message) hears of it one one-way delay
+   * later, as a TCP RST/EOF reaches a real node, and calls flow_peer_failed.
+   * Off: a crash is silent (a machine lost with its network) and only the
+   * flow layer's own detection finds it. */
+  bool crash_notice;
   const gw_log_sink *log; /* NULL: silent */
   /* Every node's protocol events (may be NULL); node is the instance index. */
   void (*on_event)(void *ud, int node, const flow_event *ev);
@@ -86,6 +92,9 @@ flow *flow_sim_node(const flow_simulation *s, int node);
 const gw_id *flow_sim_id(const flow_simulation *s, int node);
 uint64_t flow_sim_messages(const flow_simulation *s);
 sim *flow_sim_engine(flow_simulation *s);
+/* Peers presumed dead so far (every node's flow.peer_dead, through the
+ * transport's notice too) that were in fact alive when it happened. */
+int flow_sim_false_alarms(const flow_simulation *s);
 
 /* ---- whole runs (gwtf sim flow) ---- */
 
@@ -107,10 +116,30 @@ typedef struct flow_run_result {
   int last_crash_round; /* -1: none */
   int recovered_round;  /* first round after the last crash with the flows back (-1: never) */
   int recovery_target;  /* the number of flows that counts as recovered */
+  /* The optimum of the surviving graph: with one data node the exact
+   * min-cost max-flow without the crashed nodes (count and cost), with
+   * several the relaxed flow_max_flows count (cost NAN: unknown). */
+  int optimum_flows;
+  double optimum_cost;
+  /* First round after the last crash whose flows are within
+   * FLOW_RECOVERY_TOLERANCE of that optimum: count, and cost where known
+   * (-1: never). */
+  int recovered_optimal_round;
+  /* Failure detection: how many nodes that shared segments with a crashed
+   * node presumed it dead (flow.peer_dead, also through the transport's
+   * notice), how long after the crash (mean and max, ms), how many never
+   * did by the last round, and how many times a live peer was presumed
+   * dead (false alarms). */
+  int detections, undetected;
+  double detect_mean_ms;
+  uint64_t detect_max_ms;
+  int false_alarms;
 } flow_run_result;
 
 /* How close to its final cost a run must stay to count as settled. */
 #define FLOW_SETTLE_TOLERANCE (0.01)
+/* How close to the surviving graph's optimum counts as recovered. */
+#define FLOW_RECOVERY_TOLERANCE (0.02)
 
 int flow_sim_run(const flow_instance *in, const flow_sim_opts *o, int rounds, flow_run_result *out);
 void flow_run_result_free(flow_run_result *r);

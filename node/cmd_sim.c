@@ -3,7 +3,7 @@
  *   gwtf sim gen  --setting K --seed S [--out FILE]
  *   gwtf sim flow --instance FILE --algo gwtf|optimal|greedy [--objective max|sum]
  *                 [--rounds N] [--seed S] [--loss P] [--delay MS]
- *                 [--crash ROUND:NODE]... [--join ROUND:NODE]... [--trace] [--json]
+ *                 [--crash ROUND:NODE]... [--crash-notice] [--join ROUND:NODE]... [--trace] [--json]
  *   gwtf sim join --setting K --seed S [--json]
  *
  * The logic lives in flow/; this file parses flags and prints. */
@@ -149,6 +149,10 @@ void cmd_sim_flow_help(void) {
       "  --loss P              message loss probability in [0, 1)\n"
       "  --delay MS            extra per-message delay, uniform in [0, MS)\n"
       "  --crash ROUND:NODE    node NODE (instance id) stops at the start of ROUND\n"
+      "  --crash-notice        a crash is a process crash: nodes with a session to it\n"
+      "                        learn of it one message delay later (TCP RST/EOF) and\n"
+      "                        call flow_peer_failed; without it a crash is silent\n"
+      "                        (a machine lost) and the flow layer detects it alone\n"
       "  --join ROUND:NODE     node NODE takes part only from ROUND on\n"
       "  --trace               add per-round figures, convergence and recovery\n"
       "  --log LEVEL           protocol events on stderr (debug|info|warn|error)\n"
@@ -172,7 +176,7 @@ typedef struct flow_args {
   uint64_t delay;
   flow_sim_event crashes[SIM_MAX_EVENTS], joins[SIM_MAX_EVENTS];
   int n_crashes, n_joins;
-  bool trace, json;
+  bool trace, json, crash_notice;
   gw_log_level log_level;
   bool log;
   flow_tunables tun;
@@ -206,6 +210,7 @@ static int parse_flow_args(int argc, char **argv, flow_args *a) {
                                        {"loss", required_argument, 0, 'l'},
                                        {"delay", required_argument, 0, 'd'},
                                        {"crash", required_argument, 0, 'c'},
+                                       {"crash-notice", no_argument, 0, 'N'},
                                        {"join", required_argument, 0, 'J'},
                                        {"trace", no_argument, 0, 't'},
                                        {"log", required_argument, 0, 'L'},
@@ -214,7 +219,7 @@ static int parse_flow_args(int argc, char **argv, flow_args *a) {
                                        {"help", no_argument, 0, 'h'},
                                        {0}};
   int c;
-  while ((c = getopt_long(argc, argv, "i:a:O:r:s:l:d:c:J:tL:jS:h", opts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:a:O:r:s:l:d:c:NJ:tL:jS:h", opts, NULL)) != -1) {
     const char *bad = NULL;
     switch (c) {
     case 'i': a->instance = optarg; break;
@@ -267,6 +272,7 @@ static int parse_flow_args(int argc, char **argv, flow_args *a) {
       break;
     }
     case 't': a->trace = true; break;
+    case 'N': a->crash_notice = true; break;
     case 'L':
       if (gw_log_level_parse(optarg, &a->log_level) != 0) bad = "--log must be debug|info|warn|error|off";
       a->log = true;
@@ -344,6 +350,7 @@ static int run_algo(const flow_args *a, const flow_instance *in, flow_run_result
   o.delay_ms = a->delay;
   o.crashes = a->crashes;
   o.n_crashes = a->n_crashes;
+  o.crash_notice = a->crash_notice;
   o.joins = a->joins;
   o.n_joins = a->n_joins;
   static gw_log_sink sink;
@@ -407,6 +414,18 @@ int cmd_sim_flow(int argc, char **argv) {
         json_object_set_new(o, "recovery_target", json_integer(r.recovery_target));
         json_object_set_new(o, "recovered_round",
                             r.recovered_round >= 0 ? json_integer(r.recovered_round) : json_null());
+        json_object_set_new(o, "optimum_flows", r.optimum_flows >= 0 ? json_integer(r.optimum_flows) : json_null());
+        json_object_set_new(o, "optimum_cost", isnan(r.optimum_cost) ? json_null() : json_real(r.optimum_cost));
+        json_object_set_new(o, "recovered_optimal_round", r.recovered_optimal_round >= 0
+                                                              ? json_integer(r.recovered_optimal_round)
+                                                              : json_null());
+      }
+      if (r.last_crash_round >= 0 || r.false_alarms) {
+        json_object_set_new(o, "detections", json_integer(r.detections));
+        json_object_set_new(o, "undetected", json_integer(r.undetected));
+        json_object_set_new(o, "detect_mean_ms", json_real(r.detect_mean_ms));
+        json_object_set_new(o, "detect_max_ms", json_integer((json_int_t)r.detect_max_ms));
+        json_object_set_new(o, "false_alarms", json_integer(r.false_alarms));
       }
       json_object_set_new(o, "trace", trace_json(&r));
     }

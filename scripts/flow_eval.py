@@ -13,8 +13,12 @@ advantage over greedy, rounds and messages to converge.
 
 With --crash F it instead runs gwtf to --crash-round, crashes the fraction F
 of the relays that carry the most flows, runs on to --rounds and reports how
-many rounds the flows took to come back (to the pre-crash count, or the most
-the survivors allow when that is fewer).
+many rounds the flows took to come back: to the pre-crash count (or the most
+the survivors allow when that is fewer), and to within 2% of the surviving
+graph's optimum (its count and, with one data node, its cost). Once as
+process crashes the transport reports to the crashed node's session
+partners (--crash-notice on), once as silent machine losses that the flow
+layer must detect alone (off); both by default.
 """
 import argparse
 import json
@@ -44,37 +48,69 @@ def busiest(flows, n):
     return [node for node, _ in sorted(load.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
+def crash_runs(a, k, seed, tmp, notice):
+    """One crash run: gwtf to --crash-round, then the busiest relays crash."""
+    inst = os.path.join(tmp, f"c{k}-{seed}.json")
+    if not os.path.exists(inst):
+        subprocess.run([a.gwtf, "sim", "gen", "--setting", str(k), "--seed", str(seed), "--out", inst], check=True)
+    relays = sum(1 for n in json.load(open(inst))["nodes"] if n["stage"] > 0)
+    n_crash = max(1, round(a.crash * relays))
+    base = [a.gwtf, "sim", "flow", "--instance", inst, "--json", "--algo", "gwtf", "--objective", a.objective,
+            "--seed", str(seed)] + a.extra.split()
+    pre = run(base + ["--rounds", str(a.crash_round)])
+    crash = []
+    for node in busiest(pre["flows"], n_crash):
+        crash += ["--crash", f"{a.crash_round}:{node}"]
+    post = run(base + ["--rounds", str(a.rounds), "--trace"] + crash + (["--crash-notice"] if notice else []))
+    return n_crash, pre, post
+
+
+def mean_max(xs, n):
+    """'runs: mean / max' of the runs that got there."""
+    return f"{len(xs)}/{n}: {statistics.mean(xs):.1f} / {max(xs)}" if xs else f"0/{n}"
+
+
 def crash_table(a):
-    hdr = ("setting", "crashed relays", "flows before", "flows after", "recovered", "recovery rounds (mean/max)",
-           "messages per round after")
-    lines = []
+    hdr = ("setting", "crashed relays", "flows before", "flows after", "optimum after (flows/cost)",
+           "detection rounds (mean/max)", "back to pre-crash count: runs, rounds (mean/max)",
+           "within 2% of the new optimum: runs, rounds (mean/max)", "messages per round after", "false alarms")
+    modes = {"on": [True], "off": [False], "both": [True, False]}[a.crash_notice]
     with tempfile.TemporaryDirectory() as tmp:
-        for k in [int(x) for x in a.settings.split(",")]:
-            rec, before, after, ok, n_crash, msg_rate = [], 0, 0, 0, 0, 0.0
-            for seed in range(1, a.seeds + 1):
-                inst = os.path.join(tmp, f"c{k}-{seed}.json")
-                subprocess.run([a.gwtf, "sim", "gen", "--setting", str(k), "--seed", str(seed), "--out", inst],
-                               check=True)
-                relays = sum(1 for n in json.load(open(inst))["nodes"] if n["stage"] > 0)
-                n_crash = max(1, round(a.crash * relays))
-                base = [a.gwtf, "sim", "flow", "--instance", inst, "--json", "--algo", "gwtf", "--objective",
-                        a.objective, "--seed", str(seed)] + a.extra.split()
-                pre = run(base + ["--rounds", str(a.crash_round)])
-                crash = []
-                for node in busiest(pre["flows"], n_crash):
-                    crash += ["--crash", f"{a.crash_round}:{node}"]
-                post = run(base + ["--rounds", str(a.rounds), "--trace"] + crash)
-                before += pre["num_flows"]
-                after += post["num_flows"]
-                t = post["trace"]
-                msg_rate += (t[-1]["messages"] - t[a.crash_round - 1]["messages"]) / (len(t) - a.crash_round)
-                if post.get("recovered_round") is not None:
-                    ok += 1
-                    rec.append(post["recovered_round"] - a.crash_round)
-            n = a.seeds
-            lines.append((str(k), str(n_crash), f"{before/n:.1f}", f"{after/n:.1f}", f"{ok}/{n}",
-                          f"{statistics.mean(rec):.1f} / {max(rec)}" if rec else "-", f"{msg_rate/n:.0f}"))
-    show(hdr, lines, a.markdown)
+        for notice in modes:
+            lines = []
+            for k in [int(x) for x in a.settings.split(",")]:
+                rec, opt_rec, det, det_max = [], [], [], 0
+                before = after = opt_flows = opt_cost = n_opt_cost = n_crash = false = 0
+                msg_rate = 0.0
+                for seed in range(1, a.seeds + 1):
+                    n_crash, pre, post = crash_runs(a, k, seed, tmp, notice)
+                    before += pre["num_flows"]
+                    after += post["num_flows"]
+                    opt_flows += post.get("optimum_flows") or 0
+                    if post.get("optimum_cost") is not None:
+                        opt_cost += post["optimum_cost"]
+                        n_opt_cost += 1
+                    t = post["trace"]
+                    msg_rate += (t[-1]["messages"] - t[a.crash_round - 1]["messages"]) / (len(t) - a.crash_round)
+                    if post.get("recovered_round") is not None:
+                        rec.append(post["recovered_round"] - a.crash_round)
+                    if post.get("recovered_optimal_round") is not None:
+                        opt_rec.append(post["recovered_optimal_round"] - a.crash_round)
+                    if post.get("detections"):
+                        tick = 2000.0  # the default tick_ms: a round
+                        det.append(post["detect_mean_ms"] / tick)
+                        det_max = max(det_max, post["detect_max_ms"] / tick)
+                    false += post.get("false_alarms", 0)
+                n = a.seeds
+                opt = f"{opt_flows/n:.1f}/" + (f"{opt_cost/n_opt_cost:.1f}" if n_opt_cost == n else "-")
+                lines.append((str(k), str(n_crash), f"{before/n:.1f}", f"{after/n:.1f}", opt,
+                              f"{statistics.mean(det):.1f} / {det_max:.1f}" if det else "-", mean_max(rec, n),
+                              mean_max(opt_rec, n), f"{msg_rate/n:.0f}", str(false)))
+            print("process crash (the transport notices)" if notice else
+                  "silent machine loss (the flow layer detects it alone)")
+            print()
+            show(hdr, lines, a.markdown)
+            print()
     return 0
 
 
@@ -104,6 +140,9 @@ def main():
     ap.add_argument("--extra", default="", help="more flags for the gwtf run")
     ap.add_argument("--crash", type=float, default=0, help="fraction of relays to crash")
     ap.add_argument("--crash-round", type=int, default=60)
+    ap.add_argument("--crash-notice", choices=("both", "on", "off"), default="both",
+                    help="on: crashes are process crashes the transport reports (gwtf sim flow --crash-notice); "
+                         "off: silent machine losses; both: one table each")
     a = ap.parse_args()
     if a.crash > 0:
         return crash_table(a)

@@ -5,7 +5,7 @@
 
 #include "util/err.h"
 
-enum { EV_MESSAGE = 0, EV_TICK = 1 };
+enum { EV_MESSAGE = 0, EV_TICK = 1, EV_PEER_DOWN = 2 };
 
 typedef struct sim_event {
   uint64_t at, seq;
@@ -48,10 +48,15 @@ struct sim {
   index_map by_id, by_addr;
   sim_delay_fn delay_fn;
   void *delay_ud;
+  sim_peer_down_fn down_fn;
+  void *down_ud;
   sim_stats stats;
   /* fifo: last delivery time per (from, to), open addressing on the pair */
   uint64_t *fifo_key, *fifo_at;
   size_t fifo_n, fifo_cap;
+  /* session_notice: unordered pairs that exchanged a message (key as fifo's) */
+  uint64_t *sess_key;
+  size_t sess_n, sess_cap;
 };
 
 /* ---- event heap ---- */
@@ -223,6 +228,56 @@ static int deliver_later(sim *s, int from, int to, const uint8_t *buf, size_t le
   return rc;
 }
 
+/* ---- sessions (session_notice) ---- */
+
+static uint64_t pair_key(int a, int b) {
+  if (a > b) {
+    int t = a;
+    a = b;
+    b = t;
+  }
+  return ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1; /* 0 = empty */
+}
+
+static size_t sess_probe(const uint64_t *keys, size_t cap, uint64_t key) {
+  size_t j = (size_t)(key * 0x9e3779b97f4a7c15ULL) & (cap - 1);
+  while (keys[j] && keys[j] != key) j = (j + 1) & (cap - 1);
+  return j;
+}
+
+/* a and b have a session from now on (a message between them arrived). */
+static void session_add(sim *s, int a, int b) {
+  if (2 * (s->sess_n + 1) > s->sess_cap) {
+    size_t cap = s->sess_cap ? 2 * s->sess_cap : 256;
+    uint64_t *keys = calloc(cap, sizeof(*keys));
+    if (!keys) return; /* out of memory: this pair's crash goes unnoticed, as a silent one */
+    for (size_t i = 0; i < s->sess_cap; i++)
+      if (s->sess_key[i]) keys[sess_probe(keys, cap, s->sess_key[i])] = s->sess_key[i];
+    free(s->sess_key);
+    s->sess_key = keys;
+    s->sess_cap = cap;
+  }
+  uint64_t key = pair_key(a, b);
+  size_t j = sess_probe(s->sess_key, s->sess_cap, key);
+  if (!s->sess_key[j]) {
+    s->sess_key[j] = key;
+    s->sess_n++;
+  }
+}
+
+/* The crashed node's session partners hear of it one delay later. */
+static void sessions_notice(sim *s, int index) {
+  for (size_t i = 0; i < s->sess_cap; i++) {
+    uint64_t key = s->sess_key[i];
+    if (!key) continue;
+    int a = (int)((key - 1) >> 32), b = (int)(uint32_t)(key - 1);
+    int other = a == index ? b : b == index ? a : -1;
+    if (other < 0 || !s->nodes[other].alive) continue;
+    heap_push(s, (sim_event){.at = s->now + pick_delay(s, index, other, 0),
+                             .kind = EV_PEER_DOWN, .node = other, .from = index});
+  }
+}
+
 static int io_send(void *ud, const gw_peer *to, const uint8_t *buf, size_t len) {
   io_ctx *c = ud;
   sim *s = c->s;
@@ -284,6 +339,7 @@ void sim_free(sim *s) {
   free(s->heap);
   free(s->fifo_key);
   free(s->fifo_at);
+  free(s->sess_key);
   for (size_t i = 0; i < s->n_nodes; i++) free(s->ctx[i]);
   free(s->nodes);
   free(s->ctx);
@@ -339,8 +395,10 @@ gw_io sim_io(sim *s, int index) {
 }
 
 void sim_crash(sim *s, int index) {
+  if (!s->nodes[index].alive) return;
   s->nodes[index].alive = false;
   s->nodes[index].tick_pending = false;
+  if (s->cfg.session_notice) sessions_notice(s, index);
 }
 
 bool sim_alive(const sim *s, int index) { return s->nodes[index].alive; }
@@ -348,6 +406,11 @@ bool sim_alive(const sim *s, int index) { return s->nodes[index].alive; }
 void sim_set_delay_fn(sim *s, sim_delay_fn fn, void *ud) {
   s->delay_fn = fn;
   s->delay_ud = ud;
+}
+
+void sim_set_peer_down_fn(sim *s, sim_peer_down_fn fn, void *ud) {
+  s->down_fn = fn;
+  s->down_ud = ud;
 }
 
 uint64_t sim_node_sent(const sim *s, int index) { return s->nodes[index].sent; }
@@ -366,6 +429,10 @@ static void dispatch(sim *s, sim_event *ev) {
     if (n->ops.on_tick) n->ops.on_tick(n->node, s->now);
     return;
   }
+  if (ev->kind == EV_PEER_DOWN) {
+    if (n->alive && s->down_fn) s->down_fn(s->down_ud, n->node, &s->nodes[ev->from].peer, s->now);
+    return;
+  }
   /* A message already in flight still arrives after its sender crashed, as
    * on a real network; only a dead receiver drops it. */
   if (!n->alive) {
@@ -373,6 +440,7 @@ static void dispatch(sim *s, sim_event *ev) {
     return;
   }
   s->stats.delivered++;
+  if (s->cfg.session_notice && ev->from >= 0) session_add(s, ev->from, ev->node);
   const gw_peer *from = ev->from >= 0 ? &s->nodes[ev->from].peer : NULL;
   if (n->ops.on_message) n->ops.on_message(n->node, from, ev->buf, ev->len, s->now);
 }

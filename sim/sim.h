@@ -32,6 +32,10 @@ typedef struct sim_node_ops {
   void (*on_tick)(void *node, uint64_t now_ms);
 } sim_node_ops;
 
+/* With sim_config.session_notice: `peer`, a node that `node` had a session
+ * with, crashed (the transport's RST/EOF reached `node`). */
+typedef void (*sim_peer_down_fn)(void *ud, void *node, const gw_peer *peer, uint64_t now_ms);
+
 /* Per-message delay in ms; overrides the uniform [delay_min, delay_max]. */
 typedef uint64_t (*sim_delay_fn)(void *ud, int from, int to, size_t len, gw_rng *rng);
 
@@ -43,6 +47,11 @@ typedef struct sim_config {
   size_t max_message;    /* larger sends are refused with GW_ERANGE (0: no limit) */
   bool fifo;             /* per (sender, receiver) order is kept, as on a TCP session;
                             otherwise messages may overtake each other, as datagrams do */
+  bool session_notice;   /* a crash is a process crash on live sessions: every node that
+                            exchanged a message with the crashed one (both ways count; a
+                            session stays up once a message made it) is told (sim_set_peer_down_fn) one
+                            message delay later, as a TCP RST/EOF arrives. Never lost: a lost
+                            RST is found by the next write. Off: crashes are silent */
 } sim_config;
 
 typedef struct sim_stats {
@@ -65,11 +74,14 @@ gw_io sim_io(sim *s, int index);
 
 /* A crashed node stops: its pending messages and ticks are dropped, nothing
  * reaches it, and its sends are ignored. It stays registered (indices are
- * stable) and its address is not reused. */
+ * stable) and its address is not reused. With cfg.session_notice its
+ * session partners are told (sim_set_peer_down_fn) one delay later. */
 void sim_crash(sim *s, int index);
 bool sim_alive(const sim *s, int index);
 
 void sim_set_delay_fn(sim *s, sim_delay_fn fn, void *ud);
+/* Who hears of a crash under cfg.session_notice (NULL: nobody). */
+void sim_set_peer_down_fn(sim *s, sim_peer_down_fn fn, void *ud);
 /* Counts per node, for message-overhead figures. */
 uint64_t sim_node_sent(const sim *s, int index);
 uint64_t sim_node_bytes_sent(const sim *s, int index);

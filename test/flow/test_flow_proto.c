@@ -555,10 +555,12 @@ static void test_peer_silence_and_failure(void **state) {
   make_paired(&x, 10001, 9);
   flow_tunables t;
   flow_tunables_default(&t);
-  /* D keeps auditing; N falls silent: after peer_timeout_ticks R presumes
-   * it dead and the unit loses its next hop. */
+  /* D keeps auditing; N falls silent: by peer_timeout_ticks (sooner,
+   * through the pings of test_probe_suspect) R presumes it dead and the
+   * unit loses its next hop. Ticks only: the wakes between them are not
+   * run, so the pings go out at ticks. */
   cap_clear(&x.cap);
-  for (int k = 1; k <= t.peer_timeout_ticks + 1; k++) {
+  for (int k = 1; k <= t.peer_timeout_ticks + 1 && cap_events(&x.cap, FLOW_EV_PEER_DEAD) == 0; k++) {
     keep_alive(&x, 10001, T0 + (uint64_t)k * TICK - 1);
     flow_on_tick(x.f, T0 + (uint64_t)k * TICK);
   }
@@ -574,6 +576,122 @@ static void test_peer_silence_and_failure(void **state) {
   assert_int_equal(flow_peer_failed(x.f, &x.n2, T0 + 30 * TICK), 0);
   gw_id stranger = test_id("nobody");
   assert_int_equal(flow_peer_failed(x.f, &stranger, T0), GW_ENOENT);
+  fx_free(&x);
+}
+
+/* Runs R at the wakes it asks for (D auditing at each) until `done` or a
+ * bound; returns the time reached. */
+static uint64_t run_wakes(fx *x, uint64_t now, uint64_t until, bool (*done)(fx *x)) {
+  for (int guard = 0; guard < 1000 && now < until && !done(x); guard++) {
+    uint64_t at = x->cap.tick_at > now ? x->cap.tick_at : now + 1;
+    now = at;
+    keep_alive(x, 10001, now);
+    flow_on_tick(x->f, now);
+  }
+  return now;
+}
+
+static bool pinged(fx *x) { return cap_count(&x->cap, &x->n, GWTF__FLOW_MESSAGE__MSG_PING) > 0; }
+static bool dead(fx *x) { return cap_events(&x->cap, FLOW_EV_PEER_DEAD) > 0; }
+
+/* The probe path: N, the next hop, misses its audits. R suspects it once an
+ * audit is overdue by more than its RTO and pings it at a wake between ticks;
+ * an answer keeps it (and is a round-trip sample); left unanswered, three
+ * pings, each waiting twice the last, and N is presumed dead, well before
+ * peer_timeout_ticks of silence. */
+static void test_probe_suspect(void **state) {
+  (void)state;
+  fx x;
+  fx_relay(&x, 2, 1.7);
+  make_standby(&x, &x.n, 4);
+  make_paired(&x, 10001, 9);
+  flow_tunables t;
+  flow_tunables_default(&t);
+  uint64_t period = (uint64_t)t.audit_period_ticks * TICK;
+  cap_clear(&x.cap);
+  uint64_t now = run_wakes(&x, T0, T0 + 20 * TICK, pinged);
+  assert_true(pinged(&x));
+  /* overdue: a period and the RTO (no sample yet: rto_initial_ms) after the segment */
+  assert_true(now >= T0 + period && now <= T0 + period + t.rto_initial_ms + TICK);
+  Gwtf__FlowMessage *ping = cap_find(&x.cap, &x.n, GWTF__FLOW_MESSAGE__MSG_PING, 0);
+  assert_non_null(ping);
+  assert_false(ping->ping->reply);
+  Gwtf__FlowPing ans = GWTF__FLOW_PING__INIT;
+  ans.nonce = ping->ping->nonce;
+  ans.reply = true;
+  gwtf__flow_message__free_unpacked(ping, NULL);
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_PING;
+  m.ping = &ans;
+  /* N answers late, but within the first ping's wait: it stays. */
+  assert_int_equal(deliver(x.f, &x.n, &m, now + 150), 0);
+  assert_false(dead(&x));
+  flow_counts c;
+  flow_get_counts(x.f, &c);
+  assert_int_equal(c.outflow, 1);
+  /* A ping from N is answered at once with its nonce. */
+  cap_clear(&x.cap);
+  ans.nonce = 77;
+  ans.reply = false;
+  assert_int_equal(deliver(x.f, &x.n, &m, now + 200), 0);
+  Gwtf__FlowMessage *back = cap_find(&x.cap, &x.n, GWTF__FLOW_MESSAGE__MSG_PING, 0);
+  assert_non_null(back);
+  assert_true(back->ping->reply);
+  assert_int_equal(back->ping->nonce, 77);
+  gwtf__flow_message__free_unpacked(back, NULL);
+  /* Now N falls silent for good. */
+  uint64_t last_heard = now + 200;
+  cap_clear(&x.cap);
+  now = run_wakes(&x, now + 200, last_heard + 20 * TICK, dead);
+  assert_true(dead(&x));
+  assert_int_equal(cap_count(&x.cap, &x.n, GWTF__FLOW_MESSAGE__MSG_PING), t.probe_tries);
+  assert_true(now - last_heard < (uint64_t)t.peer_timeout_ticks * TICK);
+  flow_get_counts(x.f, &c);
+  assert_int_equal(c.outflow, 0);
+  fx_free(&x);
+}
+
+/* FlowGone: a neighbour names a peer it presumed dead. R forgets what that
+ * peer offered and gives up its request to it (no re-send at the next
+ * tick), pings a named peer it shares segments with instead of believing
+ * the word, and shrugs off a malformed one. */
+static void send_gone(fx *x, const gw_id *from, const uint8_t *peer, size_t len, uint64_t now) {
+  Gwtf__FlowGone g = GWTF__FLOW_GONE__INIT;
+  g.peer.data = (uint8_t *)peer;
+  g.peer.len = len;
+  Gwtf__FlowMessage m = GWTF__FLOW_MESSAGE__INIT;
+  m.msg_case = GWTF__FLOW_MESSAGE__MSG_GONE;
+  m.gone = &g;
+  assert_int_equal(deliver(x->f, from, &m, now), 0);
+}
+
+static void test_gone_heard(void **state) {
+  (void)state;
+  fx x;
+  fx_relay(&x, 2, 1.7);
+  make_standby(&x, &x.n, 4);
+  make_paired(&x, 10001, 9);
+  /* N2 offers; R, stable with room, asks for it at once. */
+  cap_clear(&x.cap);
+  send_offer(&x, &x.n2, &x.d, 1, 3, 1);
+  assert_int_equal(cap_count(&x.cap, &x.n2, GWTF__FLOW_MESSAGE__MSG_REQUEST), 1);
+  /* D says N2 is gone: the request is given up and the offer forgotten. */
+  send_gone(&x, &x.d, x.n2.b, GW_ID_BYTES, T0 + 10);
+  cap_clear(&x.cap);
+  flow_on_tick(x.f, T0 + TICK);
+  assert_int_equal(cap_count(&x.cap, &x.n2, GWTF__FLOW_MESSAGE__MSG_REQUEST), 0);
+  /* D says N is gone: R shares a segment with N, so it asks N itself. */
+  cap_clear(&x.cap);
+  send_gone(&x, &x.d, x.n.b, GW_ID_BYTES, T0 + TICK + 10);
+  assert_int_equal(cap_count(&x.cap, &x.n, GWTF__FLOW_MESSAGE__MSG_PING), 1);
+  assert_int_equal(cap_events(&x.cap, FLOW_EV_PEER_DEAD), 0);
+  flow_counts c;
+  flow_get_counts(x.f, &c);
+  assert_int_equal(c.outflow, 1);
+  /* A malformed name changes nothing. */
+  send_gone(&x, &x.d, x.n.b, 3, T0 + TICK + 20);
+  char err[200];
+  assert_int_equal(flow_check_local(x.f, err, sizeof(err)), 0);
   fx_free(&x);
 }
 
@@ -748,6 +866,23 @@ static void test_cost_eq1_and_tunables(void **state) {
   flow_tunables_describe(&t, buf, sizeof(buf));
   assert_non_null(strstr(buf, "temp_relay=0.5\n"));
   assert_non_null(strstr(buf, "objective=sum\n"));
+  assert_non_null(strstr(buf, "probe_tries=4\n"));
+  /* The swarms' fast tick (--flow-tick 100) with every other default: a
+   * flush no shorter than the tick is just no flush, not an error. */
+  flow_config cfg;
+  flow_config_default(&cfg);
+  cap_io cap;
+  cfg.io = cap_gw_io(&cap, 1);
+  cfg.self = test_id("fast");
+  cfg.stage = 1;
+  cfg.n_stages = 2;
+  cfg.capacity = 1;
+  cfg.tun.tick_ms = 100;
+  flow *f = NULL;
+  assert_int_equal(flow_new(&cfg, &f), 0);
+  flow_free(f);
+  cfg.tun.probe_timeout_min_ms = 0;
+  assert_int_equal(flow_new(&cfg, &f), GW_EINVAL);
 }
 
 /* ---- hostile input, at volume ---- */
@@ -890,6 +1025,8 @@ int main(void) {
       cmocka_unit_test(test_switch_for_unknown_segment_denied),
       cmocka_unit_test(test_annealing_rule),
       cmocka_unit_test(test_peer_silence_and_failure),
+      cmocka_unit_test(test_probe_suspect),
+      cmocka_unit_test(test_gone_heard),
       cmocka_unit_test(test_hostile_input),
       cmocka_unit_test(test_data_node_flows_and_probe),
       cmocka_unit_test(test_cost_eq1_and_tunables),
