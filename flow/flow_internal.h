@@ -303,6 +303,8 @@ void flow_resend_switches(flow *f);
 /* Offer summary for target t: unpaired outflow count and cheapest cost. */
 void flow_offer_for(const flow *f, const gw_id *t, uint32_t *count, double *cost);
 uint32_t flow_spare(const flow *f);
+/* The target unit u offers outflow for (flow_wire.c); NULL: none. */
+const gw_id *flow_offer_target(const flow *f, int u);
 bool flow_cost_ok(double c);
 
 int flow_send_ping(flow *f, int peer, uint64_t nonce, bool reply);

@@ -239,12 +239,7 @@ void flow_arm(flow *f) {
 uint64_t flow_offer_hash(const flow *f) {
   uint64_t h = 1469598103934665603ULL ^ flow_spare(f);
   for (int u = 0; u < f->n_units; u++) {
-    const funit *un = &f->units[u];
-    const gw_id *t = NULL;
-    if (f->cfg.role == FLOW_DATA)
-      t = u == 0 ? &f->cfg.self : NULL;
-    else if (un->used && un->has_out && !un->has_in)
-      t = &un->target;
+    const gw_id *t = flow_offer_target(f, u);
     if (!t) continue;
     uint32_t count;
     double cost;

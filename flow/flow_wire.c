@@ -125,6 +125,14 @@ int flow_send_reply(flow *f, int peer, uint64_t seg, const gw_id *target, bool a
   return flow_send(f, peer, &m);
 }
 
+/* The target unit u offers outflow for: a data node's own (unit 0 stands
+ * for all), a relay's unpaired outflow's; NULL when u offers nothing. */
+const gw_id *flow_offer_target(const flow *f, int u) {
+  const funit *un = &f->units[u];
+  if (f->cfg.role == FLOW_DATA) return u == 0 ? &f->cfg.self : NULL;
+  return un->used && un->has_out && !un->has_in ? &un->target : NULL;
+}
+
 int flow_send_offer(flow *f, int peer) {
   Gwtf__FlowOfferEntry entries[FLOW_MAX_OFFER_ENTRIES];
   Gwtf__FlowOfferEntry *ptrs[FLOW_MAX_OFFER_ENTRIES];
@@ -132,12 +140,7 @@ int flow_send_offer(flow *f, int peer) {
   size_t n = 0;
   /* One entry per target we hold unpaired outflow for. */
   for (int u = 0; u < f->n_units && n < FLOW_MAX_OFFER_ENTRIES; u++) {
-    const funit *un = &f->units[u];
-    const gw_id *t = NULL;
-    if (f->cfg.role == FLOW_DATA)
-      t = u == 0 ? &f->cfg.self : NULL;
-    else if (un->used && un->has_out && !un->has_in)
-      t = &un->target;
+    const gw_id *t = flow_offer_target(f, u);
     if (!t) continue;
     bool seen = false;
     for (size_t k = 0; k < n && !seen; k++) seen = gw_id_eq(&targets[k], t);
