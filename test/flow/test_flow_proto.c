@@ -129,6 +129,14 @@ static void make_paired(fx *x, uint64_t in_seg, double expect_cost) {
   assert_int_equal(cap_events(&x->cap, FLOW_EV_ESTABLISHED), 1);
 }
 
+/* A relay R with a standby path through N (cost 4) and a paired unit from D
+ * (segment 10001, cost 9): the start of the liveness tests. */
+static void fx_relay_paired(fx *x) {
+  fx_relay(x, 2, 1.7);
+  make_standby(x, &x->n, 4);
+  make_paired(x, 10001, 9);
+}
+
 static void test_request_flow(void **state) {
   (void)state;
   fx x;
@@ -550,9 +558,7 @@ static void test_annealing_rule(void **state) {
 static void test_peer_silence_and_failure(void **state) {
   (void)state;
   fx x;
-  fx_relay(&x, 2, 1.7);
-  make_standby(&x, &x.n, 4);
-  make_paired(&x, 10001, 9);
+  fx_relay_paired(&x);
   flow_tunables t;
   flow_tunables_default(&t);
   /* D keeps auditing; N falls silent: by peer_timeout_ticks (sooner,
@@ -602,9 +608,7 @@ static bool dead(fx *x) { return cap_events(&x->cap, FLOW_EV_PEER_DEAD) > 0; }
 static void test_probe_suspect(void **state) {
   (void)state;
   fx x;
-  fx_relay(&x, 2, 1.7);
-  make_standby(&x, &x.n, 4);
-  make_paired(&x, 10001, 9);
+  fx_relay_paired(&x);
   flow_tunables t;
   flow_tunables_default(&t);
   uint64_t period = (uint64_t)t.audit_period_ticks * TICK;
@@ -668,9 +672,7 @@ static void send_gone(fx *x, const gw_id *from, const uint8_t *peer, size_t len,
 static void test_gone_heard(void **state) {
   (void)state;
   fx x;
-  fx_relay(&x, 2, 1.7);
-  make_standby(&x, &x.n, 4);
-  make_paired(&x, 10001, 9);
+  fx_relay_paired(&x);
   /* N2 offers; R, stable with room, asks for it at once. */
   cap_clear(&x.cap);
   send_offer(&x, &x.n2, &x.d, 1, 3, 1);

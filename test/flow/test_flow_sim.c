@@ -223,6 +223,15 @@ static int busiest(const flow_instance *in, const flow_solution *sol, int n, flo
   return found;
 }
 
+/* Runs to round 60 and sets o up to crash the 10 % busiest relays (4 of
+ * 40) there. */
+static void run_to_crash(flow_instance *in, flow_sim_opts *o, flow_run_result *before, flow_sim_event crash[4]) {
+  assert_int_equal(flow_sim_run(in, o, 60, before), 0);
+  assert_int_equal(busiest(in, &before->sol, 4, crash, 60), 4);
+  o->crashes = crash;
+  o->n_crashes = 4;
+}
+
 static void test_crash_teardown_and_rebuild(void **state) {
   (void)state;
   for (uint64_t seed = 1; seed <= 3; seed++) {
@@ -230,12 +239,8 @@ static void test_crash_teardown_and_rebuild(void **state) {
     assert_int_equal(flow_instance_table5(1, seed, &in), 0);
     flow_sim_opts o = sum_opts(seed);
     flow_run_result before;
-    assert_int_equal(flow_sim_run(&in, &o, 60, &before), 0);
-    /* Crash 10% of the relays (4 of 40), the busiest ones, at round 60. */
     flow_sim_event crash[4];
-    assert_int_equal(busiest(&in, &before.sol, 4, crash, 60), 4);
-    o.crashes = crash;
-    o.n_crashes = 4;
+    run_to_crash(&in, &o, &before, crash);
     flow_run_result r;
     assert_int_equal(flow_sim_run(&in, &o, 120, &r), 0);
     assert_int_equal(r.last_crash_round, 60);
@@ -270,11 +275,8 @@ static void test_crash_recovered_within_ten_rounds(void **state) {
       assert_int_equal(flow_instance_table5(1, seed, &in), 0);
       flow_sim_opts o = sum_opts(seed);
       flow_run_result before;
-      assert_int_equal(flow_sim_run(&in, &o, 60, &before), 0);
       flow_sim_event crash[4];
-      assert_int_equal(busiest(&in, &before.sol, 4, crash, 60), 4);
-      o.crashes = crash;
-      o.n_crashes = 4;
+      run_to_crash(&in, &o, &before, crash);
       o.crash_notice = notice;
       flow_run_result r;
       assert_int_equal(flow_sim_run(&in, &o, 100, &r), 0);
