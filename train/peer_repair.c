@@ -161,11 +161,22 @@ void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *ta
  * only the cap on a live, answering relay moves. Before, a rebuild slower
  * than that cap (3 hop timeouts) made us suspect the live last relay, and
  * a second repair rebuilt its stage as well (test_slow_rebuild_keeps_the_
- * last_relay; swarm_backward_crash under load). */
+ * last_relay; swarm_backward_crash under load).
+ * When the gap is the last stage, we are the peer after it: the last relay
+ * we wait on is the dead one, and what we wait for is REPAIR_READY (which
+ * re-sends our loss gradient and sets new deadlines). Before, our next tick
+ * found that dead relay again and began a new repair, every tick until a
+ * slow REPAIR_READY came: four ticks used up the break's repairs and lost
+ * the microbatch (test_slow_rebuild_of_the_last_stage). Should the peer
+ * re-sending into the gap die before its FORWARD left, the trip deadline
+ * defers the microbatch; it re-sends at once on our REPAIR, so that window
+ * is short, while re-repairing on its death at any time would rebuild the
+ * gap twice whenever it died after re-sending. */
 static void repair_taken(train_peer *p, peer_mb *mb) {
   mb->recovering = false;
   mb->trip_deadline = p->now + data_trip_ms(p);
   if (mb->bwd_cap < mb->trip_deadline) mb->bwd_cap = mb->trip_deadline;
+  if (gw_id_eq(&mb->gap_target, &p->cfg.self)) mb->bwd_deadline = mb->trip_deadline;
   if (!mb->repair_taken_ms) mb->first_taken_ms = p->now;
   mb->repair_taken_ms = p->now;
 }

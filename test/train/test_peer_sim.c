@@ -461,13 +461,13 @@ static void test_forward_crash_reroutes(void **state) {
   h_free(&h);
 }
 
-/* Crash the stage-2 relay that carried a microbatch when its loss is
+/* Crash the stage-`stage` relay that carried a microbatch when its loss is
  * computed, i.e. after its forward and before its backward. */
-static bool crash_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+static bool crash_stage_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash, int stage) {
   if (job->kind != TRAIN_JOB_LOSS || train_peer_iteration(n->tp) != 2) return false;
   for (int i = 0; i < h->n_nodes; i++) {
     h_node *r = &h->nodes[i];
-    if (!r->alive || r->stage != 2) continue;
+    if (!r->alive || r->stage != stage) continue;
     for (int k = 0; k < 64; k++)
       if (r->states[k].used && r->states[k].key == job->key) {
         *crash = i;
@@ -475,6 +475,10 @@ static bool crash_before_backward(h_harness *h, h_node *n, const train_job *job,
       }
   }
   return false;
+}
+
+static bool crash_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  return crash_stage_before_backward(h, n, job, crash, 2);
 }
 
 /* How long a data node waits for a microbatch's backward after its loss. */
@@ -643,26 +647,50 @@ static uint64_t slow_repair_ready(void *ud, int from, int to, size_t len, gw_rng
   return 1 + gw_rng_below(rng, 3);
 }
 
-static void test_slow_rebuild_keeps_the_last_relay(void **state) {
-  (void)state;
+/* Runs the crash of stage `stage` before the backward with REPAIR_READY
+ * 2.5 hop timeouts slow; every microbatch needed one repair, which rebuilt
+ * that stage alone, and none was lost. */
+static void run_slow_rebuild(int stage, h_job_hook hook) {
   h_harness h;
   h_init(&h, STAGES, 3, verbose());
   int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
   h_start(&h, d);
   for (int i = 0; i < STAGES * 2; i++) h_start(&h, h_add(&h, TRAIN_RELAY, -1, M, 0, false));
   sim_set_delay_fn(h.s, slow_repair_ready, &h);
-  h.hook = crash_before_backward;
+  h.hook = hook;
   assert_true(h_run_until_finished(&h, 120000));
   assert_true(h.hook_fired);
-  uint64_t repaired = C(&h, d)->backward_recoveries, recomputed[STAGES + 1] = {0};
+  uint64_t repaired = C(&h, d)->backward_recoveries, recomputed[STAGES + 1] = {0}, others = 0;
   for (int i = 0; i < h.n_nodes; i++) recomputed[h.nodes[i].stage] += C(&h, i)->forward_recomputed;
+  for (int s = 0; s <= STAGES; s++) others += s == stage ? 0 : recomputed[s];
   assert_true(repaired >= 1);
   assert_int_equal(C(&h, d)->repairs_started, repaired);
-  assert_int_equal(recomputed[2], repaired);
-  assert_int_equal(recomputed[0] + recomputed[1] + recomputed[3], 0);
+  assert_int_equal(recomputed[stage], repaired);
+  assert_int_equal(others, 0);
   assert_int_equal(C(&h, d)->lost_microbatches + C(&h, d)->deferred_microbatches, 0);
   assert_agree(&h, ITERS);
   h_free(&h);
+}
+
+static void test_slow_rebuild_keeps_the_last_relay(void **state) {
+  (void)state;
+  run_slow_rebuild(2, crash_before_backward);
+}
+
+/* The last relay dies before the backward: the gap is the last stage and
+ * the data node itself is the peer after it. It waits for REPAIR_READY (a
+ * trip at most) once the repair is taken on. Before, its next tick found
+ * the dead last relay again and began a new repair, every tick until the
+ * slow REPAIR_READY came: four ticks used up the break's repairs and the
+ * microbatch was lost (grid of 2026-11-26, homo-churn20 seed 122, two
+ * microbatches). */
+static bool crash_last_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  return crash_stage_before_backward(h, n, job, crash, STAGES);
+}
+
+static void test_slow_rebuild_of_the_last_stage(void **state) {
+  (void)state;
+  run_slow_rebuild(STAGES, crash_last_before_backward);
 }
 
 /* Four stages; the stage-2 relay of a microbatch dies as its loss is
@@ -1301,6 +1329,7 @@ int main(void) {
       cmocka_unit_test(test_repair_needs_no_probe),
       cmocka_unit_test(test_full_stage_takes_the_repair),
       cmocka_unit_test(test_slow_rebuild_keeps_the_last_relay),
+      cmocka_unit_test(test_slow_rebuild_of_the_last_stage),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
       cmocka_unit_test(test_second_break_gets_its_own_repair),
       cmocka_unit_test(test_spare_copy_is_dropped),
