@@ -329,32 +329,35 @@ Bold: the better mean of the pair.
 ## Reading the results
 
 What the logs of these runs (`swarm.log` in each run's folder) show
-(grid of 2026-11-26: the SWARM half with the code of b083784, the GWTF half
-rerun with d14385b, nothing else running; between the two only the log
-line of a refused copy of an average, whom an average is passed on to, and
-a HELLO sent as soon as a session comes up changed):
+(grid of 2026-11-26, later: both halves with the code of e185978, the GWTF
+half first; a flow-simulator job shared the machine, the grid ran at
+`nice -n -10`):
 
-- Without churn GWTF's flows send work down the cheapest paths: a third
-  less communication per microbatch than SWARM's round-robin on
-  heterogeneous relays (1.39 against 2.10 s) and the same on homogeneous
-  ones, and 10 % (homogeneous) and 16 % (heterogeneous) less time per
-  microbatch. A data node starts its share of the narrowest stage rounded
-  up (rounded down, with 3 slots and 2 data nodes each sent its microbatches
-  one after another).
+- Without churn GWTF's flows send work down the cheapest paths: 40 % less
+  communication per microbatch than SWARM's round-robin on heterogeneous
+  relays (1.51 against 2.48 s) and 16 % less on homogeneous ones (1.24
+  against 1.47 s), and 9 % (homogeneous) and 22 % (heterogeneous) less
+  time per microbatch. A data node starts its share of the narrowest stage
+  rounded up (rounded down, with 3 slots and 2 data nodes each sent its
+  microbatches one after another).
 - Under churn the two recoveries differ most. A SWARM microbatch whose
   backward breaks waits out its trip deadline (16 s) and then a whole new
-  trip: 43 of SWARM's 108 churned iterations took over 15 s (median 5.9 s,
-  90th percentile 20.7 s), against none of GWTF's (median 4.8 s, 90th
-  percentile 7.7 s). A GWTF repair took 0.07–7.4 s to the microbatch's
-  completion (median 0.84 s, 84 repairs; the gradient flowed again past
-  the gap after a median 0.34 s, 95th percentile 1.1 s); a SWARM restart,
-  counted from its timeout, 0.6–19.7 s (median 1.7 s, 94 restarts). Hence
-  35–60 % less time per microbatch under churn.
-- Heterogeneous 10 % churn: 35 % less time per microbatch and a tenth of
-  the wasted compute (0.008 s against 0.082 s). The time target (45 %) is
-  missed on this grid, within the spread between runs (GWTF's three runs:
-  0.95, 0.93, 0.73 s; SWARM's: 1.09, 1.54, 1.38 s); the grid of 2026-11-22
-  measured 46 %, and the one before it 35 %.
+  trip: 38 of SWARM's 108 churned iterations took over 15 s (median 5.4 s,
+  90th percentile 21.3 s), against one of GWTF's (median 4.7 s, 90th
+  percentile 7.2 s). A GWTF repair took up to 7.2 s to the microbatch's
+  completion (median 0.68 s, 101 repairs); the gradient flowed again past
+  the gap after a median 0.29 s, 95th percentile 0.58 s (before: 0.34 s
+  and 1.1 s; the repair reserve and the last relay's wait, docs/TRAINING.md).
+  A SWARM restart, counted from its timeout: median 1.65 s, 75 restarts.
+  Hence 39–62 % less time per microbatch under churn.
+- A relay killed by churn comes back as a new peer: from its start, the
+  run record was found after a median 0.20 s, it was placed at 0.69 s,
+  ready at 2.2 s and carried its first forward at 5.8 s (GWTF; before:
+  1.0, 3.2, 5.0 and 8.3 s; docs/TRAINING.md, "Rejoining fast").
+- Heterogeneous 10 % churn: 45 % less time per microbatch and about a
+  fifteenth of the wasted compute (0.005 s against 0.077 s). The three
+  runs of each spread widely (GWTF 0.73, 0.88, 0.62 s; SWARM 1.36, 1.40,
+  1.33 s); the grid before measured 35 %, the one of 2026-11-22 46 %.
 - Wasted compute, by the paper's definition: what GWTF wastes is the
   forwards of relays that died before their backward and a few forwards of
   spare copies; SWARM also throws away every broken attempt. Spare copies
