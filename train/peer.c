@@ -408,6 +408,36 @@ static void drop_member(train_peer *p, const gw_id *peer) {
   }
 }
 
+/* ---- HELLOs owed ---- */
+
+/* A peer whose session came up, or whose HELLO came, while we had nothing to
+ * say yet (no stage, not ready): ours goes to it as we get ready. The ready
+ * broadcast reaches the stages' members by our directory, which may not list
+ * it yet (a data node whose record we have not fetched), and the periodic
+ * HELLO comes up to a period later: meanwhile it sent us F32 (swarm_wire_bf16
+ * under ASan: a relay ready at 53.9 s was heard by the data node at 56.4 s,
+ * after the first iteration's activations). */
+static void hello_owe(train_peer *p, const gw_id *peer) {
+  for (uint32_t i = 0; i < p->n_hello_owed; i++)
+    if (gw_id_eq(&p->hello_owed[i], peer)) return;
+  if (p->n_hello_owed < PEER_HELLO_OWED_MAX) p->hello_owed[p->n_hello_owed++] = *peer;
+}
+
+static void hello_forgive(train_peer *p, const gw_id *peer) {
+  for (uint32_t i = 0; i < p->n_hello_owed; i++)
+    if (gw_id_eq(&p->hello_owed[i], peer)) {
+      p->hello_owed[i] = p->hello_owed[--p->n_hello_owed];
+      return;
+    }
+}
+
+/* We are ready: every HELLO owed goes now. */
+void peer_hello_owed(train_peer *p) {
+  for (uint32_t i = 0; i < p->n_hello_owed; i++)
+    if (peer_alive(p, &p->hello_owed[i])) peer_hello_to(p, &p->hello_owed[i]);
+  p->n_hello_owed = 0;
+}
+
 void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) {
   p->now = now_ms;
   if (gw_id_eq(peer, &p->cfg.self)) return;
@@ -418,6 +448,7 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
   agg_peer_down(p, peer);
   join_peer_down(p, peer);
   admit_peer_down(p, peer);
+  hello_forgive(p, peer);
   if (p->cfg.role == TRAIN_DATA) leader_check(p);
 }
 
@@ -430,7 +461,10 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
 void train_peer_on_peer_up(train_peer *p, const gw_id *peer, uint64_t now_ms) {
   p->now = now_ms;
   admit_peer_up(p, peer);
-  if (p->state == PEER_READY && p->stage >= 0) peer_hello_to(p, peer);
+  if (p->state == PEER_READY && p->stage >= 0)
+    peer_hello_to(p, peer);
+  else
+    hello_owe(p, peer);
   join_leader_up(p, peer);
 }
 
@@ -522,7 +556,12 @@ static void forget_moved(train_peer *p, const gw_id *id) {
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
   if (p->stage >= 0 && h->stage >= 0 && h->stage != p->stage && peer_is_member(p, p->stage, from, false))
     forget_moved(p, from);
-  if (wire_on_hello(p, from, h) && p->stage >= 0) peer_hello_to(p, from);
+  if (wire_on_hello(p, from, h)) {
+    if (p->stage >= 0)
+      peer_hello_to(p, from);
+    else
+      hello_owe(p, from);
+  }
   if (p->io.peer_info && h->stage >= 0) p->io.peer_info(p->io.ud, from, h->stage, h->capacity, h->compute_ms);
   live_on_hello(p, from, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms);
   rebalance_on_hello(p, from, h->stage, h->mb_compute_ms > 0 ? h->mb_compute_ms : h->compute_ms, h->joining);

@@ -313,9 +313,14 @@ uint64_t data_trip_ms(const train_peer *p) { return p->cfg.tun.hop_timeout_ms * 
 
 /* No peer of stage 1 takes our embedding. A data node answers to nobody but
  * its iteration: a full stage gets one trip to free a slot, then the
- * microbatch waits in the backlog for a later turn. */
+ * microbatch waits in the backlog for a later turn. So does a stage no peer
+ * of which refused yet, but none is a hop yet either: at the start the
+ * directory tells us the stage of a relay the leader just placed a second or
+ * two later than data_share counts its slots (a CI run deferred the first
+ * iteration's fourth microbatch that way). */
 void data_no_route(train_peer *p, peer_mb *mb) {
-  if (mb_wait_for_slot(p, mb, data_trip_ms(p))) return;
+  bool nobody_refused = mb->n_avoid == 0;
+  if (nobody_refused ? mb_wait_for_hop(p, mb, data_trip_ms(p)) : mb_wait_for_slot(p, mb, data_trip_ms(p))) return;
   mb->wait_since = 0;
   GW_INFO(&p->log, "microbatch.no_route", "mb=%llx reroutes=%u", (unsigned long long)mb->id, mb->reroutes);
   data_mb_finished(p, mb, MB_DEFERRED);

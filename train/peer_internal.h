@@ -260,6 +260,7 @@ typedef struct peer_verify {
 /* ---- wire compression (peer_wire.c) ---- */
 
 #define PEER_WIRE_MAX 128 /* neighbours remembered; the least recently heard is forgotten */
+#define PEER_HELLO_OWED_MAX 64 /* peers our HELLO goes to as we get ready (more wait for the periodic one) */
 
 typedef struct peer_wire_link {
   gw_id id;
@@ -473,6 +474,8 @@ struct train_peer {
   gw_id snapshot_for;
 
   uint64_t last_hello_ms;
+  gw_id hello_owed[PEER_HELLO_OWED_MAX]; /* peer.c: up, or heard, before we were ready */
+  uint32_t n_hello_owed;
   peer_wire_link wire[PEER_WIRE_MAX];
   uint32_t n_wire;
   uint8_t *wire_buf; /* encoded activations, reused (the driver copies what it sends) */
@@ -495,6 +498,7 @@ void peer_broadcast_stage(train_peer *p, int stage, uint32_t type, const Protobu
 void peer_emit(train_peer *p, train_event_kind kind);
 void peer_send_hellos(train_peer *p);
 void peer_hello_to(train_peer *p, const gw_id *to);
+void peer_hello_owed(train_peer *p);
 /* `t` describes n floats at data as a 1-D f32 tensor (gradients, averages). */
 void peer_tensor_1d(train_tensor *t, const float *data, size_t n);
 void peer_short(const gw_id *id, char out[GW_ID_SHORT_LEN + 1]);
@@ -748,6 +752,11 @@ void move_after_round(train_peer *p); /* our aggregation is done: a waiting move
 void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms, bool joining);
 void rebalance_hello_leader(train_peer *p, const Gwtf__TrainHello *h);
 void rebalance_on_iteration(train_peer *p);
+/* Each relay stage's rate (microbatches per second, as the rebalancing
+ * counts it) in rate[1..S], and what a relay at the median speed adds to
+ * it in one[1..S]; false while a stage has no member that measured its
+ * speed (no claim heard yet). */
+bool rebalance_stage_rates(train_peer *p, double *rate, double *one);
 
 /* peer_join.c */
 /* Sends a serialised stage state in chunks of `type` (WEIGHTS_CHUNK,

@@ -56,6 +56,7 @@ void join_become_ready(train_peer *p) {
    * catch up if the stage aggregated while we were getting ready. */
   p->last_hello_ms = p->now;
   peer_send_hellos(p);
+  peer_hello_owed(p);
 }
 
 /* We are behind our stage (we missed an aggregation): drop what we hold and
@@ -128,11 +129,13 @@ void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
 typedef struct stage_rank {
   int stage;
   double utilization;
+  double rate; /* microbatches per second (NAN: not measured yet) */
   uint32_t capacity;
 } stage_rank;
 
 static int cmp_rank(const void *x, const void *y) {
   const stage_rank *a = x, *b = y;
+  if (!isnan(a->rate) && !isnan(b->rate) && a->rate != b->rate) return a->rate < b->rate ? -1 : 1;
   if (a->utilization != b->utilization) return a->utilization > b->utilization ? -1 : 1;
   if (a->capacity != b->capacity) return a->capacity < b->capacity ? -1 : 1; /* the smaller bottleneck first */
   return a->stage - b->stage;
@@ -144,7 +147,16 @@ static int cmp_candidate(const void *x, const void *y) {
   return gw_id_cmp(&a->id, &b->id);
 }
 
+/* §V-B ranks stages by utilization, the load their members announced over
+ * their capacity. Once every stage's speed is measured, the slowest stage
+ * (its members' summed rate, train/peer_rebalance.c) comes first instead:
+ * the announced loads are snapshots up to a directory refresh old, and a
+ * stage of one relay ranked below one of two whose load was caught at a
+ * peak (swarm_join: the late relay went to a stage of two while another had
+ * one, about 1 run in 8). The rebalancing would then have moved a relay. */
 static void rank_stages(train_peer *p, stage_rank *ranks) {
+  double rate[PEER_MAX_STAGES + 1], one[PEER_MAX_STAGES + 1];
+  bool rates = rebalance_stage_rates(p, rate, one);
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     peer_stage_view *v = &p->members[s];
     uint32_t cap = 0, load = 0;
@@ -156,13 +168,15 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
       load += v->v[i].load;
     }
     /* and those we placed that have not announced themselves yet */
+    double pending = 0;
     for (uint32_t k = 0; k < p->n_placed; k++)
       if (p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
           !peer_in_view(v, &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
-        cap += p->placed[k].capacity;
+        cap += p->placed[k].capacity, pending++;
     ranks[s - 1].stage = s;
     ranks[s - 1].capacity = cap;
     ranks[s - 1].utilization = cap ? (double)load / cap : INFINITY;
+    ranks[s - 1].rate = rates ? rate[s] + pending * one[s] : NAN;
   }
   qsort(ranks, (size_t)p->cfg.n_stages, sizeof(*ranks), cmp_rank);
 }
@@ -188,7 +202,7 @@ static size_t assign_members(train_peer *p, int stage, const gw_id *to, Protobuf
   return n;
 }
 
-static void assign(train_peer *p, const peer_candidate *c, int stage, double utilization) {
+static void assign(train_peer *p, const peer_candidate *c, int stage, const stage_rank *why) {
   Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
   ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
   size_t n = assign_members(p, stage, &c->id, ids);
@@ -200,8 +214,8 @@ static void assign(train_peer *p, const peer_candidate *c, int stage, double uti
   peer_send(p, &c->id, GWTF__TRAIN_MSG__TRAIN_ASSIGN, &a.base, NULL);
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(&c->id, who);
-  GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
-          utilization);
+  GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f stage_mb_per_s=%.2f", who, stage,
+          c->capacity, why ? why->utilization : NAN, why ? why->rate : NAN);
   /* Count it in now: the directory shows it only once it has announced. */
   join_note_placed(p, &c->id, stage, c->capacity);
 }
@@ -228,7 +242,7 @@ static void place_candidates(train_peer *p) {
   for (uint32_t i = 0; i < p->n_candidates; i++) {
     peer_candidate *c = &p->candidates[i];
     if (c->want_stage && peer_alive(p, &c->id))
-      assign(p, c, c->want_stage, NAN);
+      assign(p, c, c->want_stage, NULL);
     else if (!c->want_stage)
       p->candidates[kept++] = *c;
   }
@@ -240,7 +254,7 @@ static void place_candidates(train_peer *p) {
     rank_stages(p, ranks);
     for (int r = 0; r < p->cfg.n_stages && next < p->n_candidates; r++, next++) {
       if (peer_alive(p, &p->candidates[next].id))
-        assign(p, &p->candidates[next], ranks[r].stage, ranks[r].utilization);
+        assign(p, &p->candidates[next], ranks[r].stage, &ranks[r]);
     }
   }
   p->n_candidates = 0;

@@ -209,9 +209,15 @@ void mb_log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s
  * microbatch in the pipeline does within a round trip), so wait a little
  * and ask them again rather than give the microbatch up. True: waiting. */
 bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
-  if (!mb->avoid_full) return false;
+  return mb->avoid_full && mb_wait_for_hop(p, mb, budget_ms);
+}
+
+/* Waits for the next stage to offer a hop, within budget_ms since the wait
+ * began; the peers that only said "full" are asked again. True: waiting. */
+bool mb_wait_for_hop(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
   if (!mb->wait_since) mb->wait_since = p->now;
   if (p->now - mb->wait_since >= budget_ms) return false;
+  const char *why = mb->n_avoid ? "next_stage_full" : "no_hop_known";
   avoid_forget_full(mb);
   mb->reroutes = 0; /* the wait budget bounds it now */
   mb->fwd = FWD_WAIT;
@@ -219,8 +225,8 @@ bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
    * grows (two ticks, then half the time waited so far). */
   uint64_t waited = p->now - mb->wait_since, step = 2 * p->cfg.tun.tick_ms;
   mb->wait_until = p->now + (waited / 2 > step ? waited / 2 : step);
-  GW_DEBUG(&p->log, "forward.waiting", "mb=%llx reason=next_stage_full waited_ms=%llu", (unsigned long long)mb->id,
-           (unsigned long long)waited);
+  GW_DEBUG(&p->log, "forward.waiting", "mb=%llx reason=%s waited_ms=%llu", (unsigned long long)mb->id,
+           why, (unsigned long long)waited);
   return true;
 }
 

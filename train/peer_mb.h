@@ -115,6 +115,7 @@ void mb_log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s
 /* No peer of the next stage takes mb, some only because they are full: true
  * while waiting for a slot (FWD_WAIT) within budget_ms of the first refusal. */
 bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms);
+bool mb_wait_for_hop(train_peer *p, peer_mb *mb, uint64_t budget_ms);
 /* A gradient arrived for mb: BACKWARD_RECEIVED, mb->in holds it and
  * mb->bwd is BWD_COMPUTE; false when there is nothing to compute. */
 bool mb_take_gradient(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);

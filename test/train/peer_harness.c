@@ -62,7 +62,7 @@ static void refresh_members(h_harness *h) {
         h_node *n = &h->nodes[j];
         if (n->alive && (n->ready || (n->listed_early && n->stage >= 0)) && n->stage == s && !n->hidden_from[i] &&
             !(me->dir_blind && s == me->stage && j != i))
-          list[k++] = (train_member){.id = n->peer.id, .capacity = n->capacity, .load = 0};
+          list[k++] = (train_member){.id = n->peer.id, .capacity = n->capacity, .load = n->dir_load};
       }
       train_peer_set_members(me->tp, s, list, k, sim_now(h->s));
     }
@@ -87,7 +87,7 @@ static int route(void *ctx, const gw_id *origin, const gw_id *from, uint32_t slo
     h_node *c = &h->nodes[j];
     bool avoided = false;
     for (size_t a = 0; a < n_avoid; a++) avoided |= gw_id_eq(&avoid[a], &c->peer.id);
-    bool unrouted = c->unrouted && train_peer_iteration(me->tp) >= c->unrouted_from;
+    bool unrouted = (c->unrouted && train_peer_iteration(me->tp) >= c->unrouted_from) || sim_now(h->s) < c->unrouted_until;
     if (c->alive && c->ready && c->stage == next && !avoided && !unrouted) cand[n++] = c;
   }
   if (n == 0) return GW_ENOENT;

@@ -64,6 +64,8 @@ typedef struct h_node {
   bool bad_snapshot;       /* hostile: serves its weights + 1 to joiners (its own stay right) */
   bool unrouted;           /* the router never picks it (a driver's flows leave out revoked peers) */
   uint64_t unrouted_from;  /* unrouted from this iteration on (0: from the start) */
+  uint64_t unrouted_until; /* no hop before this virtual ms (the sender's directory does not list its stage yet) */
+  uint32_t dir_load;       /* the load its directory record announces (a snapshot: may be stale) */
   uint32_t in_flight, max_in_flight; /* data node: microbatches between embed and embed backward */
   bool ready;
   /* fake model */

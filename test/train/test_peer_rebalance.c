@@ -178,6 +178,30 @@ static void test_off(void **state) {
   h_free(&h);
 }
 
+/* A relay that joins a running swarm (2, 2, 1 relays of equal speed) goes
+ * to the slowest stage, the one of one, even when the loads the directory
+ * announces were caught at a peak in a stage of two (the leader ranked by
+ * them alone, and swarm_join placed its late relay beside two, about 1 run
+ * in 8). */
+static void test_joiner_goes_to_the_slowest_stage(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 10;
+  int per[4] = {0, 2, 2, 1};
+  int d = build(&h, 3, per, NULL, iters, 0);
+  for (int k = 0; k < 100000 && h.nodes[d].iterations_done < 3; k++) h_run_for(&h, 5);
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].role == TRAIN_RELAY && h.nodes[i].stage == 1) h.nodes[i].dir_load = M; /* full, a while ago */
+  int late = h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  h_start(&h, late);
+  for (int k = 0; k < 100000 && h.nodes[late].stage < 0; k++) h_run_for(&h, 5);
+  assert_int_equal(h.nodes[late].stage, 3);
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  assert_stages_agree(&h, 3);
+  h_free(&h);
+}
+
 /* Four relays that each ask for stage 1 as they join (placed by the
  * leader: stage -1), beside a first member in each stage; per[s]: the
  * relays that trained in stage s at the end. */
@@ -219,6 +243,7 @@ int main(void) {
       cmocka_unit_test(test_no_move_that_only_shifts_the_bottleneck),
       cmocka_unit_test(test_off),
       cmocka_unit_test(test_join_stage_granted_only_when_told),
+      cmocka_unit_test(test_joiner_goes_to_the_slowest_stage),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,6 +102,50 @@ static void test_negotiation(void **state) {
   h_free(&n.h);
 }
 
+/* A relay whose session with the data node came up, and whose HELLO from it
+ * came, while the relay had no stage yet, and whose directory does not list
+ * the data node (its record not fetched yet): its HELLO goes to the data
+ * node as it gets ready, so the data node's first activations to it are
+ * bf16, not F32 until its directory catches up (swarm_wire_bf16 under ASan). */
+typedef struct owed_watch {
+  int relay, data;
+  uint64_t hello_at; /* virtual ms of the relay's first HELLO to the data node */
+} owed_watch;
+
+static void watch_hello(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                        const train_tensor *t) {
+  (void)body, (void)len, (void)t;
+  owed_watch *w = h->hook_ud;
+  if (from == w->relay && to == w->data && type == GWTF__TRAIN_MSG__TRAIN_HELLO && !w->hello_at)
+    w->hello_at = sim_now(h->s);
+}
+
+static void test_hello_owed_goes_at_ready(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 41, verbose());
+  h.wire_dtype = TRAIN_BF16;
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  for (int s = 1; s <= STAGES; s++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  int r = h_add(&h, TRAIN_RELAY, -1, M, 0, false); /* the leader places it */
+  owed_watch w = {.relay = r, .data = d};
+  h.hook_ud = &w;
+  h.send_hook = watch_hello;
+  h.nodes[d].hidden_from[r] = true;
+  h_start(&h, r);
+  uint64_t now = sim_now(h.s);
+  train_peer_on_peer_up(h.nodes[r].tp, &h.nodes[d].peer.id, now); /* no stage: nothing to say yet */
+  train_peer_on_peer_up(h.nodes[d].tp, &h.nodes[r].peer.id, now); /* its HELLO reaches the relay */
+  for (int k = 0; k < 20000 && !h.nodes[r].ready; k++) h_run_for(&h, 1);
+  assert_true(h.nodes[r].ready);
+  assert_true(w.hello_at > 0 && w.hello_at <= sim_now(h.s));
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(train_peer_wire_to(h.nodes[d].tp, &h.nodes[r].peer.id, false), TRAIN_BF16);
+  assert_int_equal(h.nodes[r].act_recv[TRAIN_F32], 0);
+  h_free(&h);
+}
+
 /* Compressed runs train like the fp32 one: the same seeded run, each dtype. */
 static void test_loss_close_to_fp32(void **state) {
   (void)state;
@@ -267,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_hostile_headers),
       cmocka_unit_test(test_grad_dtype),
       cmocka_unit_test(test_bigger_than_fp32),
+      cmocka_unit_test(test_hello_owed_goes_at_ready),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
