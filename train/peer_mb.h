@@ -80,6 +80,7 @@ typedef struct peer_mb {
    * that one break so far (max_repairs is a budget per break) */
   gw_id break_suspect;
   uint32_t break_repairs;
+  uint32_t rebuilt; /* data: bit s, a repair re-sent into stage s (path[s] may name the peer it replaced) */
   bool repair;
   int repair_end_stage;
   gw_id repair_target;

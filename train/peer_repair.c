@@ -174,6 +174,7 @@ void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *ta
  * gap twice whenever it died after re-sending. */
 static void repair_taken(train_peer *p, peer_mb *mb) {
   mb->recovering = false;
+  for (int s = mb->probe_stage + 1; s <= mb->gap_last; s++) mb->rebuilt |= 1u << s;
   mb->trip_deadline = p->now + data_trip_ms(p);
   if (mb->bwd_cap < mb->trip_deadline) mb->bwd_cap = mb->trip_deadline;
   if (gw_id_eq(&mb->gap_target, &p->cfg.self)) mb->bwd_deadline = mb->trip_deadline;
@@ -227,6 +228,25 @@ static void probe_next(train_peer *p, peer_mb *mb) {
   send_repair(p, mb, &p->cfg.self, 1);
 }
 
+/* A RECOVER comes from the peer after the suspect on the microbatch's path.
+ * The path we hold names the peers our forward went through; a stage a
+ * repair re-sent into has a replacement we never heard of (REPAIR_READY
+ * goes to the peer after the gap). Its RECOVER counts when the reporter's
+ * stage is one of those: the path takes the reporter, and the suspect it
+ * names when the suspect's stage was rebuilt too. Before, it was dropped,
+ * the reporter asked again every three hop timeouts, and the trip deadline
+ * deferred the microbatch 16 s on (grid of 2026-11-26, homo-churn20: 3
+ * microbatches). */
+static bool recover_on_path(peer_mb *mb, int suspect_stage, const gw_id *from, ProtobufCBinaryData suspect_bytes) {
+  int at = suspect_stage + 1;
+  gw_id suspect;
+  id_from_bytes(&suspect, suspect_bytes);
+  if (!gw_id_eq(&mb->path[at], from) && !(mb->rebuilt & (1u << at))) return false;
+  mb->path[at] = *from;
+  if (mb->rebuilt & (1u << suspect_stage)) mb->path[suspect_stage] = suspect;
+  return true;
+}
+
 void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecover *r) {
   gw_id origin, reporter;
   if (p->cfg.role != TRAIN_DATA || r->origin.len != GW_ID_BYTES) return;
@@ -235,8 +255,8 @@ void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecove
   if (!gw_id_eq(&origin, &p->cfg.self) || !gw_id_eq(&reporter, from)) return;
   peer_mb *mb = mb_find(p, &origin, r->id);
   if (!mb || mb->fwd != FWD_DONE || mb->bwd != BWD_NONE || mb->end != MB_LIVE) return;
-  if (r->suspect_stage < 1 || r->suspect_stage >= p->cfg.n_stages) return;
-  if (!gw_id_eq(&mb->path[r->suspect_stage + 1], from)) return;
+  if (r->suspect_stage < 1 || r->suspect_stage >= p->cfg.n_stages || r->suspect.len != GW_ID_BYTES) return;
+  if (!recover_on_path(mb, r->suspect_stage, from, r->suspect)) return;
   repair_begin(p, mb, r->suspect_stage, from);
 }
 

@@ -880,6 +880,68 @@ static void test_second_break_gets_its_own_repair(void **state) {
   h_free(&h);
 }
 
+/* Iteration 2: stage 3 of a microbatch's path dies as its loss is
+ * computed, and a repair rebuilds it on a replacement; then stage 2 dies as
+ * that replacement computes the backward. The replacement reports RECOVER,
+ * though the origin's path still names the dead stage-3 peer (REPAIR_READY
+ * went to stage 4): the origin takes the report and repairs the second
+ * break alone, stage 2. Before, the report was dropped; stage 4 later
+ * gave up on the live replacement and a repair rebuilt stages 2 and 3 (in
+ * the grid, with no such fallback, the trip deadline deferred the
+ * microbatch). */
+typedef struct replacement_reports {
+  int phase, s2;
+  uint64_t key;
+} replacement_reports;
+
+static bool crash_behind_replacement(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  replacement_reports *t = h->hook_ud;
+  if (train_peer_iteration(n->tp) != 2) return false;
+  if (t->phase == 0 && job->kind == TRAIN_JOB_LOSS) {
+    int s3 = holder(h, 3, job->key);
+    t->s2 = holder(h, 2, job->key);
+    if (s3 < 0 || t->s2 < 0) return false;
+    t->key = job->key;
+    h_crash(h, s3);
+    t->phase = 1;
+    return false;
+  }
+  if (t->phase == 1 && job->kind == TRAIN_JOB_BACKWARD && n->stage == 3 && job->key == t->key) {
+    *crash = t->s2;
+    t->phase = 2;
+    return true;
+  }
+  return false;
+}
+
+static void test_recover_from_a_replacement(void **state) {
+  (void)state;
+  h_harness h;
+  replacement_reports t = {0, -1, 0};
+  h_init(&h, 4, 13, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= 4; s++)
+    for (int k = 0; k < 3; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  h.hook = crash_behind_replacement;
+  h.hook_ud = &t;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(t.phase, 2);
+  const train_counters *dc = C(&h, d);
+  if (verbose())
+    fprintf(stderr, "repairs %llu, recovered %llu, lost %llu, deferred %llu\n", (unsigned long long)dc->repairs_started,
+            (unsigned long long)dc->backward_recoveries, (unsigned long long)dc->lost_microbatches,
+            (unsigned long long)dc->deferred_microbatches);
+  assert_int_equal(dc->repairs_started, 2);
+  uint64_t recomputed = 0; /* stage 3 by the first repair, stage 2 by the second */
+  for (int i = 0; i < h.n_nodes; i++) recomputed += C(&h, i)->forward_recomputed;
+  assert_int_equal(recomputed, 2);
+  assert_int_equal(dc->lost_microbatches + dc->deferred_microbatches, 0);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 static void test_swarm_mode_restarts_from_data_node(void **state) {
   (void)state;
   h_harness h;
@@ -1358,6 +1420,7 @@ int main(void) {
       cmocka_unit_test(test_slow_rebuild_of_the_last_stage),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
       cmocka_unit_test(test_second_break_gets_its_own_repair),
+      cmocka_unit_test(test_recover_from_a_replacement),
       cmocka_unit_test(test_spare_copy_is_dropped),
       cmocka_unit_test(test_leader_crash_hands_over),
       cmocka_unit_test(test_join_mid_run),
