@@ -752,11 +752,6 @@ void move_after_round(train_peer *p); /* our aggregation is done: a waiting move
 void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms, bool joining);
 void rebalance_hello_leader(train_peer *p, const Gwtf__TrainHello *h);
 void rebalance_on_iteration(train_peer *p);
-/* Each relay stage's rate (microbatches per second, as the rebalancing
- * counts it) in rate[1..S], and what a relay at the median speed adds to
- * it in one[1..S]; false while a stage has no member that measured its
- * speed (no claim heard yet). */
-bool rebalance_stage_rates(train_peer *p, double *rate, double *one);
 
 /* peer_join.c */
 /* Sends a serialised stage state in chunks of `type` (WEIGHTS_CHUNK,

@@ -129,13 +129,11 @@ void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j) {
 typedef struct stage_rank {
   int stage;
   double utilization;
-  double rate; /* microbatches per second (NAN: not measured yet) */
   uint32_t capacity;
 } stage_rank;
 
 static int cmp_rank(const void *x, const void *y) {
   const stage_rank *a = x, *b = y;
-  if (!isnan(a->rate) && !isnan(b->rate) && a->rate != b->rate) return a->rate < b->rate ? -1 : 1;
   if (a->utilization != b->utilization) return a->utilization > b->utilization ? -1 : 1;
   if (a->capacity != b->capacity) return a->capacity < b->capacity ? -1 : 1; /* the smaller bottleneck first */
   return a->stage - b->stage;
@@ -147,16 +145,18 @@ static int cmp_candidate(const void *x, const void *y) {
   return gw_id_cmp(&a->id, &b->id);
 }
 
-/* §V-B ranks stages by utilization, the load their members announced over
- * their capacity. Once every stage's speed is measured, the slowest stage
- * (its members' summed rate, train/peer_rebalance.c) comes first instead:
- * the announced loads are snapshots up to a directory refresh old, and a
- * stage of one relay ranked below one of two whose load was caught at a
- * peak (swarm_join: the late relay went to a stage of two while another had
- * one, about 1 run in 8). The rebalancing would then have moved a relay. */
+/* §V-B: a stage's utilization is the flows through it over its capacity.
+ * The flows through a relay are what its directory record announced, up to
+ * a refresh old; but every complete flow of ours passes every stage, so a
+ * stage carries at least those. Before, a record announced before the
+ * flows formed ranked a stage of one relay below a stage of two
+ * (swarm_join, about 1 run in 8: the late relay joined the two). Ranking by
+ * the stages' speeds instead (the rebalancing's rates) was tried and undone:
+ * on the grid's homogeneous stages the compute-time claims of a tiny model
+ * on a loaded machine swing 3x, and joiners piled into one stage (6, 2
+ * relays where 3, 3 were). */
 static void rank_stages(train_peer *p, stage_rank *ranks) {
-  double rate[PEER_MAX_STAGES + 1], one[PEER_MAX_STAGES + 1];
-  bool rates = rebalance_stage_rates(p, rate, one);
+  uint32_t ours = p->router.slots ? p->router.slots(p->router.ctx) : 0; /* our complete flows */
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     peer_stage_view *v = &p->members[s];
     uint32_t cap = 0, load = 0;
@@ -168,15 +168,14 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
       load += v->v[i].load;
     }
     /* and those we placed that have not announced themselves yet */
-    double pending = 0;
     for (uint32_t k = 0; k < p->n_placed; k++)
       if (p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
           !peer_in_view(v, &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
-        cap += p->placed[k].capacity, pending++;
+        cap += p->placed[k].capacity;
+    if (load < ours) load = ours;
     ranks[s - 1].stage = s;
     ranks[s - 1].capacity = cap;
     ranks[s - 1].utilization = cap ? (double)load / cap : INFINITY;
-    ranks[s - 1].rate = rates ? rate[s] + pending * one[s] : NAN;
   }
   qsort(ranks, (size_t)p->cfg.n_stages, sizeof(*ranks), cmp_rank);
 }
@@ -214,8 +213,8 @@ static void assign(train_peer *p, const peer_candidate *c, int stage, const stag
   peer_send(p, &c->id, GWTF__TRAIN_MSG__TRAIN_ASSIGN, &a.base, NULL);
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(&c->id, who);
-  GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f stage_mb_per_s=%.2f", who, stage,
-          c->capacity, why ? why->utilization : NAN, why ? why->rate : NAN);
+  GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
+          why ? why->utilization : NAN);
   /* Count it in now: the directory shows it only once it has announced. */
   join_note_placed(p, &c->id, stage, c->capacity);
 }

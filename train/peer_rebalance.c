@@ -153,7 +153,7 @@ static bool member_rate(train_peer *p, int s, const peer_member *m, double med, 
 
 /* Every stage's rate; false when one has no counted member or none that
  * measured its speed yet (no decision then). */
-static bool stage_rates(train_peer *p, stage_rate *out, double median, bool quiet) {
+static bool stage_rates(train_peer *p, stage_rate *out, double median) {
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     out[s] = (stage_rate){0};
     peer_stage_view *v = &p->members[s];
@@ -167,20 +167,9 @@ static bool stage_rates(train_peer *p, stage_rate *out, double median, bool quie
       measured += known;
     }
     if (out[s].live == 0 || measured == 0) {
-      if (!quiet) WAIT_LOG(p, out[s].live ? "rate_unknown" : "no_member", " in_stage=%d", s);
+      WAIT_LOG(p, out[s].live ? "rate_unknown" : "no_member", " in_stage=%d", s);
       return false;
     }
-  }
-  return true;
-}
-
-bool rebalance_stage_rates(train_peer *p, double *rate, double *one) {
-  double median = median_claim(p);
-  stage_rate sr[PEER_MAX_STAGES + 1];
-  if (median <= 0 || !stage_rates(p, sr, median, true)) return false;
-  for (int s = 1; s <= p->cfg.n_stages; s++) {
-    rate[s] = sr[s].rate;
-    one[s] = 1000.0 / (median * layers(p, s));
   }
   return true;
 }
@@ -287,7 +276,7 @@ void rebalance_on_iteration(train_peer *p) {
   stage_rate sr[PEER_MAX_STAGES + 1];
   double median = median_claim(p);
   if (median <= 0) WAIT_LOG(p, "no_rates", " iter=%llu", (unsigned long long)p->iteration);
-  if (median <= 0 || !stage_rates(p, sr, median, false)) {
+  if (median <= 0 || !stage_rates(p, sr, median)) {
     r->streak = 0;
     return;
   }
