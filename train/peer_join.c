@@ -796,7 +796,11 @@ void join_on_source_average(train_peer *p, uint64_t iteration) {
 /* Leader: a stage that trained and has no live member (placed ones
  * included) is said once: the next joiner is placed there (rank_stages puts
  * an empty stage first) and restores its newest replica (peer_replica.c);
- * until one joins, the run waits. */
+ * until one joins, the run waits. A stage a live relay said it serves in a
+ * HELLO of the last two periods is not empty, whatever the directory lists:
+ * in the grid of 2026-11-26 (hetero-churn20, SWARM routing) the leader's
+ * DHT had no good contact left, its directory views emptied, and a relay
+ * moved into a live stage restored an old replica there and split it. */
 static void note_empty_stages(train_peer *p) {
   if (!p->was_leader || p->iteration == 0) return;
   for (int s = 1; s <= p->cfg.n_stages; s++) {
@@ -806,6 +810,7 @@ static void note_empty_stages(train_peer *p) {
     for (uint32_t k = 0; k < p->n_placed && !live; k++)
       live = p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
              peer_alive(p, &p->placed[k].id);
+    if (!live) live = rebalance_heard_in_stage(p, s, 2 * p->cfg.tun.hello_period_ms);
     if (live) {
       p->rep.empty_logged[s] = false;
       p->rep.empty_since[s] = 0;

@@ -104,6 +104,15 @@ void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double comp
   }
 }
 
+bool rebalance_heard_in_stage(train_peer *p, int stage, uint64_t within_ms) {
+  for (uint32_t i = 0; i < p->rebal.n_rates; i++) {
+    const peer_rate *e = &p->rebal.rates[i];
+    if (e->stage == stage && p->now - e->at_ms <= within_ms && peer_alive(p, &e->id) && !trust_banned(p, &e->id))
+      return true;
+  }
+  return false;
+}
+
 void rebalance_hello_leader(train_peer *p, const Gwtf__TrainHello *h) {
   int S = p->cfg.n_stages;
   if (p->cfg.role != TRAIN_RELAY || !p->have_leader || p->stage == 1 || p->stage == S) return;

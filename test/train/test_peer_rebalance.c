@@ -203,6 +203,30 @@ static void test_joiner_goes_to_the_busiest_stage(void **state) {
   h_free(&h);
 }
 
+/* The leader's directory stops listing a middle stage's relays (its DHT
+ * lost its contacts under churn) while they train on and send it their
+ * HELLOs: the stage is not empty, and nobody is moved into it. Before, the
+ * leader moved a relay there after MOVE_AFTER_MS; it restored an old
+ * replica beside the live members and the stage split. */
+static void test_stage_heard_is_not_empty(void **state) {
+  (void)state;
+  h_harness h;
+  const uint64_t iters = 80;
+  int per[4] = {0, 2, 2, 2};
+  int d = build(&h, 3, per, NULL, iters, 0);
+  for (int k = 0; k < 100000 && h.nodes[d].iterations_done < 2; k++) h_run_for(&h, 5);
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].role == TRAIN_RELAY && h.nodes[i].stage == 2) h.nodes[i].hidden_from[d] = true;
+  h_refresh(&h);
+  moves mv;
+  run_noting_moves(&h, d, iters, &mv);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  assert_int_equal(mv.n, 0);
+  assert_int_equal(count_in(&h, 2), 2);
+  assert_stages_agree(&h, 3);
+  h_free(&h);
+}
+
 /* Four relays that each ask for stage 1 as they join (placed by the
  * leader: stage -1), beside a first member in each stage; per[s]: the
  * relays that trained in stage s at the end. */
@@ -245,6 +269,7 @@ int main(void) {
       cmocka_unit_test(test_off),
       cmocka_unit_test(test_join_stage_granted_only_when_told),
       cmocka_unit_test(test_joiner_goes_to_the_busiest_stage),
+      cmocka_unit_test(test_stage_heard_is_not_empty),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
