@@ -830,7 +830,8 @@ static void test_lost_self_repair_meets_trip_deadline(void **state) {
  * the budget was per microbatch, and the second break lost it (the grid's
  * one lost microbatch at 20 % churn). */
 typedef struct two_breaks {
-  int phase, s1;
+  int victim_stage, trigger_stage; /* the second death: stage victim_stage's relay, as stage trigger_stage runs the backward */
+  int phase, victim;
   uint64_t key;
 } two_breaks;
 
@@ -839,44 +840,50 @@ static bool crash_two_breaks(h_harness *h, h_node *n, const train_job *job, int 
   if (train_peer_iteration(n->tp) != 2) return false;
   if (t->phase == 0 && job->kind == TRAIN_JOB_LOSS) {
     int s3 = holder(h, 3, job->key);
-    t->s1 = holder(h, 1, job->key);
-    if (s3 < 0 || t->s1 < 0) return false;
+    t->victim = holder(h, t->victim_stage, job->key);
+    if (s3 < 0 || t->victim < 0) return false;
     t->key = job->key;
     h_crash(h, s3); /* here, not through *crash: the harness stops calling a hook once it fires */
     t->phase = 1;
     return false;
   }
-  if (t->phase == 1 && job->kind == TRAIN_JOB_BACKWARD && n->stage == 2 && job->key == t->key) {
-    *crash = t->s1;
+  if (t->phase == 1 && job->kind == TRAIN_JOB_BACKWARD && n->stage == t->trigger_stage && job->key == t->key) {
+    *crash = t->victim;
     t->phase = 2;
     return true;
   }
   return false;
 }
 
-static void test_second_break_gets_its_own_repair(void **state) {
-  (void)state;
-  h_harness h;
-  two_breaks t = {0, -1, 0};
-  h_init(&h, 4, 11, verbose());
-  h.tun.max_repairs = 1;
-  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-  h_start(&h, d);
+/* Four stages of three relays, the two deaths of t; the data node's index. */
+static int run_two_breaks(h_harness *h, uint64_t seed, uint32_t max_repairs, two_breaks *t) {
+  h_init(h, 4, seed, verbose());
+  if (max_repairs) h->tun.max_repairs = max_repairs;
+  int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(h, d);
   for (int s = 1; s <= 4; s++)
-    for (int k = 0; k < 3; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
-  h.hook = crash_two_breaks;
-  h.hook_ud = &t;
-  assert_true(h_run_until_finished(&h, 120000));
-  assert_int_equal(t.phase, 2);
-  const train_counters *dc = C(&h, d);
+    for (int k = 0; k < 3; k++) h_start(h, h_add(h, TRAIN_RELAY, s, M, 0, true));
+  h->hook = crash_two_breaks;
+  h->hook_ud = t;
+  assert_true(h_run_until_finished(h, 120000));
+  assert_int_equal(t->phase, 2);
+  const train_counters *dc = C(h, d);
   if (verbose())
     fprintf(stderr, "repairs %llu, recovered %llu, lost %llu, deferred %llu\n", (unsigned long long)dc->repairs_started,
             (unsigned long long)dc->backward_recoveries, (unsigned long long)dc->lost_microbatches,
             (unsigned long long)dc->deferred_microbatches);
-  assert_true(dc->repairs_started >= 2);
   assert_int_equal(dc->lost_microbatches + dc->deferred_microbatches, 0);
   assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
-  assert_agree(&h, ITERS);
+  assert_agree(h, ITERS);
+  return d;
+}
+
+static void test_second_break_gets_its_own_repair(void **state) {
+  (void)state;
+  h_harness h;
+  two_breaks t = {.victim_stage = 1, .trigger_stage = 2};
+  int d = run_two_breaks(&h, 11, 1, &t);
+  assert_true(C(&h, d)->repairs_started >= 2);
   h_free(&h);
 }
 
@@ -889,56 +896,15 @@ static void test_second_break_gets_its_own_repair(void **state) {
  * gave up on the live replacement and a repair rebuilt stages 2 and 3 (in
  * the grid, with no such fallback, the trip deadline deferred the
  * microbatch). */
-typedef struct replacement_reports {
-  int phase, s2;
-  uint64_t key;
-} replacement_reports;
-
-static bool crash_behind_replacement(h_harness *h, h_node *n, const train_job *job, int *crash) {
-  replacement_reports *t = h->hook_ud;
-  if (train_peer_iteration(n->tp) != 2) return false;
-  if (t->phase == 0 && job->kind == TRAIN_JOB_LOSS) {
-    int s3 = holder(h, 3, job->key);
-    t->s2 = holder(h, 2, job->key);
-    if (s3 < 0 || t->s2 < 0) return false;
-    t->key = job->key;
-    h_crash(h, s3);
-    t->phase = 1;
-    return false;
-  }
-  if (t->phase == 1 && job->kind == TRAIN_JOB_BACKWARD && n->stage == 3 && job->key == t->key) {
-    *crash = t->s2;
-    t->phase = 2;
-    return true;
-  }
-  return false;
-}
-
 static void test_recover_from_a_replacement(void **state) {
   (void)state;
   h_harness h;
-  replacement_reports t = {0, -1, 0};
-  h_init(&h, 4, 13, verbose());
-  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-  h_start(&h, d);
-  for (int s = 1; s <= 4; s++)
-    for (int k = 0; k < 3; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
-  h.hook = crash_behind_replacement;
-  h.hook_ud = &t;
-  assert_true(h_run_until_finished(&h, 120000));
-  assert_int_equal(t.phase, 2);
-  const train_counters *dc = C(&h, d);
-  if (verbose())
-    fprintf(stderr, "repairs %llu, recovered %llu, lost %llu, deferred %llu\n", (unsigned long long)dc->repairs_started,
-            (unsigned long long)dc->backward_recoveries, (unsigned long long)dc->lost_microbatches,
-            (unsigned long long)dc->deferred_microbatches);
-  assert_int_equal(dc->repairs_started, 2);
+  two_breaks t = {.victim_stage = 2, .trigger_stage = 3};
+  int d = run_two_breaks(&h, 13, 0, &t);
+  assert_int_equal(C(&h, d)->repairs_started, 2);
   uint64_t recomputed = 0; /* stage 3 by the first repair, stage 2 by the second */
   for (int i = 0; i < h.n_nodes; i++) recomputed += C(&h, i)->forward_recomputed;
   assert_int_equal(recomputed, 2);
-  assert_int_equal(dc->lost_microbatches + dc->deferred_microbatches, 0);
-  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
-  assert_agree(&h, ITERS);
   h_free(&h);
 }
 
