@@ -201,7 +201,7 @@ static size_t assign_members(train_peer *p, int stage, const gw_id *to, Protobuf
   return n;
 }
 
-static void assign(train_peer *p, const peer_candidate *c, int stage, const stage_rank *why) {
+static void assign(train_peer *p, const peer_candidate *c, int stage, double utilization) {
   Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
   ProtobufCBinaryData ids[PEER_MAX_CONTRIB];
   size_t n = assign_members(p, stage, &c->id, ids);
@@ -214,7 +214,7 @@ static void assign(train_peer *p, const peer_candidate *c, int stage, const stag
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(&c->id, who);
   GW_INFO(&p->log, "join.placed", "peer=%s to_stage=%d capacity=%u utilization=%.3f", who, stage, c->capacity,
-          why ? why->utilization : NAN);
+          utilization);
   /* Count it in now: the directory shows it only once it has announced. */
   join_note_placed(p, &c->id, stage, c->capacity);
 }
@@ -241,7 +241,7 @@ static void place_candidates(train_peer *p) {
   for (uint32_t i = 0; i < p->n_candidates; i++) {
     peer_candidate *c = &p->candidates[i];
     if (c->want_stage && peer_alive(p, &c->id))
-      assign(p, c, c->want_stage, NULL);
+      assign(p, c, c->want_stage, NAN);
     else if (!c->want_stage)
       p->candidates[kept++] = *c;
   }
@@ -253,7 +253,7 @@ static void place_candidates(train_peer *p) {
     rank_stages(p, ranks);
     for (int r = 0; r < p->cfg.n_stages && next < p->n_candidates; r++, next++) {
       if (peer_alive(p, &p->candidates[next].id))
-        assign(p, &p->candidates[next], ranks[r].stage, &ranks[r]);
+        assign(p, &p->candidates[next], ranks[r].stage, ranks[r].utilization);
     }
   }
   p->n_candidates = 0;

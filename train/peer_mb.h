@@ -80,7 +80,7 @@ typedef struct peer_mb {
    * that one break so far (max_repairs is a budget per break) */
   gw_id break_suspect;
   uint32_t break_repairs;
-  uint32_t rebuilt; /* data: bit s, a repair re-sent into stage s (path[s] may name the peer it replaced) */
+  uint64_t rebuilt; /* data: bit s-1, a repair re-sent into stage s (path[s] may name the peer it replaced) */
   bool repair;
   int repair_end_stage;
   gw_id repair_target;
@@ -116,6 +116,7 @@ void mb_log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s
 /* No peer of the next stage takes mb, some only because they are full: true
  * while waiting for a slot (FWD_WAIT) within budget_ms of the first refusal. */
 bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms);
+/* The same wait whatever the refusals (none yet: no hop is known). */
 bool mb_wait_for_hop(train_peer *p, peer_mb *mb, uint64_t budget_ms);
 /* A gradient arrived for mb: BACKWARD_RECEIVED, mb->in holds it and
  * mb->bwd is BWD_COMPUTE; false when there is nothing to compute. */

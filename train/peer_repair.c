@@ -172,9 +172,14 @@ void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *ta
  * defers the microbatch; it re-sends at once on our REPAIR, so that window
  * is short, while re-repairing on its death at any time would rebuild the
  * gap twice whenever it died after re-sending. */
+_Static_assert(PEER_MAX_STAGES <= 64, "peer_mb.rebuilt has a bit per stage");
+
+/* peer_mb.rebuilt's bit for stage s (1..PEER_MAX_STAGES). */
+static uint64_t stage_bit(int s) { return 1ull << (s - 1); }
+
 static void repair_taken(train_peer *p, peer_mb *mb) {
   mb->recovering = false;
-  for (int s = mb->probe_stage + 1; s <= mb->gap_last; s++) mb->rebuilt |= 1u << s;
+  for (int s = mb->probe_stage + 1; s <= mb->gap_last; s++) mb->rebuilt |= stage_bit(s);
   mb->trip_deadline = p->now + data_trip_ms(p);
   if (mb->bwd_cap < mb->trip_deadline) mb->bwd_cap = mb->trip_deadline;
   if (gw_id_eq(&mb->gap_target, &p->cfg.self)) mb->bwd_deadline = mb->trip_deadline;
@@ -241,9 +246,9 @@ static bool recover_on_path(peer_mb *mb, int suspect_stage, const gw_id *from, P
   int at = suspect_stage + 1;
   gw_id suspect;
   id_from_bytes(&suspect, suspect_bytes);
-  if (!gw_id_eq(&mb->path[at], from) && !(mb->rebuilt & (1u << at))) return false;
+  if (!gw_id_eq(&mb->path[at], from) && !(mb->rebuilt & stage_bit(at))) return false;
   mb->path[at] = *from;
-  if (mb->rebuilt & (1u << suspect_stage)) mb->path[suspect_stage] = suspect;
+  if (mb->rebuilt & stage_bit(suspect_stage)) mb->path[suspect_stage] = suspect;
   return true;
 }
 
