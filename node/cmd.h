@@ -39,6 +39,8 @@ int cmd_node(int argc, char **argv);
 void cmd_node_help(void);
 int cmd_bench_agg(int argc, char **argv);
 void cmd_bench_agg_help(void);
+int cmd_bench_wire(int argc, char **argv);
+void cmd_bench_wire_help(void);
 int cmd_bench_p2p(int argc, char **argv);
 void cmd_bench_p2p_help(void);
 int cmd_sim_join(int argc, char **argv);

@@ -44,7 +44,7 @@ void cmd_train_ref_help(void) {
          "iterations 0, N, 2N, ... and after the last (--eval-every N, default 10), on\n"
          "--eval-microbatches validation microbatches (default: --microbatches).\n"
          "--wire-dtype passes every activation and gradient between two stages through\n"
-         "that wire format (fp32 bf16 fp16 int8 rot4 rot3 rot2 lr8 lr16 lr32; ACT/GRAD:\n"
+         "that wire format (" WIRE_DTYPE_LIST "; ACT/GRAD:\n"
          "activations in ACT, their gradients in GRAD, e.g. rot4/lr8), as a swarm whose\n"
          "peers all use it does.\n"
          "--deterministic trains as a swarm of `gwtf node --deterministic` peers does: each\n"
@@ -498,8 +498,7 @@ int cmd_train_ref(int argc, char **argv) {
     case 'E': r.eval_every = atoi(optarg); break;
     case 'w':
       if (wire_pair_parse(optarg, &r.wire, &r.wire_grad) != 0) {
-        fprintf(stderr, "gwtf train-ref: --wire-dtype is DTYPE or ACT/GRAD; a DTYPE is fp32, bf16, fp16, int8, "
-                        "rot4, rot3, rot2, lr8, lr16 or lr32\n");
+        fprintf(stderr, "gwtf train-ref: --wire-dtype is DTYPE or ACT/GRAD; a DTYPE is one of " WIRE_DTYPE_LIST "\n");
         return 2;
       }
       break;

@@ -31,6 +31,8 @@ static const gwtf_cmd commands[] = {
     {"invite", "print an invite token to a private run (on its creator)", cmd_invite, cmd_invite_help},
     {"revoke", "revoke a member of a private run (on its creator)", cmd_revoke, cmd_revoke_help},
     {"bench agg", "time the aggregator's mean and trimmed mean", cmd_bench_agg, cmd_bench_agg_help},
+    {"bench wire", "time each wire format's encode and decode, bytes and error", cmd_bench_wire,
+     cmd_bench_wire_help},
     {"bench p2p", "handshake time and framed session throughput on loopback", cmd_bench_p2p, cmd_bench_p2p_help},
     {"sim join", "compare where joining nodes go (paper Table IV / Fig. 5)", cmd_sim_join, cmd_sim_join_help},
     {"lookup", "print the members of a stage (or the run records) found in the DHT", cmd_lookup, cmd_lookup_help},

@@ -67,8 +67,8 @@ void cmd_swarm_help(void) {
       "iterations into its data dir under --workdir (default 0: none), for gwtf export.\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
       "and their gradients between stages compressed where the receiver accepts it\n"
-      "(fp32 bf16 fp16 int8 rot4 rot3 rot2 lr8 lr16 lr32; ACT/GRAD: activations in ACT,\n"
-      "gradients in GRAD, e.g. rot4/lr32).\n"
+      "(" WIRE_DTYPE_LIST "; ACT/GRAD: activations in ACT,\n"
+      "gradients in GRAD, e.g. rot4/lr32r4).\n"
       "--replicate-every K and --replicas R go to every peer (see gwtf help node): each\n"
       "stage's state is pushed to R peers outside it every K aggregations.\n"
       "TEST TOOL: --kill-stage S --at-iteration N kills every peer of stage S at once\n"
@@ -310,9 +310,9 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->val_fraction > 0 && o->val_dataset) bad = "--val-fraction and --val-dataset exclude each other";
   else if (o->eval_every < -1) bad = "--eval-every must be >= 0";
   else if (o->wire_dtype && wire_pair_parse(o->wire_dtype, &wd, &wg) != 0)
-    bad = "--wire-dtype is DTYPE or ACT/GRAD of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
+    bad = "--wire-dtype is DTYPE or ACT/GRAD of " WIRE_DTYPE_LIST;
   else if (o->wire_accept && wire_mask_parse(o->wire_accept, &wa) != 0)
-    bad = "--wire-accept is a comma list of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32";
+    bad = "--wire-accept is a comma list of " WIRE_DTYPE_LIST;
   else if (o->eval_microbatches < 0 || o->eval_microbatches > 65536) bad = "--eval-microbatches must be in 0..65536";
   else if (o->checkpoint_every < 0) bad = "--checkpoint-every must be >= 0";
   else if (o->rebalance_after < 0) bad = "--rebalance-after must be >= 0";

@@ -199,10 +199,11 @@ void train_node_print_help(void) {
          "  --wire-dtype DTYPE[/GRAD]  activations and their gradients to the next/previous stage in\n"
          "                             this format where the receiver accepts it, else fp32 (default\n"
          "                             fp32; weights always fp32). ACT/GRAD: activations in ACT, their\n"
-         "                             gradients in GRAD (e.g. rot4/lr32). DTYPE: fp32, bf16, fp16,\n"
+         "                             gradients in GRAD (e.g. rot4/lr32r4). DTYPE: fp32, bf16, fp16,\n"
          "                             int8 (a scale per row), rot4|rot3|rot2 (rows rotated, then 4/3/2\n"
          "                             bits each), lr8|lr16|lr32 (column mean + rank-8/16/32 factors,\n"
-         "                             int8; for gradients); docs/TRAINING.md, Wire compression\n"
+         "                             int8; for gradients), lr32r4 (rank 32, factors rot4);\n"
+         "                             docs/TRAINING.md, Wire compression\n"
          "  --wire-accept LIST         the wire dtypes we take, e.g. fp32,bf16 (default all; fp32 always)\n"
          "  --exit-with-parent         stop (SIGTERM) when the launching process dies (gwtf swarm)\n"
          "  --debug-crash KIND:ITER    tests: SIGKILL ourselves at our first KIND job (embed, forward,\n"
@@ -291,11 +292,11 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     return o->slowdown >= 1 && o->slowdown <= 1000 ? 0 : bad("--slowdown", arg, "a factor in [1, 1000]");
   case T_WIRE_DTYPE:
     if (wire_pair_parse(arg, &o->wire_dtype, &o->wire_grad_dtype) != 0)
-      return bad("--wire-dtype", arg, "DTYPE or ACT/GRAD of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32");
+      return bad("--wire-dtype", arg, "DTYPE or ACT/GRAD of " WIRE_DTYPE_LIST);
     return 0;
   case T_WIRE_ACCEPT:
     if (wire_mask_parse(arg, &o->wire_accept) != 0)
-      return bad("--wire-accept", arg, "a comma list of fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32");
+      return bad("--wire-accept", arg, "a comma list of " WIRE_DTYPE_LIST);
     return 0;
   case T_LR:
     o->lr = atof(arg);

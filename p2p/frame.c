@@ -49,7 +49,8 @@ size_t p2p_dtype_size(uint32_t dtype) {
   case GWTF__DTYPE__DTYPE_R2ROW:
   case GWTF__DTYPE__DTYPE_LR8:
   case GWTF__DTYPE__DTYPE_LR16:
-  case GWTF__DTYPE__DTYPE_LR32: return 1;
+  case GWTF__DTYPE__DTYPE_LR32:
+  case GWTF__DTYPE__DTYPE_LR32R4: return 1;
   default: return 0;
   }
 }

@@ -4,6 +4,7 @@
     scripts/bench_wire.py [--build DIR] [--iterations N] [--dtypes fp32,bf16,...,rot4/lr32]
                           [--links FILE] [--relays N] [--base-port P] [--json FILE]
                           [--data-seeds 1000,1001,...]
+    scripts/bench_wire.py --ref-only --data-seeds 1000,...,1007 [--jobs 2] [--iterations N] [--dtypes ...]
 
 For each wire dtype (or ACT/GRAD pair: activations in ACT, gradients in GRAD), one `gwtf swarm` (1 data node, --relays relays over 3
 stages, the tiny model, 4 microbatches of 4 x 64 tokens per iteration) over
@@ -22,9 +23,17 @@ arithmetic in one process, no network). Reports per dtype:
     seeds too (the swarm's data node samples with --data-seed 1000), and
     their mean: at 200 iterations one run's loss moves by several percent
     with any perturbation, so one seed cannot tell 2 % apart.
+With --ref-only, no swarm: train-ref alone for every dtype and data seed
+(1000 and --data-seeds; --jobs at once), and per dtype the last-10 mean
+of each seed, their mean over the seeds and its difference from fp32's,
+and the median over the seeds of the per-seed ratio to fp32. The loss of
+one seed at 200 iterations swings by tens of percent with any perturbation
+(fp32 itself ends between 0.63 and 1.13 over eight seeds), so only many
+seeds, or more iterations, can tell a few percent apart.
 Numbers go to docs/TRAINING.md, "Wire compression". Not a pass/fail test."""
 
 import argparse
+import concurrent.futures
 import json
 import os
 import re
@@ -73,6 +82,37 @@ def train_ref(gwtf, tmp, dtype, iterations, seed=1000):
     return [it["loss"] for it in json.loads(r.stdout)["iterations"]]
 
 
+def ref_only(gwtf, tmp, a):
+    """train-ref for every dtype x seed, --jobs at a time; prints the table."""
+    seeds = [1000] + [int(x) for x in a.data_seeds.split(",") if x and int(x) != 1000]
+    dtypes = a.dtypes.split(",")
+    if "fp32" not in dtypes:
+        dtypes = ["fp32"] + dtypes
+    last10 = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as ex:
+        futs = {ex.submit(train_ref, gwtf, tmp, d, a.iterations, sd): (d, sd) for d in dtypes for sd in seeds}
+        for f in concurrent.futures.as_completed(futs):
+            d, sd = futs[f]
+            ls = f.result()
+            last10[(d, sd)] = sum(ls[-10:]) / len(ls[-10:])
+            print(json.dumps({"dtype": d, "data_seed": sd, "iterations": a.iterations, "last10": last10[(d, sd)]}),
+                  flush=True)
+    base = statistics.mean(last10[("fp32", sd)] for sd in seeds)
+    print(f"\ntrain-ref, {a.iterations} iterations, last-10 mean loss per data seed ({', '.join(map(str, seeds))})")
+    print("| --wire-dtype | per seed | mean | Δ fp32 (of the means) | median per-seed ratio to fp32 |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for d in dtypes:
+        per = [last10[(d, sd)] for sd in seeds]
+        m = statistics.mean(per)
+        ratio = statistics.median(last10[(d, sd)] / last10[("fp32", sd)] for sd in seeds)
+        rows.append({"dtype": d, "iterations": a.iterations, "by_seed": dict(zip(seeds, per)), "mean": m,
+                     "delta_fp32": m / base - 1, "median_ratio": ratio})
+        print(f"| {d} | {' / '.join(f'{x:.4f}' for x in per)} | {m:.4f} | {(m / base - 1) * 100:+.1f} % | "
+              f"{ratio:.3f} |")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
@@ -84,12 +124,20 @@ def main():
     ap.add_argument("--base-port", type=int, default=29000)
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--ref-only", action="store_true", help="train-ref only, every dtype x data seed")
+    ap.add_argument("--jobs", type=int, default=2, help="train-ref runs at once (--ref-only)")
     a = ap.parse_args()
     gwtf = os.path.join(a.build, "node/gwtf")
     rows = []
     with tempfile.TemporaryDirectory(prefix="gwtf-bench-wire-") as tmp:
         subprocess.run([gwtf, "data", "synth", "--out", os.path.join(tmp, "corpus.txt"), "--bytes", "1000000",
                         "--seed", "1"], check=True, stderr=subprocess.DEVNULL)
+        if a.ref_only:
+            rows = ref_only(gwtf, tmp, a)
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump(rows, f, indent=1)
+            return 0
         for d in a.dtypes.split(","):
             s, sent, costs = swarm(gwtf, tmp, d, a)
             its = s["iterations"]

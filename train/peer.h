@@ -83,6 +83,7 @@ typedef enum train_dtype {
   TRAIN_LR8 = 11,   /* column mean + rank-8 int8 factors (train/wire_lowrank.h): shape [bytes] */
   TRAIN_LR16 = 12,  /* the same, rank 16 */
   TRAIN_LR32 = 13,  /* the same, rank 32 */
+  TRAIN_LR32R4 = 14, /* rank 32 with rotated 4-bit factor rows */
 } train_dtype;
 
 typedef struct train_tensor {

@@ -259,7 +259,7 @@ static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body,
 }
 
 /* An activation or gradient in a compressed wire format (fuzz_train_lib.c:
- * spec bit 0x40 picks Q8ROW R4ROW R3ROW R2ROW LR8 LR16 LR32 by index),
+ * spec bit 0x40 picks Q8ROW R4ROW R3ROW R2ROW LR8 LR16 LR32 LR32R4 by index),
  * its bytes the 4-byte pattern `fill` repeated. */
 static void t_msg_wire(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t index, uint8_t ndim,
                        const uint8_t *shape, uint32_t fill) {
@@ -356,8 +356,8 @@ static void gen_train(void) {
   }
   /* Compressed tensors at a stage-1 relay: a valid rot3 activation (rows of
    * a bf16 scale 1.0, a code byte, a padding byte with only its used bit),
-   * the same with a padding bit set, then an lr8 gradient of zeros (valid)
-   * and one whose means are Inf (refused). */
+   * the same with a padding bit set, then an lr8 and an lr32r4 gradient of
+   * zeros (valid) and one of each whose means are Inf (refused). */
   put8(&s, R1A);
   {
     Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 1);
@@ -371,6 +371,11 @@ static void gen_train(void) {
     t_msg_wire(&s, R2A, 313, &b.base, 4, 1, l8, 0);
     t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
     t_msg_wire(&s, R2A, 313, &b.base, 4, 1, l8, 0x7f807f80u);
+    /* lr32r4: factor rows of a bf16 scale and 16 code bytes */
+    const uint8_t l32r4[1] = {2 * FUZZ_TRAIN_C + (FUZZ_TRAIN_B * FUZZ_TRAIN_T + FUZZ_TRAIN_C) * 18};
+    t_msg_wire(&s, R2A, 313, &b.base, 7, 1, l32r4, 0);
+    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
+    t_msg_wire(&s, R2A, 313, &b.base, 7, 1, l32r4, 0x7f807f80u);
     t_op(&s, FUZZ_TRAIN_OP_TICK, 30);
     flush("train_msg", &s);
   }

@@ -509,6 +509,7 @@ static void test_tensor_check(void **state) {
   assert_int_equal(p2p_dtype_size(GWTF__DTYPE__DTYPE_U8), 1);
   assert_int_equal(p2p_dtype_size(GWTF__DTYPE__DTYPE_R3ROW), 1); /* compressed rows: byte elements */
   assert_int_equal(p2p_dtype_size(GWTF__DTYPE__DTYPE_LR32), 1);
+  assert_int_equal(p2p_dtype_size(GWTF__DTYPE__DTYPE_LR32R4), 1);
 }
 
 int main(void) {

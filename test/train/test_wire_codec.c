@@ -156,6 +156,9 @@ static void test_sizes(void **state) {
   assert_int_equal(wire_bytes(TRAIN_LR8, 256, 128), 256 + 384 * 10);
   assert_int_equal(wire_bytes(TRAIN_LR16, 256, 128), 256 + 384 * 18);
   assert_int_equal(wire_bytes(TRAIN_LR32, 256, 128), 256 + 384 * 34);
+  /* rank 32 with rotated 4-bit factor rows: a bf16 scale and 16 bytes of codes */
+  assert_int_equal(wire_bytes(TRAIN_LR32R4, 256, 128), 256 + 384 * 18);
+  assert_int_equal(wire_shape_last(TRAIN_LR32R4, 128), 0);
   assert_int_equal(wire_shape_last(TRAIN_LR16, 128), 0); /* not row by row */
   assert_int_equal(wire_bytes(TRAIN_LR32, SIZE_MAX / 8, 8), 0);
   assert_int_equal(wire_bytes(TRAIN_R2ROW, 2, SIZE_MAX / 2), 0);
@@ -301,6 +304,11 @@ static void test_lr_bounds(void **state) {
     if (e > en * 2e-4) fail_msg("%s on a rank-%d tensor: relative squared error %g", wire_dtype_name(ds[k]), K, e / en);
     free(y);
   }
+  /* 4-bit factor rows: about 1 % squared error in each of U and V */
+  float *y4 = round_trip(TRAIN_LR32R4, x, R, C);
+  double en4, e4 = sq_err(x, y4, R * C, &en4);
+  if (e4 > en4 * 0.03) fail_msg("lr32r4 on a rank-%d tensor: relative squared error %g", K, e4 / en4);
+  free(y4);
   for (int i = 0; i < R * C; i++) x[i] = gauss(&r);
   const double rank[] = {8, 16, 32};
   for (int k = 0; k < 3; k++) {
@@ -314,48 +322,61 @@ static void test_lr_bounds(void **state) {
                e / en, rank[k], fixed);
     free(y);
   }
+  /* lr32r4 keeps the same subspace as lr32, up to its 4-bit steps */
+  float *y32 = round_trip(TRAIN_LR32, x, R, C);
+  y4 = round_trip(TRAIN_LR32R4, x, R, C);
+  double e32 = sq_err(x, y32, R * C, &en4);
+  e4 = sq_err(x, y4, R * C, &en4);
+  if (e4 > e32 + 0.03 * en4) fail_msg("lr32r4 on a Gaussian: %g, lr32 %g", e4 / en4, e32 / en4);
+  free(y32);
+  free(y4);
   free(x);
   free(a);
   free(b);
 }
 
-static void test_lr_edges(void **state) {
-  (void)state;
+static void lr_edges(train_dtype d) {
   enum { R = 20, C = 12 };
   float x[R * C];
   /* every row the same: only the mean, exact to bf16 */
   for (int i = 0; i < R * C; i++) x[i] = (float)(i % C) - 5.25f;
-  float *y = round_trip(TRAIN_LR8, x, R, C);
+  float *y = round_trip(d, x, R, C);
   for (int i = 0; i < R * C; i++) assert_true(y[i] == x[i]);
   free(y);
   /* zeros */
   memset(x, 0, sizeof(x));
-  y = round_trip(TRAIN_LR16, x, R, C);
+  y = round_trip(d, x, R, C);
   for (int i = 0; i < R * C; i++) assert_true(y[i] == 0.0f);
   free(y);
   /* one NaN (or Inf): the whole tensor decodes to NaN */
   for (int i = 0; i < R * C; i++) x[i] = (float)i;
   x[77] = INFINITY;
-  y = round_trip(TRAIN_LR8, x, R, C);
+  y = round_trip(d, x, R, C);
   for (int i = 0; i < R * C; i++) assert_true(isnan(y[i]));
   free(y);
   /* denormals only: no overflow in the scaling */
   for (int i = 0; i < R * C; i++) x[i] = bits_f(0x00000001u + (uint32_t)(i % 5));
-  y = round_trip(TRAIN_LR8, x, R, C);
+  y = round_trip(d, x, R, C);
   for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]) && fabsf(y[i]) < 1e-38f);
   free(y);
   /* +-FLT_MAX in one column: finite */
   for (int i = 0; i < R * C; i++) x[i] = (i % C == 0) ? (i % 2 ? FLT_MAX : -FLT_MAX) : 1.0f;
-  y = round_trip(TRAIN_LR8, x, R, C);
+  y = round_trip(d, x, R, C);
   for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
   free(y);
-  /* huge values: finite, and close */
+  /* huge values: finite, and close (rank 12 >= C holds the whole tensor) */
   for (int i = 0; i < R * C; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * (float)(i % 7) * 4e37f;
-  y = round_trip(TRAIN_LR32, x, R, C);
+  y = round_trip(d == TRAIN_LR8 ? TRAIN_LR32 : d, x, R, C);
   double en, e = sq_err(x, y, R * C, &en);
   for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
   assert_true(e < en * 0.05);
   free(y);
+}
+
+static void test_lr_edges(void **state) {
+  (void)state;
+  lr_edges(TRAIN_LR8);
+  lr_edges(TRAIN_LR32R4);
 }
 
 /* Every way a rotated or low-rank tensor can be malformed is refused by
@@ -438,6 +459,32 @@ static void test_hostile_compressed(void **state) {
   for (size_t i = 0; i < n; i += 2) memcpy(b2 + i, &huge, 2);
   for (size_t f = 0; f < 15; f++) memset(b2 + 24 + f * 10 + 2, 0x7f, 8);
   assert_int_equal(wire_decode(TRAIN_LR8, b2, n, R, C, y), 0);
+  for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
+
+  /* rank 32 with rotated 4-bit factor rows: mean, then 15 rows of 2 + 16 */
+  n = wire_bytes(TRAIN_LR32R4, R, C);
+  assert_int_equal(n, 24 + 15 * 18);
+  assert_int_equal(wire_encode(TRAIN_LR32R4, x, R, C, buf, n), 0);
+  assert_int_equal(wire_check(TRAIN_LR32R4, buf, n, R, C), 0);
+  assert_int_equal(wire_decode(TRAIN_LR32, buf, n, R, C, y), GW_EPROTO); /* int8 rows are longer */
+  const uint16_t bad4[] = {0xbf80u /* -1 */, 0x7f80u, 0x7fc1u};
+  for (size_t p = 0; p < 2; p++)
+    for (size_t k = 0; k < sizeof(bad4) / sizeof(bad4[0]); k++) {
+      memcpy(b2, buf, n);
+      memcpy(b2 + 24 + (p ? 13 : 4) * 18, &bad4[k], 2); /* a V row's, a U row's scale */
+      assert_int_equal(wire_check(TRAIN_LR32R4, b2, n, R, C), GW_EPROTO);
+      assert_int_equal(wire_decode(TRAIN_LR32R4, b2, n, R, C, y), GW_EPROTO);
+    }
+  memset(b2, 0, n); /* the marker, with one factor code that is not zero */
+  for (int j = 0; j < C; j++) memcpy(b2 + 2 * j, &marker, 2);
+  assert_int_equal(wire_decode(TRAIN_LR32R4, b2, n, R, C, y), 0);
+  assert_true(isnan(y[0]) && isnan(y[R * C - 1]));
+  b2[n - 1] = 0x10;
+  assert_int_equal(wire_check(TRAIN_LR32R4, b2, n, R, C), GW_EPROTO);
+  /* the largest scales and levels everywhere: clamped, finite */
+  for (size_t i = 0; i < n; i += 2) memcpy(b2 + i, &huge, 2);
+  for (size_t f = 0; f < 15; f++) memset(b2 + 24 + f * 18 + 2, 0xff, 16);
+  assert_int_equal(wire_decode(TRAIN_LR32R4, b2, n, R, C, y), 0);
   for (int i = 0; i < R * C; i++) assert_true(isfinite(y[i]));
 }
 
@@ -556,7 +603,7 @@ static void test_names(void **state) {
   uint32_t m;
   assert_int_equal(wire_mask_parse("bf16", &m), 0);
   assert_int_equal(m, WIRE_BIT(TRAIN_F32) | WIRE_BIT(TRAIN_BF16)); /* fp32 is always accepted */
-  assert_int_equal(wire_mask_parse("fp32,bf16,fp16,int8,rot4,rot3,rot2,lr8,lr16,lr32", &m), 0);
+  assert_int_equal(wire_mask_parse("fp32,bf16,fp16,int8,rot4,rot3,rot2,lr8,lr16,lr32,lr32r4", &m), 0);
   assert_int_equal(m, WIRE_ACCEPT_ALL);
   assert_int_equal(wire_dtype_parse("rot3", &d), 0);
   assert_int_equal(d, TRAIN_R3ROW);
@@ -564,6 +611,8 @@ static void test_names(void **state) {
   train_dtype a, g;
   assert_int_equal(wire_pair_parse("rot4/lr32", &a, &g), 0);
   assert_true(a == TRAIN_R4ROW && g == TRAIN_LR32);
+  assert_int_equal(wire_pair_parse("rot4/lr32r4", &a, &g), 0);
+  assert_true(a == TRAIN_R4ROW && g == TRAIN_LR32R4);
   assert_int_equal(wire_pair_parse("int8", &a, &g), 0);
   assert_true(a == TRAIN_Q8ROW && g == TRAIN_Q8ROW);
   const char *badp[] = {"", "rot4/", "/lr8", "rot4/lr8/x", "rot5/lr8", "rot4/lr9", "verylong/lr8", NULL};
