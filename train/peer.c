@@ -25,6 +25,7 @@ void train_tunables_default(train_tunables *t) {
   t->chunk_bytes = 4u << 20;
   t->norm_k = 10.0;
   t->no_validation = false;
+  t->no_widen = false;
   t->aggregate = TRAIN_AGG_MEAN;
   t->trim_fraction = 0.2;
   t->byzantine = TRAIN_BYZ_NONE;

@@ -298,6 +298,7 @@ typedef struct train_tunables {
   double norm_k;                 /* a contribution's norm per microbatch may be at most norm_k x the
                                     round's median (10) */
   bool no_validation;            /* tests only: take contributions unchecked, to show what the checks save */
+  bool no_widen;                 /* tests only: an iteration keeps the width it started with (peer_data.c) */
   train_aggregate aggregate;     /* how the aggregator combines the round's contributions (mean) */
   double trim_fraction;          /* trimmed mean: drop floor(f x m) of the m contributions at each end,
                                     per coordinate (0.2) */
@@ -511,6 +512,7 @@ typedef struct train_counters {
   uint64_t repair_denies;   /* relays: a repair's re-sent forward we turned away (any reason) */
   uint64_t repair_reserve_used; /* relays: repairs we took with every flow slot held */
   uint64_t microbatches_done;
+  uint64_t microbatches_widened; /* data: started mid-iteration because the pipeline grew (peer_data.c) */
   double compute_seconds, wasted_seconds;
   double microbatch_seconds; /* relays: of FORWARD and BACKWARD jobs only */
   uint64_t aggregations;

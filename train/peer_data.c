@@ -280,9 +280,54 @@ void data_start_iteration(train_peer *p) {
   }
 }
 
+/* A slot index no microbatch of ours is using (its flow, in route_flow's
+ * data_hop), the lowest. */
+static uint32_t free_slot(const train_peer *p) {
+  for (uint32_t slot = 0;; slot++) {
+    bool used = false;
+    for (size_t i = 0; i < p->n_mbs && !used; i++)
+      used = p->mbs[i].used && !p->mbs[i].eval && p->mbs[i].index == slot && gw_id_eq(&p->mbs[i].origin, &p->cfg.self);
+    if (!used) return slot;
+  }
+}
+
+/* The iteration widens as the pipeline does: a relay that became ready in
+ * the narrowest stage (a restarted peer placed there) or a flow that formed
+ * after the iteration started lets the backlog go now, up to the new share,
+ * rather than one microbatch per one that comes home. In the grid's churn
+ * cells the iteration after a restart started at half the share (its
+ * narrowest stage down to one relay) and ran its microbatches in two waves
+ * while the restarted relay sat ready beside it (docs/TRAINING.md,
+ * "Widening"). */
+static void data_widen(train_peer *p) {
+  if (p->cfg.tun.no_widen || p->iter_wrap_up || p->n_backlog == 0 || p->iter_sent >= p->cfg.capacity ||
+      !every_stage_served(p))
+    return;
+  uint32_t slots = p->router.slots ? p->router.slots(p->router.ctx) : 0, share = data_share(p);
+  uint32_t n = slots > share ? slots : share;
+  if (n > p->cfg.capacity) n = p->cfg.capacity;
+  uint32_t live = live_mbs(p), added = 0;
+  while (live + added < n && p->n_backlog > 0 && p->iter_sent < p->cfg.capacity) {
+    uint64_t it;
+    uint32_t index;
+    backlog_pop(p, &it, &index);
+    if (data_launch(p, it, index, free_slot(p)) != 0) {
+      backlog_push(p, it, index);
+      break;
+    }
+    added++;
+  }
+  if (added == 0) return;
+  p->iter_deferred = (uint32_t)p->n_backlog;
+  p->counters.microbatches_widened += added;
+  GW_INFO(&p->log, "iteration.widened", "iter=%llu added=%u in_flight=%u share=%u routes=%u backlog=%zu",
+          (unsigned long long)p->iteration, added, live + added, share, slots, p->n_backlog);
+}
+
 void data_tick(train_peer *p) {
   if (p->state != PEER_READY || p->aggregating || p->finished) return;
   if (p->iter_running) {
+    data_widen(p);
     if (p->now - p->last_progress_ms < p->cfg.tun.stall_timeout_ms) return;
     GW_WARN(&p->log, "iteration.stalled", "iter=%llu waited_s=%llu", (unsigned long long)p->iteration,
             (unsigned long long)(p->cfg.tun.stall_timeout_ms / 1000));

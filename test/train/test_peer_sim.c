@@ -409,6 +409,58 @@ static void test_starts_up_to_its_share(void **state) {
   assert_int_equal(max_in_flight_of_two(3), 2);
 }
 
+/* A data node whose narrowest stage grows while an iteration runs one
+ * microbatch at a time (one relay of capacity 1 per stage; a second joins
+ * every stage once the first iteration is done) starts more at once as the
+ * joiners get ready, not one per microbatch that comes home: the run ends
+ * sooner than with the iteration's width fixed at its start, and trains
+ * exactly what the reference does either way. */
+static uint64_t run_with_joiners(bool widen, uint64_t *widened) {
+  h_harness h;
+  h_init(&h, STAGES, 12, verbose());
+  h.tun.no_widen = !widen; /* before any peer starts: each takes the tunables then */
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h.nodes[d].routes = 1;
+  h_start(&h, d);
+  /* compute well over the network's delays, so that an iteration's width is what its time is made of */
+  for (int s = 1; s <= STAGES; s++) {
+    int r = h_add(&h, TRAIN_RELAY, -1, 1, 0, false);
+    h.nodes[r].job_ms = 40;
+    h_start(&h, r);
+  }
+  while (train_peer_iteration(h.nodes[d].tp) < 1 && sim_now(h.s) < 60000) h_run_for(&h, 10);
+  assert_true(train_peer_iteration(h.nodes[d].tp) >= 1);
+  for (int s = 1; s <= STAGES; s++) {
+    int r = h_add(&h, TRAIN_RELAY, s, 1, 0, false);
+    h.nodes[r].job_ms = 40;
+    h_start(&h, r);
+  }
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
+  ref_model rm = {{{0}}};
+  for (uint64_t it = 0; it < ITERS; it++) {
+    double ref;
+    ref_iteration(&rm, it, &ref);
+    assert_float_equal(h.nodes[d].loss_of[it], ref, 1e-5 * fmax(1.0, fabs(ref)));
+  }
+  assert_agree(&h, ITERS);
+  *widened = C(&h, d)->microbatches_widened;
+  uint64_t end = sim_now(h.s);
+  h_free(&h);
+  return end;
+}
+
+static void test_widens_when_a_stage_grows(void **state) {
+  (void)state;
+  uint64_t widened_fixed, widened;
+  uint64_t fixed = run_with_joiners(false, &widened_fixed), wide = run_with_joiners(true, &widened);
+  assert_int_equal(widened_fixed, 0);
+  assert_true(widened > 0);
+  if (wide >= fixed) fail_msg("widening: the run ended at %llu ms, at the start's width at %llu ms",
+                              (unsigned long long)wide, (unsigned long long)fixed);
+}
+
 /* A data node that starts more microbatches than the next stage has slots
  * (its router reports M routes; one relay of capacity 1 per stage) hears
  * "full" for all but one. Slots free up as microbatches finish, so the
@@ -1374,6 +1426,7 @@ int main(void) {
       cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_no_hop_yet_waits),
       cmocka_unit_test(test_starts_up_to_its_share),
+      cmocka_unit_test(test_widens_when_a_stage_grows),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),
       cmocka_unit_test(test_slow_data_node_wraps_up),
       cmocka_unit_test(test_forward_crash_reroutes),
