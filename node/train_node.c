@@ -68,6 +68,7 @@ void train_rt_on_peer_event(void *ud, const train_event *ev) {
       train_rt_enter_stage(rt, ev->stage);
     else if (ev->stage != rt->stage)
       train_rt_switch_stage(rt, ev->stage);
+    train_rt_discover_now(rt);
     break;
   case TRAIN_EV_READY: train_rt_announce(rt); break;
   case TRAIN_EV_CERTIFIED: train_access_save_cert(&rt->acc, rt->peer, &rt->log); break;

@@ -143,6 +143,7 @@ void train_rt_announce(train_rt *rt);
 void train_rt_cost_cb(uv_timer_t *t);
 void train_rt_costs_soon(train_rt *rt);
 void train_rt_disco_cb(uv_timer_t *t);
+void train_rt_discover_now(train_rt *rt);
 double train_rt_link_cost(train_rt *rt, const gw_id *peer);
 void train_rt_my_record(train_rt *rt, stage_member *me);
 int train_rt_next_stage(const train_rt *rt);
