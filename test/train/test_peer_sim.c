@@ -107,6 +107,19 @@ static void assert_agree(h_harness *h, uint64_t iters) {
 
 static const train_counters *C(h_harness *h, int i) { return train_peer_counters(h->nodes[i].tp); }
 
+/* Every iteration's loss at data node d is the reference's, to float
+ * rounding; the reference's final weights into *out when it is not NULL. */
+static void assert_losses_match_reference(h_harness *h, int d, ref_model *out) {
+  ref_model rm = {{{0}}};
+  for (uint64_t it = 0; it < ITERS; it++) {
+    double ref, got = h->nodes[d].loss_of[it];
+    ref_iteration(&rm, it, &ref);
+    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref)))
+      fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
+  }
+  if (out) *out = rm;
+}
+
 static void test_fault_free_matches_reference(void **state) {
   (void)state;
   h_harness h;
@@ -118,13 +131,8 @@ static void test_fault_free_matches_reference(void **state) {
     for (int i = 0; i < h.n_nodes; i++) n += h.nodes[i].stage == s;
     assert_int_equal(n, 2);
   }
-  ref_model rm = {{{0}}};
-  for (uint64_t it = 0; it < ITERS; it++) {
-    double ref;
-    ref_iteration(&rm, it, &ref);
-    double got = h.nodes[d].loss_of[it];
-    if (fabs(got - ref) > 1e-5 * fmax(1.0, fabs(ref))) fail_msg("iter %llu loss %.9f, reference %.9f", (unsigned long long)it, got, ref);
-  }
+  ref_model rm;
+  assert_losses_match_reference(&h, d, &rm);
   assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
   assert_int_equal(C(&h, d)->deferred_microbatches, 0);
   assert_int_equal(C(&h, d)->backward_recoveries, 0);
@@ -327,12 +335,7 @@ static void test_no_flow_routes_by_fallback(void **state) {
   double grace_s = (double)h.tun.flow_grace_ms / 1000.0;
   assert_true(h.nodes[d].secs_of[2] > grace_s);
   for (uint64_t it = 3; it < ITERS; it++) assert_true(h.nodes[d].secs_of[it] < h.nodes[d].secs_of[2] - grace_s / 2);
-  ref_model rm = {{{0}}};
-  for (uint64_t it = 0; it < ITERS; it++) {
-    double ref;
-    ref_iteration(&rm, it, &ref);
-    assert_float_equal(h.nodes[d].loss_of[it], ref, 1e-5 * fmax(1.0, fabs(ref)));
-  }
+  assert_losses_match_reference(&h, d, NULL);
   assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
   assert_int_equal(C(&h, d)->deferred_microbatches, 0);
   assert_agree(&h, ITERS);
@@ -438,12 +441,7 @@ static uint64_t run_with_joiners(bool widen, uint64_t *widened) {
   assert_true(h_run_until_finished(&h, 120000));
   assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
   assert_int_equal(C(&h, d)->deferred_microbatches, 0);
-  ref_model rm = {{{0}}};
-  for (uint64_t it = 0; it < ITERS; it++) {
-    double ref;
-    ref_iteration(&rm, it, &ref);
-    assert_float_equal(h.nodes[d].loss_of[it], ref, 1e-5 * fmax(1.0, fabs(ref)));
-  }
+  assert_losses_match_reference(&h, d, NULL);
   assert_agree(&h, ITERS);
   *widened = C(&h, d)->microbatches_widened;
   uint64_t end = sim_now(h.s);
@@ -475,12 +473,7 @@ static void test_full_next_stage_waits_for_a_slot(void **state) {
   assert_true(C(&h, d)->denies_received > 0); /* the next stage was full, and said so */
   assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
   assert_int_equal(C(&h, d)->deferred_microbatches, 0);
-  ref_model rm = {{{0}}};
-  for (uint64_t it = 0; it < ITERS; it++) {
-    double ref;
-    ref_iteration(&rm, it, &ref);
-    assert_float_equal(h.nodes[d].loss_of[it], ref, 1e-5 * fmax(1.0, fabs(ref)));
-  }
+  assert_losses_match_reference(&h, d, NULL);
   assert_agree(&h, ITERS);
   h_free(&h);
 }
