@@ -50,7 +50,9 @@ size_t p2p_dtype_size(uint32_t dtype) {
   case GWTF__DTYPE__DTYPE_LR8:
   case GWTF__DTYPE__DTYPE_LR16:
   case GWTF__DTYPE__DTYPE_LR32:
-  case GWTF__DTYPE__DTYPE_LR32R4: return 1;
+  case GWTF__DTYPE__DTYPE_LR32R4:
+  case GWTF__DTYPE__DTYPE_R5ROW:
+  case GWTF__DTYPE__DTYPE_LR16R4: return 1;
   default: return 0;
   }
 }

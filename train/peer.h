@@ -84,6 +84,8 @@ typedef enum train_dtype {
   TRAIN_LR16 = 12,  /* the same, rank 16 */
   TRAIN_LR32 = 13,  /* the same, rank 32 */
   TRAIN_LR32R4 = 14, /* rank 32 with rotated 4-bit factor rows */
+  TRAIN_R5ROW = 15,  /* rotated 5-bit rows: [.., 2 + ceil(5 cols / 8)] bytes */
+  TRAIN_LR16R4 = 16, /* rank 16 with rotated 4-bit factor rows */
 } train_dtype;
 
 typedef struct train_tensor {

@@ -82,22 +82,22 @@ float wire_f16_to_f32(uint16_t h) { return from_f16(h); }
 bool wire_dtype_ok(train_dtype d) {
   return d == TRAIN_F32 || d == TRAIN_BF16 || d == TRAIN_F16 || d == TRAIN_Q8ROW || d == TRAIN_R4ROW ||
          d == TRAIN_R3ROW || d == TRAIN_R2ROW || d == TRAIN_LR8 || d == TRAIN_LR16 || d == TRAIN_LR32 ||
-         d == TRAIN_LR32R4;
+         d == TRAIN_LR32R4 || d == TRAIN_R5ROW || d == TRAIN_LR16R4;
 }
 
 /* Bits per element of a rotated format; 0 for any other dtype. */
 static unsigned rot_bits(train_dtype d) {
-  return d == TRAIN_R4ROW ? 4 : d == TRAIN_R3ROW ? 3 : d == TRAIN_R2ROW ? 2 : 0;
+  return d == TRAIN_R5ROW ? 5 : d == TRAIN_R4ROW ? 4 : d == TRAIN_R3ROW ? 3 : d == TRAIN_R2ROW ? 2 : 0;
 }
 
 /* Rank of a low-rank format; 0 for any other dtype. */
 static size_t lr_rank(train_dtype d) {
-  return d == TRAIN_LR8 ? 8 : d == TRAIN_LR16 ? 16 : d == TRAIN_LR32 || d == TRAIN_LR32R4 ? 32 : 0;
+  return d == TRAIN_LR8 ? 8 : d == TRAIN_LR16 || d == TRAIN_LR16R4 ? 16 : d == TRAIN_LR32 || d == TRAIN_LR32R4 ? 32 : 0;
 }
 
 /* Bits per factor element of a low-rank format: int8 rows, or rotated
- * 4-bit rows for LR32R4. */
-static unsigned lr_fbits(train_dtype d) { return d == TRAIN_LR32R4 ? 4 : 8; }
+ * 4-bit rows for LR16R4 and LR32R4. */
+static unsigned lr_fbits(train_dtype d) { return d == TRAIN_LR32R4 || d == TRAIN_LR16R4 ? 4 : 8; }
 
 size_t wire_shape_last(train_dtype d, size_t cols) {
   if (d == TRAIN_Q8ROW) return cols > SIZE_MAX - Q8_SCALE_BYTES ? 0 : cols + Q8_SCALE_BYTES;
@@ -109,6 +109,7 @@ size_t wire_bytes(train_dtype d, size_t rows, size_t cols) {
   if (lr_rank(d)) return wire_lr_bytes(lr_rank(d), lr_fbits(d), rows, cols);
   size_t per_row;
   switch (d) {
+  case TRAIN_R5ROW:
   case TRAIN_R4ROW:
   case TRAIN_R3ROW:
   case TRAIN_R2ROW:
@@ -138,9 +139,9 @@ static const struct {
   const char *name;
   train_dtype d;
 } names[] = {{"fp32", TRAIN_F32}, {"bf16", TRAIN_BF16}, {"fp16", TRAIN_F16}, {"int8", TRAIN_Q8ROW},
-               {"rot4", TRAIN_R4ROW}, {"rot3", TRAIN_R3ROW}, {"rot2", TRAIN_R2ROW},
+               {"rot5", TRAIN_R5ROW}, {"rot4", TRAIN_R4ROW}, {"rot3", TRAIN_R3ROW}, {"rot2", TRAIN_R2ROW},
                {"lr8", TRAIN_LR8},    {"lr16", TRAIN_LR16},  {"lr32", TRAIN_LR32},
-               {"lr32r4", TRAIN_LR32R4}};
+               {"lr16r4", TRAIN_LR16R4}, {"lr32r4", TRAIN_LR32R4}};
 
 int wire_dtype_parse(const char *s, train_dtype *out) {
   for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
@@ -254,6 +255,7 @@ int wire_encode(train_dtype d, const float *src, size_t rows, size_t cols, void 
     for (size_t r = 0; r < rows; r++) q8_encode_row(src + r * cols, cols, o + r * (cols + Q8_SCALE_BYTES));
     break;
   }
+  case TRAIN_R5ROW:
   case TRAIN_R4ROW:
   case TRAIN_R3ROW:
   case TRAIN_R2ROW: {
@@ -269,6 +271,7 @@ int wire_encode(train_dtype d, const float *src, size_t rows, size_t cols, void 
   case TRAIN_LR8:
   case TRAIN_LR16:
   case TRAIN_LR32:
+  case TRAIN_LR16R4:
   case TRAIN_LR32R4: {
     size_t sb = wire_lr_scratch(lr_rank(d), rows, cols);
     float *work = sb ? malloc(sb) : NULL;
@@ -336,6 +339,7 @@ int wire_decode(train_dtype d, const void *src, size_t src_len, size_t rows, siz
       if (q8_decode_row(s + r * (cols + Q8_SCALE_BYTES), cols, dst + r * cols) != 0) return GW_EPROTO;
     break;
   }
+  case TRAIN_R5ROW:
   case TRAIN_R4ROW:
   case TRAIN_R3ROW:
   case TRAIN_R2ROW: {
@@ -348,6 +352,7 @@ int wire_decode(train_dtype d, const void *src, size_t src_len, size_t rows, siz
   case TRAIN_LR8:
   case TRAIN_LR16:
   case TRAIN_LR32:
+  case TRAIN_LR16R4:
   case TRAIN_LR32R4: return wire_lr_decode(lr_rank(d), lr_fbits(d), src, src_len, rows, cols, dst);
   default: return GW_EINVAL;
   }

@@ -18,8 +18,8 @@
  *                it; int8 cannot say which one it was). On the wire its shape
  *                is [.., cols + 4] bytes, so the frame's generic size check
  *                (shape x element size == payload) holds.
- *   TRAIN_R4ROW, TRAIN_R3ROW, TRAIN_R2ROW   per row: a bf16 scale, then 4, 3
- *                or 2 bits per element: the row rotated by a randomised
+ *   TRAIN_R5ROW, TRAIN_R4ROW, TRAIN_R3ROW, TRAIN_R2ROW   per row: a bf16
+ *                scale, then 5, 4, 3 or 2 bits per element: the row rotated by a randomised
  *                Walsh-Hadamard transform and quantized to a unit Gaussian's
  *                Lloyd-Max levels (train/wire_rot.h). 7.8x, 10.2x and 15.1x
  *                fewer bytes than F32 at C = 128; relative squared error
@@ -32,9 +32,9 @@
  *                256 x 128. Not row by row: shape on the wire [bytes]. Made
  *                for gradients (--wire-dtype rot4/lr32): a truncated
  *                activation loses what tells its tokens apart.
- *   TRAIN_LR32R4 the same at rank 32 with rotated 4-bit factor rows: 18.3x
- *                fewer bytes at 256 x 128 (--wire-dtype rot4/lr32r4: 10.9x
- *                for the pair).
+ *   TRAIN_LR16R4, TRAIN_LR32R4   the same at rank 16 and 32 with rotated
+ *                4-bit factor rows: 32x and 18.3x fewer bytes at 256 x 128
+ *                (--wire-dtype rot5/lr16r4: 10.45x for the pair).
  * NaN stays NaN in every format (bf16/f16 keep its sign, quiet); +-Inf stays
  * +-Inf in bf16/f16.
  *
@@ -62,10 +62,11 @@
 #define WIRE_ACCEPT_ALL                                                                                        \
   (WIRE_BIT(TRAIN_F32) | WIRE_BIT(TRAIN_BF16) | WIRE_BIT(TRAIN_F16) | WIRE_BIT(TRAIN_Q8ROW) |                    \
    WIRE_BIT(TRAIN_R4ROW) | WIRE_BIT(TRAIN_R3ROW) | WIRE_BIT(TRAIN_R2ROW) | WIRE_BIT(TRAIN_LR8) |              \
-   WIRE_BIT(TRAIN_LR16) | WIRE_BIT(TRAIN_LR32) | WIRE_BIT(TRAIN_LR32R4))
+   WIRE_BIT(TRAIN_LR16) | WIRE_BIT(TRAIN_LR32) | WIRE_BIT(TRAIN_LR32R4) | WIRE_BIT(TRAIN_R5ROW) |             \
+   WIRE_BIT(TRAIN_LR16R4))
 
 /* Whether d is a wire dtype for activations (f32, bf16, f16, q8row,
- * r4/r3/r2row, lr8/16/32, lr32r4). */
+ * r5/r4/r3/r2row, lr8/16/32, lr16r4/lr32r4). */
 bool wire_dtype_ok(train_dtype d);
 /* Bytes the encoded tensor takes; 0 for an unknown dtype or on overflow. */
 size_t wire_bytes(train_dtype d, size_t rows, size_t cols);
@@ -75,10 +76,10 @@ size_t wire_bytes(train_dtype d, size_t rows, size_t cols);
  * the LR* formats, which are not row by row (their shape is [bytes]). */
 size_t wire_shape_last(train_dtype d, size_t cols);
 /* The CLI names, for messages. */
-#define WIRE_DTYPE_LIST "fp32, bf16, fp16, int8, rot4, rot3, rot2, lr8, lr16, lr32, lr32r4"
+#define WIRE_DTYPE_LIST "fp32, bf16, fp16, int8, rot5, rot4, rot3, rot2, lr8, lr16, lr32, lr16r4, lr32r4"
 
-/* "fp32" | "bf16" | "fp16" | "int8" | "rot4" | "rot3" | "rot2" | "lr8" |
- * "lr16" | "lr32" | "lr32r4" (the CLI names). */
+/* "fp32" | "bf16" | "fp16" | "int8" | "rot5" | "rot4" | "rot3" | "rot2" |
+ * "lr8" | "lr16" | "lr32" | "lr16r4" | "lr32r4" (the CLI names). */
 int wire_dtype_parse(const char *s, train_dtype *out);
 /* "ACT" (both ways) or "ACT/GRAD": the dtype of the activations we send
  * forward and of the gradients we send backward (e.g. "rot4/lr8"). */

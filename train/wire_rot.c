@@ -14,8 +14,13 @@ static const float levels3[8] = {-2.1520f, -1.3439f, -0.7560f, -0.2451f, 0.2451f
 static const float levels4[16] = {-2.7326f, -2.0690f, -1.6181f, -1.2562f, -0.9424f, -0.6568f, -0.3881f, -0.1284f,
                                   0.1284f,  0.3881f,  0.6568f,  0.9424f,  1.2562f,  1.6181f,  2.0690f,  2.7326f};
 
+static const float levels5[32] = {-3.2607f, -2.6911f, -2.3177f, -2.0287f, -1.7872f, -1.5762f, -1.3863f, -1.2118f,
+                                  -1.0488f, -0.8946f, -0.7471f, -0.6049f, -0.4667f, -0.3314f, -0.1981f, -0.0659f,
+                                  0.0659f,  0.1981f,  0.3314f,  0.4667f,  0.6049f,  0.7471f,  0.8946f,  1.0488f,
+                                  1.2118f,  1.3863f,  1.5762f,  1.7872f,  2.0287f,  2.3177f,  2.6911f,  3.2607f};
+
 static const float *levels_of(unsigned bits) {
-  return bits == 2 ? levels2 : bits == 3 ? levels3 : bits == 4 ? levels4 : NULL;
+  return bits == 2 ? levels2 : bits == 3 ? levels3 : bits == 4 ? levels4 : bits == 5 ? levels5 : NULL;
 }
 
 size_t wire_rot_row_bytes(unsigned bits, size_t cols) {
@@ -97,7 +102,7 @@ void wire_rot_encode_row(unsigned bits, const float *x, size_t cols, uint8_t *ou
   fwht(work, cols, n);
   float rn = (float)(1.0 / sqrt((double)n));
   unsigned nl = 1u << bits;
-  float th[15];
+  float th[31];
   for (unsigned k = 0; k + 1 < nl; k++) th[k] = 0.5f * (lv[k] + lv[k + 1]);
   double num = 0, den = 0;
   uint64_t acc = 0;

@@ -1,6 +1,6 @@
 /* train/wire_rot.h — rotated low-bit quantization of activation rows
- * (--wire-dtype rot4 | rot3 | rot2; the codec behind TRAIN_R4ROW,
- * TRAIN_R3ROW, TRAIN_R2ROW in train/wire_codec.h).
+ * (--wire-dtype rot5 | rot4 | rot3 | rot2; the codec behind TRAIN_R5ROW,
+ * TRAIN_R4ROW, TRAIN_R3ROW, TRAIN_R2ROW in train/wire_codec.h).
  *
  * A row x of C floats is sent as
  *   [scale: bf16, 2 bytes][C codes of `bits` bits, packed LSB first]
@@ -17,7 +17,7 @@
  * grid coarse for everything else. After H D, every coordinate is a mix of
  * the whole block, close to Gaussian, and the Gaussian-optimal levels fit.
  * Expected relative squared error (|x - x'|^2 / |x|^2) on Gaussian rows:
- * 0.0095 (4 bits), 0.035 (3), 0.12 (2). Hard bound for any finite row:
+ * 0.0025 (5 bits), 0.0095 (4), 0.035 (3), 0.12 (2). Hard bound for any finite row:
  * |x - x'| <= |x| (1 + 2^-8): the gain is a least-squares fit, never worse
  * than sending zero, and the bf16 scale adds its half ulp.
  *
@@ -30,7 +30,7 @@
  * other than the marker is refused, as are padding bits that are not zero
  * (our encoder writes zeros), and a marker row whose codes are not zero.
  * Any code is a valid level, so the decoded magnitude is bounded by the
- * scale (|x'_j| <= sqrt(n) * 2.74 * scale, clamped to FLT_MAX). */
+ * scale (|x'_j| <= sqrt(n) * 3.27 * scale, clamped to FLT_MAX). */
 #ifndef GWTF_TRAIN_WIRE_ROT_H
 #define GWTF_TRAIN_WIRE_ROT_H
 
@@ -41,7 +41,7 @@
 #define WIRE_ROT_NONFINITE 0x7fc0u /* bf16 quiet NaN: "this row was not finite" */
 #define WIRE_ROT_MAX_BLOCK 4096
 
-/* Bytes of one encoded row (bits 2..4); 0 on overflow or bad bits. */
+/* Bytes of one encoded row (bits 2..5); 0 on overflow or bad bits. */
 size_t wire_rot_row_bytes(unsigned bits, size_t cols);
 /* The rotation's block size for a row of cols (a power of two, >= 1). */
 size_t wire_rot_block(size_t cols);

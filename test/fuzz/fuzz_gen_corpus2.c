@@ -259,7 +259,8 @@ static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body,
 }
 
 /* An activation or gradient in a compressed wire format (fuzz_train_lib.c:
- * spec bit 0x40 picks Q8ROW R4ROW R3ROW R2ROW LR8 LR16 LR32 LR32R4 by index),
+ * spec bit 0x40 picks Q8ROW R4ROW R3ROW R2ROW LR8 LR16 LR32 LR32R4 R5ROW LR16R4
+ * by index),
  * its bytes the 4-byte pattern `fill` repeated. */
 static void t_msg_wire(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t index, uint8_t ndim,
                        const uint8_t *shape, uint32_t fill) {

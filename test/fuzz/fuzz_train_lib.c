@@ -259,15 +259,15 @@ static uint16_t rd16(reader *r) {
 
 static const uint32_t dtypes[7] = {0, 1, 2, 3, 4, 5, 6}; /* raw, then gwtf.DType F32 F16 BF16 I32 U16 U8 */
 /* the compressed activation formats (train/wire_codec.h): Q8ROW, R4ROW,
- * R3ROW, R2ROW, LR8, LR16, LR32, LR32R4; picked when the spec has bit 0x40 */
-static const uint32_t wire_dtypes[8] = {7, 8, 9, 10, 11, 12, 13, 14};
+ * R3ROW, R2ROW, LR8, LR16, LR32, LR32R4, R5ROW, LR16R4; picked when the spec has bit 0x40 */
+static const uint32_t wire_dtypes[10] = {7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 
 /* Reads a tensor description and builds the payload; false when the frame
  * layer would have refused it (or it is too big to bother). */
 static bool read_tensor(reader *r, uint8_t spec, train_tensor *t, uint8_t **data) {
   p2p_tensor pt;
   memset(&pt, 0, sizeof(pt));
-  pt.dtype = (spec & 0x40) ? wire_dtypes[(spec & 0x3f) % 8] : dtypes[spec % 7];
+  pt.dtype = (spec & 0x40) ? wire_dtypes[(spec & 0x3f) % 10] : dtypes[spec % 7];
   bool chunk = spec & 0x80;
   pt.ndim = rd8(r) % 6;
   size_t esize = p2p_dtype_size(pt.dtype);

@@ -515,8 +515,8 @@ static void on_message(void *ud, const gw_peer *from, const uint8_t *buf, size_t
     t.data = q;
     tp = &t;
     if (type == GWTF__TRAIN_MSG__TRAIN_FORWARD || type == GWTF__TRAIN_MSG__TRAIN_BACKWARD) {
-      n->act_recv[t.dtype & 15]++;
-      if (type == GWTF__TRAIN_MSG__TRAIN_BACKWARD) n->bwd_recv[t.dtype & 15]++;
+      n->act_recv[t.dtype & 31]++;
+      if (type == GWTF__TRAIN_MSG__TRAIN_BACKWARD) n->bwd_recv[t.dtype & 31]++;
       n->act_recv_bytes += nb;
     }
   }

@@ -96,8 +96,8 @@ typedef struct h_node {
   /* stage replicas (train/peer_replica.c) */
   uint32_t replicas_stored, replicas_dropped, replicas_pushed;
   bool stage_lost; /* TRAIN_EV_STAGE_LOST: as the restorer, or as the leader */
-  /* FORWARD/BACKWARD tensors this node received, by dtype (index & 7), and their bytes */
-  uint64_t act_recv[16], bwd_recv[16], act_recv_bytes; /* by dtype: FORWARD + BACKWARD, BACKWARD */
+  /* FORWARD/BACKWARD tensors this node received, by dtype (index & 31), and their bytes */
+  uint64_t act_recv[32], bwd_recv[32], act_recv_bytes; /* by dtype: FORWARD + BACKWARD, BACKWARD */
   /* its identity: peer.id is BLAKE2b-256 of pk; it signs its averages with sk */
   uint8_t pk[32], sk[64];
   /* failure detection (train_io.link/probe): a silent node is hung, not
