@@ -356,6 +356,12 @@ static void resolve_duplicate(p2p_host *h, peer *p, p2p_session *nw) {
   if (nw_wins) {
     p->s = nw;
     apply_links(h, p, nw);
+    /* Two circuits that crossed (both ends dialled through relays at the
+     * same moment): the punch begun on the one that loses would fail with
+     * it ("relay-lost") and none would start on the one kept, which then
+     * stayed relayed for good. The punch moves to the winner; its
+     * responder starts it, as for any relayed session. */
+    if (h->punch && ni->relayed && oi->relayed) p2p_punch_relayed_up(h->punch, &p->id, nw);
   }
   char id[GW_ID_SHORT_LEN + 1];
   gw_id_to_short(&p->id, id);

@@ -294,6 +294,63 @@ static void test_punch_fails(void **state) {
   world_stop(&loop, &w);
 }
 
+/* Both ends reserved on R and both dial each other through it at once:
+ * two circuits cross, each node keeps the same one (p2p/host.c), and the
+ * punch goes on over it and moves the pair to a direct session. Before,
+ * the punch begun on the circuit that lost failed with it ("relay-lost")
+ * and none started on the one kept: a pair of private peers that found
+ * each other in the same discovery round stayed relayed (test_nat_train,
+ * punch case, after placement started discovery at once). */
+static bool w_both_reserved(void *ud) {
+  world *w = ud;
+  p2p_relay_stats sp, sd;
+  p2p_host_relay_stats(w->p.h, &sp);
+  p2p_host_relay_stats(w->d.h, &sd);
+  return sp.reserved_on >= 1 && sd.reserved_on >= 1;
+}
+
+static bool w_direct_both(void *ud) {
+  world *w = ud;
+  p2p_peer_stats sd, sp;
+  return p2p_host_peer_stats(w->d.h, &w->p.id.id, &sd) == 0 && p2p_host_peer_stats(w->p.h, &w->d.id.id, &sp) == 0 &&
+         sd.connected && sp.connected && !sd.relayed && !sp.relayed;
+}
+
+static void crossed_circuits(bool d_lower) {
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  world w;
+  memset(&w, 0, sizeof(w));
+  p2p_relay_config rc;
+  p2p_relay_config_defaults(&rc);
+  nstart(&w.r, &loop, true, false, &rc);
+  nstart(&w.p, &loop, false, true, NULL);
+  do {
+    if (w.d.h) {
+      nstop(&w.d);
+      uv_run(&loop, UV_RUN_NOWAIT);
+    }
+    nstart(&w.d, &loop, true, true, NULL);
+  } while ((gw_id_cmp(&w.d.id.id, &w.p.id.id) < 0) != d_lower);
+  gw_addr ra = p2p_host_listen_addr(w.r.h);
+  assert_int_equal(p2p_host_relay_reserve(w.p.h, &w.r.id.id, &ra), 0);
+  assert_int_equal(p2p_host_relay_reserve(w.d.h, &w.r.id.id, &ra), 0);
+  assert_true(run_until(&loop, w_both_reserved, &w, WAIT_MS));
+  size_t duplicates0 = logrec_count(&rec, "session.duplicate", NULL);
+  assert_int_equal(p2p_host_connect_via(w.d.h, &w.r.id.id, &ra, &w.p.id.id), 0);
+  assert_int_equal(p2p_host_connect_via(w.p.h, &w.r.id.id, &ra, &w.d.id.id), 0);
+  assert_true(run_until(&loop, w_direct_both, &w, WAIT_MS));
+  assert_true(logrec_count(&rec, "session.duplicate", NULL) > duplicates0); /* the circuits did cross */
+  check_direct(&w);
+  world_stop(&loop, &w);
+}
+
+static void test_crossed_circuits(void **state) {
+  (void)state;
+  crossed_circuits(true);
+  crossed_circuits(false);
+}
+
 /* An accepted connection with a punch preface nobody asked for is closed. */
 static void test_unknown_preface(void **state) {
   (void)state;
@@ -331,7 +388,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_preface),        cmocka_unit_test(test_migrate_d_chooses),
       cmocka_unit_test(test_migrate_p_chooses), cmocka_unit_test(test_punch_fails),
-      cmocka_unit_test(test_unknown_preface),
+      cmocka_unit_test(test_unknown_preface),   cmocka_unit_test(test_crossed_circuits),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
