@@ -2,6 +2,7 @@
 #include "node/train_rt.h"
 
 #include <math.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -426,14 +427,36 @@ static void find_replica_holders(train_rt *rt) {
     train_rt_query_done(q);
 }
 
-/* Looks up the stages we follow now, not at the next round: a relay just
+/* One lookup of every stage we follow and are not looking up already. */
+static void lookup_stages(train_rt *rt, uint64_t now) {
+  for (int s = 0; s <= rt->run.stages; s++) {
+    if (rt->stage_busy[s] || !wanted_stage(rt, s)) continue;
+    dir_query *q = query_new(rt, s);
+    if (!q) break;
+    if (stage_dir_discover(rt->d, rt->run.name, (uint32_t)s, members_cb, q, now) == 0)
+      rt->stage_busy[s] = true;
+    else
+      train_rt_query_done(q);
+  }
+}
+
+static void placed_cb(uv_timer_t *t) {
+  train_rt *rt = t->data;
+  if (!rt->stopping && rt->peer) lookup_stages(rt, now_ms(rt));
+}
+
+/* Looks up the stages we follow soon, not at the next round: a relay just
  * placed follows its stage and both neighbours from here on, and the
  * members it downloads from and forwards to are dialled once their
  * records are in. At the round's pace a restarted relay spent up to a
  * second, 0.9 s in a homo-churn10 run, between its ASSIGN and asking a
- * member for the weights. */
+ * member for the weights. A lookup of its own, a random 0–200 ms after the
+ * ASSIGN, and the round keeps its phase: restarting the round instead put
+ * the rounds of the peers the leader placed together in step, two of them
+ * found each other's relayed records in the same round and dialled each
+ * other at once (crossed circuits; test_nat_train). */
 void train_rt_discover_now(train_rt *rt) {
-  if (!rt->stopping) uv_timer_start(&rt->disco_timer, train_rt_disco_cb, 0, DISCOVER_MS);
+  if (!rt->stopping) uv_timer_start(&rt->placed_timer, placed_cb, randombytes_uniform(PLACED_JITTER_MS + 1), 0);
 }
 
 void train_rt_disco_cb(uv_timer_t *t) {
@@ -455,15 +478,7 @@ void train_rt_disco_cb(uv_timer_t *t) {
   }
   if (!rt->peer) return;
   rt->discover_round++;
-  for (int s = 0; s <= rt->run.stages; s++) {
-    if (rt->stage_busy[s] || !wanted_stage(rt, s)) continue;
-    dir_query *q = query_new(rt, s);
-    if (!q) break;
-    if (stage_dir_discover(rt->d, rt->run.name, (uint32_t)s, members_cb, q, now) == 0)
-      rt->stage_busy[s] = true;
-    else
-      train_rt_query_done(q);
-  }
+  lookup_stages(rt, now);
   if (train_peer_wants_replicas(rt->peer) && !rt->replica_query_busy) find_replica_holders(rt);
   known_sweep(rt);
   if (rt->acc.have_key && rt->run.private_run) train_access_sync_revocations(&rt->acc, rt->peer, now, &rt->log);

@@ -428,7 +428,8 @@ static int comp_start(node *n, void **state) {
     }
     rt->acc.have_key = true;
   }
-  uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer, &rt->cost_timer, &rt->stop_timer};
+  uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer,
+                          &rt->cost_timer, &rt->stop_timer, &rt->placed_timer};
   for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) {
     uv_timer_init(rt->loop, timers[i]);
     timers[i]->data = rt;
@@ -471,7 +472,8 @@ static void comp_stop(node *n, void *state) {
   if (rt->compute_ready) train_compute_free(&rt->compute);
   train_dataset_close(&rt->val); /* a view of ds unmaps nothing */
   if (rt->ds_open) train_dataset_close(&rt->ds);
-  uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer, &rt->cost_timer, &rt->stop_timer};
+  uv_timer_t *timers[] = {&rt->peer_timer, &rt->flow_timer, &rt->disco_timer,
+                          &rt->cost_timer, &rt->stop_timer, &rt->placed_timer};
   for (size_t i = 0; i < sizeof(timers) / sizeof(timers[0]); i++) uv_close((uv_handle_t *)timers[i], timer_closed);
 }
 

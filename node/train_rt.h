@@ -29,6 +29,7 @@
 #define COST_MS 2000
 #define COST_SOON_MS 300 /* a neighbour's session came up: its first RTT sample is in by then */
 #define ANNOUNCE_MS 5000
+#define PLACED_JITTER_MS 200 /* the lookup after placement, at a random delay up to this */
 #define MAX_STAGES 64
 #define MAX_KNOWN 512
 #define DEFAULT_BW_BPS 125e6  /* 1 Gb/s until a throughput sample exists */
@@ -95,7 +96,7 @@ typedef struct train_rt {
   route_swarm *rs;
   flow *flow;
   bool swarm_routing;
-  uv_timer_t peer_timer, flow_timer, disco_timer, cost_timer, stop_timer;
+  uv_timer_t peer_timer, flow_timer, disco_timer, cost_timer, stop_timer, placed_timer;
   int open_timers;
   dir_query *queries[MAX_QUERIES]; /* in flight; NULL slots are free */
   bool stage_busy[MAX_STAGES + 1];
