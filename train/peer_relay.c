@@ -135,9 +135,16 @@ static void repair_undeliverable(train_peer *p, peer_mb *mb) {
 /* No peer of the next stage takes our output. We answer for it upstream:
  * our FORWARD_DONE must reach the peer before us within its wait (3 hop
  * timeouts from our FORWARD_RECEIVED), so a full stage gets one hop timeout;
- * then the peer before us hears DENY and re-routes around us. */
+ * then the peer before us hears DENY and re-routes around us. So does a
+ * stage none of whose peers refused but none of which is a hop yet (a
+ * relay placed there a moment ago, whose link cost we have not measured:
+ * our view lags the data node's, which started the microbatch): at once,
+ * every relay of our stage DENYd the data node, which deferred the whole
+ * iteration (swarm_kill_fraction; test_relay_no_hop_yet_waits). */
 void relay_no_route(train_peer *p, peer_mb *mb) {
-  if (mb_wait_for_slot(p, mb, p->cfg.tun.hop_timeout_ms)) return;
+  bool nobody_refused = mb->n_avoid == 0;
+  uint64_t budget = p->cfg.tun.hop_timeout_ms;
+  if (nobody_refused ? mb_wait_for_hop(p, mb, budget) : mb_wait_for_slot(p, mb, budget)) return;
   mb->wait_since = 0;
   if (mb->repair) {
     repair_undeliverable(p, mb);

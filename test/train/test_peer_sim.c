@@ -367,6 +367,37 @@ static void test_no_hop_yet_waits(void **state) {
   h_free(&h);
 }
 
+/* A relay whose next stage has live members but no hop yet (a relay placed
+ * there a moment ago whose link cost it has not measured: its view lags
+ * the data node's) waits for one within a hop timeout rather than DENY
+ * "no_route" at once: those DENYs came back to the data node from every
+ * relay of the stage within milliseconds and it deferred the whole
+ * iteration (swarm_kill_fraction, once in a fresh clone). */
+static void test_relay_no_hop_yet_waits(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build(&h, 8, 2, M);
+  while (train_peer_iteration(h.nodes[d].tp) < 2 && sim_now(h.s) < 60000) h_run_for(&h, 1);
+  uint64_t until = sim_now(h.s) + h.tun.hop_timeout_ms / 2;
+  int blinded = 0;
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].role == TRAIN_RELAY && h.nodes[i].stage == 2) h.nodes[i].unrouted_until = until, blinded++;
+  assert_int_equal(blinded, 2);
+  uint64_t forwarded = 0;
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].stage == 2) forwarded += C(&h, i)->forward_computed;
+  assert_true(h_run_until_finished(&h, 120000));
+  uint64_t after = 0;
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].stage == 2) after += C(&h, i)->forward_computed;
+  assert_true(after > forwarded);
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
+  assert_losses_match_reference(&h, d, NULL);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* With fewer flows than microbatches, a data node starts as many as its
  * share of the narrowest stage allows (spread over its flows), the rest as
  * microbatches come home. */
@@ -1418,6 +1449,7 @@ int main(void) {
       cmocka_unit_test(test_eval_dropped_by_a_round_reports),
       cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_no_hop_yet_waits),
+      cmocka_unit_test(test_relay_no_hop_yet_waits),
       cmocka_unit_test(test_starts_up_to_its_share),
       cmocka_unit_test(test_widens_when_a_stage_grows),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),
