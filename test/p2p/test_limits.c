@@ -229,7 +229,9 @@ static bool flood_hs_is(void *ud) {
   return lc.ip_handshakes == f->want_hs && lc.ip_sessions == f->want_hs;
 }
 
-static void short_handshake(p2p_host_config *hc) { hc->handshake_timeout_ms = 1500; }
+/* Long enough that the flood's admitted handshakes are still held when the
+ * honest peer is up, even under valgrind (which took 1.9 s to get there). */
+static void short_handshake(p2p_host_config *hc) { hc->handshake_timeout_ms = 5000; }
 
 #define FLOOD_N (300)
 
@@ -244,6 +246,7 @@ static void test_flood_one_ip(void **state) {
   gw_addr flood_ip = ip("127.0.0.3:0");
   size_t hits0 = logrec_count(&rec, "limit.hit", "kind=handshakes-per-ip ip=127.0.0.3 ");
   size_t rejected0 = logrec_count(&rec, "session.rejected", NULL);
+  size_t timeouts0 = logrec_count(&rec, "session.rejected", "reason=handshake-timeout");
 
   /* 300 half-open connections from 127.0.0.3, sent nothing. */
   int fds[FLOOD_N];
@@ -260,8 +263,11 @@ static void test_flood_one_ip(void **state) {
   uint64_t took = gw_clock_mono_ms() - t0;
   print_message("flood of %d from 127.0.0.3; honest peer from 127.0.0.1 up after %llu ms\n", FLOOD_N,
                 (unsigned long long)took);
-  assert_true(took < 3000);
-  assert_true(flood_hs_is(&f)); /* the cap holds: 8 handshakes in flight from the flooder */
+  /* The honest peer got in while the flooder still held its 8 slots: none
+   * has timed out yet, and the cap holds. */
+  assert_int_equal(logrec_count(&rec, "session.rejected", "reason=handshake-timeout"),
+                   timeouts0);
+  assert_true(flood_hs_is(&f));
   /* Everything beyond the cap was closed at once. */
   run_until(&loop, flood_hs_is, &f, 100);
   int closed = 0;
@@ -273,7 +279,7 @@ static void test_flood_one_ip(void **state) {
   assert_true(hits >= 1 && hits <= 3);
   assert_int_equal(logrec_count(&rec, "session.rejected", "reason=handshakes-per-ip"), 0);
 
-  /* The 8 admitted ones time out (1.5 s) and their slots are freed. */
+  /* The 8 admitted ones time out (5 s) and their slots are freed. */
   f.want_hs = 0;
   assert_true(run_until(&loop, flood_hs_is, &f, WAIT_MS));
   assert_true(logrec_count(&rec, "session.rejected", "reason=handshake-timeout") >= rejected0 + 1);
