@@ -106,6 +106,17 @@ typedef struct fpeer {
 
 typedef enum req_kind { REQ_NONE = 0, REQ_FLOW, REQ_CHANGE, REQ_REDIRECT } req_kind;
 
+/* A notify-switch for a segment our pending proposal will give us, come
+ * before the accept (see pending.held). */
+typedef struct held_switch {
+  bool up; /* FlowSwitchUp, else FlowSwitchDown */
+  int from;
+  uint64_t seg;
+  gw_id old_end, new_end;
+  double cost;
+  uint32_t forwarded;
+} held_switch;
+
 typedef struct pending {
   req_kind kind;
   int peer;
@@ -121,6 +132,13 @@ typedef struct pending {
   /* redirect */
   uint64_t in_seg, out_seg;
   int prev, next;
+  /* Notify-switches for the segments this proposal gives us that came before
+   * the accept (a neighbour's change or redirect crossed ours): applied the
+   * moment the accept comes. They stay unacknowledged until then, so their
+   * senders re-send them if the accept never comes; a switch applied only on
+   * that re-send, a tick later, left a half-connected segment in between. */
+  held_switch held[2];
+  int n_held;
 } pending;
 
 /* A change or redirect we proposed: its reply is acted on once, whether it

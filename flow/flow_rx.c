@@ -252,6 +252,17 @@ static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
 
 /* ---- notify-switch ---- */
 
+static void hold_switch(pending *pd, bool up, int from, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
+                        double cost, uint32_t forwarded) {
+  for (int i = 0; i < pd->n_held; i++)
+    if (pd->held[i].up == up && pd->held[i].seg == seg) { /* a re-send: the newest word counts */
+      pd->held[i] = (held_switch){up, from, seg, *old_end, *new_end, cost, forwarded};
+      return;
+    }
+  if (pd->n_held < (int)(sizeof(pd->held) / sizeof(pd->held[0])))
+    pd->held[pd->n_held++] = (held_switch){up, from, seg, *old_end, *new_end, cost, forwarded};
+}
+
 /* A notify-switch for an end we no longer hold: when we handed it to a
  * same-stage peer moments ago (a change or redirect crossed this switch),
  * pass it on; when our own pending proposal is about to give it to us,
@@ -264,9 +275,11 @@ static bool switch_elsewhere(flow *f, bool up, uint64_t seg, const gw_id *old_en
     flow_send_switch_ack(f, sender, seg);
     return true;
   }
-  const pending *pd = &f->pend;
-  if (up) return pd->kind == REQ_REDIRECT && pd->in_seg == seg;
-  return (pd->kind == REQ_REDIRECT && pd->out_seg == seg) || (pd->kind == REQ_CHANGE && pd->your_seg == seg);
+  pending *pd = &f->pend;
+  bool ours = up ? pd->kind == REQ_REDIRECT && pd->in_seg == seg
+                 : (pd->kind == REQ_REDIRECT && pd->out_seg == seg) || (pd->kind == REQ_CHANGE && pd->your_seg == seg);
+  if (ours) hold_switch(pd, up, sender, seg, old_end, new_end, cost, forwarded);
+  return ours;
 }
 
 static void on_switch_up(flow *f, int p, const Gwtf__FlowSwitchUp *s) {
@@ -325,6 +338,30 @@ static void on_switch_down(flow *f, int p, const Gwtf__FlowSwitchDown *s) {
   }
   if (u >= 0) flow_drop_out(f, u);
   if (new_down >= 0) flow_send_cancel(f, new_down, s->seg);
+}
+
+/* Replays the notify-switches held while our proposal was pending, now that
+ * its accept has given us their segments (see pending.held). */
+static void apply_held(flow *f, const held_switch *held, int n) {
+  for (int i = 0; i < n; i++) {
+    const held_switch *h = &held[i];
+    if (h->up) {
+      Gwtf__FlowSwitchUp m = GWTF__FLOW_SWITCH_UP__INIT;
+      m.seg = h->seg;
+      m.old_up = flow_id_bytes(&h->old_end);
+      m.new_up = flow_id_bytes(&h->new_end);
+      m.forwarded = h->forwarded;
+      on_switch_up(f, h->from, &m);
+    } else {
+      Gwtf__FlowSwitchDown m = GWTF__FLOW_SWITCH_DOWN__INIT;
+      m.seg = h->seg;
+      m.old_down = flow_id_bytes(&h->old_end);
+      m.new_down = flow_id_bytes(&h->new_end);
+      m.cost = h->cost;
+      m.forwarded = h->forwarded;
+      on_switch_down(f, h->from, &m);
+    }
+  }
 }
 
 /* ---- same-stage state ---- */
@@ -489,6 +526,19 @@ static bool take_proposal(flow *f, int p, uint64_t txn, req_kind kind) {
   return false;
 }
 
+/* We proposed to hand my_seg's upstream end to c, and a notify-switch from
+ * its downstream end b moved our end to another next hop before c's accept
+ * came (b redirected its unit to a same-stage peer): the switch reached us,
+ * not c, which now holds my_seg -> b. Pass it on to c, as a crossing switch
+ * is passed on after a handover. Returns the unit, or -1. */
+static int pass_on_moved_end(flow *f, int c, int b, uint64_t seg) {
+  int u = flow_find_out_seg(f, seg);
+  if (u < 0 || f->units[u].out_peer == b) return u;
+  const funit *un = &f->units[u];
+  flow_forward_switch(f, c, false, seg, &f->peers[b].id, &f->peers[un->out_peer].id, un->rest, 1);
+  return u;
+}
+
 /* We are a: c answered our proposal (or a proposal that already timed out). */
 static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   gw_id target;
@@ -497,6 +547,9 @@ static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
     return;
   }
   bool ours = f->pend.kind == REQ_CHANGE && f->pend.peer == c && f->pend.txn == r->txn;
+  held_switch held[2];
+  int n_held = ours ? f->pend.n_held : 0;
+  memcpy(held, f->pend.held, sizeof(held));
   if (ours) flow_clear_pending(f);
   if (!take_proposal(f, c, r->txn, REQ_CHANGE)) return;
   if (!r->accept) {
@@ -508,11 +561,13 @@ static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   flow_handover_add(f, r->my_seg, true, c);
   /* c now owns my_seg -> b; whatever we still hold of it goes, silently. */
   int u = b >= 0 ? flow_find_out(f, b, r->my_seg) : -1;
+  if (u < 0 && b >= 0) u = pass_on_moved_end(f, c, b, r->my_seg);
   if (u >= 0 && (!flow_peer_usable_next(f, e) || flow_tomb_has(f, r->your_seg, e))) {
     flow_drop_out(f, u); /* locally only: b's end of my_seg belongs to c now */
     u = -1;
   }
   adopt_out(f, u, e, r->your_seg, &target, r->rest);
+  apply_held(f, held, n_held);
 }
 
 /* ---- Request Redirect ---- */
@@ -583,6 +638,9 @@ static void on_redirect_reply(flow *f, int x, const Gwtf__FlowRedirectReply *r) 
     return;
   }
   bool ours = f->pend.kind == REQ_REDIRECT && f->pend.peer == x && f->pend.txn == r->txn;
+  held_switch held[2];
+  int n_held = ours ? f->pend.n_held : 0;
+  memcpy(held, f->pend.held, sizeof(held));
   if (ours) flow_clear_pending(f);
   if (!take_proposal(f, x, r->txn, REQ_REDIRECT)) return;
   if (!r->accept) {
@@ -609,6 +667,7 @@ static void on_redirect_reply(flow *f, int x, const Gwtf__FlowRedirectReply *r) 
   f->units[u].target = target;
   flow_bind_in(f, u, prev, r->in_seg);
   flow_bind_out(f, u, next, r->out_seg, r->rest, 0); /* and tells prev our cost */
+  apply_held(f, held, n_held);
 }
 
 /* ---- audit ---- */

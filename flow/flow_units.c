@@ -273,9 +273,11 @@ void flow_handover_add(flow *f, uint64_t seg, bool up_end, int to) {
   *h = (handover){seg, up_end, f->peers[to].id, f->now + (uint64_t)f->tun.tombstone_ticks * f->tun.tick_ms};
 }
 
+/* Newest first: an end can go back and forth (we hand it to b, b hands it
+ * back, we hand it to c), and only the last handover says who has it now. */
 int flow_handover_find(const flow *f, uint64_t seg, bool up_end) {
-  for (int i = 0; i < FLOW_HANDOVERS; i++) {
-    const handover *h = &f->handovers[i];
+  for (int k = 1; k <= FLOW_HANDOVERS; k++) {
+    const handover *h = &f->handovers[(f->handover_next - k + FLOW_HANDOVERS) % FLOW_HANDOVERS];
     if (h->until > f->now && h->seg == seg && h->up_end == up_end) return flow_peer_find(f, &h->to);
   }
   return -1;
