@@ -329,35 +329,47 @@ Bold: the better mean of the pair.
 ## Reading the results
 
 What the logs of these runs (`swarm.log` in each run's folder) show
-(grid of 2026-11-26, later: both halves with the code of e185978, the GWTF
-half first; a flow-simulator job shared the machine, the grid ran at
-`nice -n -10`):
+(grid of 2026-11-27: both halves with the code of 23bb1c4, SWARM first in
+each cell, nothing else on the machine, at `nice -n -10`; figures of the
+grid before, e185978 on 2026-11-26, in brackets):
 
-- Without churn GWTF's flows send work down the cheapest paths: 40 % less
+- Without churn GWTF's flows send work down the cheapest paths: 32 % less
   communication per microbatch than SWARM's round-robin on heterogeneous
-  relays (1.51 against 2.48 s) and 16 % less on homogeneous ones (1.24
-  against 1.47 s), and 9 % (homogeneous) and 22 % (heterogeneous) less
-  time per microbatch. A data node starts its share of the narrowest stage
-  rounded up (rounded down, with 3 slots and 2 data nodes each sent its
-  microbatches one after another).
+  relays (1.39 against 2.03 s) and 36 % less on homogeneous ones (1.12
+  against 1.76 s), and 24 % (homogeneous) and 2 % (heterogeneous) less
+  time per microbatch [9 %, 22 %]. In one heterogeneous run GWTF's data
+  nodes held 6 microbatches per iteration instead of 8 (throughput 6.0;
+  its time per microbatch, 0.54 s, was still the middle of the three). A
+  data node starts its share of the narrowest stage rounded up (rounded
+  down, with 3 slots and 2 data nodes each sent its microbatches one after
+  another).
 - Under churn the two recoveries differ most. A SWARM microbatch whose
   backward breaks waits out its trip deadline (16 s) and then a whole new
-  trip: 38 of SWARM's 108 churned iterations took over 15 s (median 5.4 s,
-  90th percentile 21.3 s), against one of GWTF's (median 4.7 s, 90th
-  percentile 7.2 s). A GWTF repair took up to 7.2 s to the microbatch's
-  completion (median 0.68 s, 101 repairs); the gradient flowed again past
-  the gap after a median 0.29 s, 95th percentile 0.58 s (before: 0.34 s
-  and 1.1 s; the repair reserve and the last relay's wait, docs/TRAINING.md).
-  A SWARM restart, counted from its timeout: median 1.65 s, 75 restarts.
-  Hence 39–62 % less time per microbatch under churn.
+  trip: SWARM's churned iterations took a median 6.4 s, 90th percentile
+  22.5 s, against GWTF's median 5.1 s, 90th percentile 7.3 s [SWARM 5.4
+  and 21.3 s, GWTF 4.7 and 7.2 s]. A GWTF repair took up to 7.2 s to the
+  microbatch's completion (median 0.81 s, 115 repairs [0.68 s]); the
+  gradient flowed again past the gap after a median 0.36 s, 95th
+  percentile 0.65 s [0.29 and 0.58 s] (`scripts/churn_times.py` over the
+  four churned GWTF cells). Hence 43–60 % less time per microbatch under
+  churn [39–62 %].
 - A relay killed by churn comes back as a new peer: from its start, the
-  run record was found after a median 0.20 s, it was placed at 0.69 s,
-  ready at 2.2 s and carried its first forward at 5.8 s (GWTF; before:
-  1.0, 3.2, 5.0 and 8.3 s; docs/TRAINING.md, "Rejoining fast").
-- Heterogeneous 10 % churn: 45 % less time per microbatch and about a
-  fifteenth of the wasted compute (0.005 s against 0.077 s). The three
-  runs of each spread widely (GWTF 0.73, 0.88, 0.62 s; SWARM 1.36, 1.40,
-  1.33 s); the grid before measured 35 %, the one of 2026-11-22 46 %.
+  run record was found after a median 0.20 s, it was placed at 0.64 s,
+  ready at 1.63 s and carried its first forward at 4.9 s (GWTF, 188
+  rejoins; the grid before: 0.20, 0.69, 2.2 and 5.8 s; docs/TRAINING.md,
+  "Rejoining fast"). Under SWARM routing the same steps take 0.20, 0.62
+  and 1.64 s, and the first forward comes at 11.6 s.
+- Heterogeneous 10 % churn: 43 % less time per microbatch and about a
+  thirteenth of the wasted compute (0.021 s against 0.272 s). The three
+  runs of each spread widely (GWTF 0.80, 0.83, 0.75 s; SWARM 1.54, 1.55,
+  1.11 s); the grid before measured 45 %, the one of 2026-11-22 46 %.
+- Wasted compute rose in both routings against the grid before, and the
+  code is not why: e185978's binary, run again on SWARM hetero-churn10's
+  first seed just after this grid, wasted 0.260 s where the grid before
+  measured 0.084 s on that seed (this grid's binary: 0.246 s). Wasted
+  compute is in seconds of compute, and this run of the grid had the machine
+  to itself; what else differs between the two days, I did not find
+  (docs/evaluation/changes.md, "Grid of 2026-11-27").
 - Wasted compute, by the paper's definition: what GWTF wastes is the
   forwards of relays that died before their backward and a few forwards of
   spare copies; SWARM also throws away every broken attempt. Spare copies
@@ -368,7 +380,7 @@ half first; a flow-simulator job shared the machine, the grid ran at
   is mostly what crashed relays had accumulated; both routings lose it,
   GWTF somewhat less.
 - All 36 runs completed with every stage's weights agreeing after every
-  aggregation and no microbatch lost. The grid of 2026-11-22 had one run
+  aggregation and no microbatch lost (and all 36 of the grid before). The grid of 2026-11-22 had one run
   whose stage split for an iteration, and later grids split 1 to 3 runs
   and lost a microbatch: members that picked different aggregators when
   their views of a joiner differed, a directory refresh that dropped live
