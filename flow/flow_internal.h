@@ -109,8 +109,8 @@ typedef enum req_kind { REQ_NONE = 0, REQ_FLOW, REQ_CHANGE, REQ_REDIRECT } req_k
 /* A notify-switch for a segment our pending proposal will give us, come
  * before the accept (see pending.held). */
 typedef struct held_switch {
-  bool up; /* FlowSwitchUp, else FlowSwitchDown */
-  int from;
+  bool up;    /* FlowSwitchUp, else FlowSwitchDown */
+  gw_id from; /* by id: the peer table may change before the accept comes */
   uint64_t seg;
   gw_id old_end, new_end;
   double cost;

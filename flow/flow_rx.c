@@ -252,15 +252,16 @@ static void on_cost(flow *f, int p, const Gwtf__FlowCost *c) {
 
 /* ---- notify-switch ---- */
 
-static void hold_switch(pending *pd, bool up, int from, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
+static void hold_switch(flow *f, bool up, int from, uint64_t seg, const gw_id *old_end, const gw_id *new_end,
                         double cost, uint32_t forwarded) {
+  pending *pd = &f->pend;
+  held_switch h = {up, f->peers[from].id, seg, *old_end, *new_end, cost, forwarded};
   for (int i = 0; i < pd->n_held; i++)
     if (pd->held[i].up == up && pd->held[i].seg == seg) { /* a re-send: the newest word counts */
-      pd->held[i] = (held_switch){up, from, seg, *old_end, *new_end, cost, forwarded};
+      pd->held[i] = h;
       return;
     }
-  if (pd->n_held < (int)(sizeof(pd->held) / sizeof(pd->held[0])))
-    pd->held[pd->n_held++] = (held_switch){up, from, seg, *old_end, *new_end, cost, forwarded};
+  if (pd->n_held < (int)(sizeof(pd->held) / sizeof(pd->held[0]))) pd->held[pd->n_held++] = h;
 }
 
 /* A notify-switch for an end we no longer hold: when we handed it to a
@@ -275,10 +276,10 @@ static bool switch_elsewhere(flow *f, bool up, uint64_t seg, const gw_id *old_en
     flow_send_switch_ack(f, sender, seg);
     return true;
   }
-  pending *pd = &f->pend;
+  const pending *pd = &f->pend;
   bool ours = up ? pd->kind == REQ_REDIRECT && pd->in_seg == seg
                  : (pd->kind == REQ_REDIRECT && pd->out_seg == seg) || (pd->kind == REQ_CHANGE && pd->your_seg == seg);
-  if (ours) hold_switch(pd, up, sender, seg, old_end, new_end, cost, forwarded);
+  if (ours) hold_switch(f, up, sender, seg, old_end, new_end, cost, forwarded);
   return ours;
 }
 
@@ -345,13 +346,15 @@ static void on_switch_down(flow *f, int p, const Gwtf__FlowSwitchDown *s) {
 static void apply_held(flow *f, const held_switch *held, int n) {
   for (int i = 0; i < n; i++) {
     const held_switch *h = &held[i];
+    int from = flow_peer_find(f, &h->from);
+    if (from < 0) continue; /* gone: nothing to apply or acknowledge */
     if (h->up) {
       Gwtf__FlowSwitchUp m = GWTF__FLOW_SWITCH_UP__INIT;
       m.seg = h->seg;
       m.old_up = flow_id_bytes(&h->old_end);
       m.new_up = flow_id_bytes(&h->new_end);
       m.forwarded = h->forwarded;
-      on_switch_up(f, h->from, &m);
+      on_switch_up(f, from, &m);
     } else {
       Gwtf__FlowSwitchDown m = GWTF__FLOW_SWITCH_DOWN__INIT;
       m.seg = h->seg;
@@ -359,7 +362,7 @@ static void apply_held(flow *f, const held_switch *held, int n) {
       m.new_down = flow_id_bytes(&h->new_end);
       m.cost = h->cost;
       m.forwarded = h->forwarded;
-      on_switch_down(f, h->from, &m);
+      on_switch_down(f, from, &m);
     }
   }
 }
