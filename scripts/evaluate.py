@@ -337,9 +337,14 @@ grid before, e185978 on 2026-11-26, in brackets):
   communication per microbatch than SWARM's round-robin on heterogeneous
   relays (1.39 against 2.03 s) and 36 % less on homogeneous ones (1.12
   against 1.76 s), and 24 % (homogeneous) and 2 % (heterogeneous) less
-  time per microbatch [9 %, 22 %]. In one heterogeneous run GWTF's data
-  nodes held 6 microbatches per iteration instead of 8 (throughput 6.0;
-  its time per microbatch, 0.54 s, was still the middle of the three). A
+  time per microbatch [9 %, 22 %]. In one heterogeneous run (seed 100)
+  GWTF trained 6 microbatches per iteration instead of 8: the flows gave
+  d0 4 of the 5 paths the narrowest stages allow and d1 one. d0 finished
+  its 4 in 0.7 s, so d1 wrapped up (`iteration.wrapping_up`) with one
+  trip done and deferred the 2 it could not place, in every iteration
+  (time per microbatch 0.54 s, still the middle of the three). The flows
+  are min-cost max-flow over both data nodes, with nothing to share them
+  fairly between data nodes. A
   data node starts its share of the narrowest stage rounded up (rounded
   down, with 3 slots and 2 data nodes each sent its microbatches one after
   another).
