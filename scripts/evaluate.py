@@ -340,8 +340,8 @@ grid before, e185978 on 2026-11-26, in brackets):
   time per microbatch [9 %, 22 %]. In one heterogeneous run (seed 100)
   GWTF trained 6 microbatches per iteration instead of 8: the flows gave
   d0 4 of the 5 paths the narrowest stages allow and d1 one. d0 finished
-  its 4 in 0.7 s, so d1 wrapped up (`iteration.wrapping_up`) with one
-  trip done and deferred the 2 it could not place, in every iteration
+  its 4 in 0.7 s, so d1 wrapped up (`iteration.wrapping_up`): it finished
+  the 2 microbatches on their way and deferred the other 2, in every iteration
   (time per microbatch 0.54 s, still the middle of the three). The flows
   are min-cost max-flow over both data nodes, with nothing to share them
   fairly between data nodes. A
