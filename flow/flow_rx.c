@@ -367,15 +367,6 @@ static void apply_held(flow *f, const held_switch *held, int n) {
   }
 }
 
-/* The answer to our pending proposal came: takes its held switches (for
- * apply_held once the accept has bound their segments) and clears it. */
-static int take_held(flow *f, held_switch held[2]) {
-  int n = f->pend.n_held;
-  memcpy(held, f->pend.held, sizeof(f->pend.held));
-  flow_clear_pending(f);
-  return n;
-}
-
 /* ---- same-stage state ---- */
 
 static bool parse_unit(const Gwtf__FlowUnitInfo *i, punit *out) {
@@ -560,7 +551,9 @@ static void on_change_reply(flow *f, int c, const Gwtf__FlowChangeReply *r) {
   }
   bool ours = f->pend.kind == REQ_CHANGE && f->pend.peer == c && f->pend.txn == r->txn;
   held_switch held[2];
-  int n_held = ours ? take_held(f, held) : 0;
+  int n_held = ours ? f->pend.n_held : 0;
+  memcpy(held, f->pend.held, sizeof(held));
+  if (ours) flow_clear_pending(f);
   if (!take_proposal(f, c, r->txn, REQ_CHANGE)) return;
   if (!r->accept) {
     if (ours) f->peers[c].ignore = f->tun.reject_ignore_attempts;
@@ -649,7 +642,9 @@ static void on_redirect_reply(flow *f, int x, const Gwtf__FlowRedirectReply *r) 
   }
   bool ours = f->pend.kind == REQ_REDIRECT && f->pend.peer == x && f->pend.txn == r->txn;
   held_switch held[2];
-  int n_held = ours ? take_held(f, held) : 0;
+  int n_held = ours ? f->pend.n_held : 0;
+  memcpy(held, f->pend.held, sizeof(held));
+  if (ours) flow_clear_pending(f);
   if (!take_proposal(f, x, r->txn, REQ_REDIRECT)) return;
   if (!r->accept) {
     if (ours) f->peers[x].ignore = f->tun.reject_ignore_attempts;
