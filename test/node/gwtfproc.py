@@ -15,6 +15,12 @@ import time
 
 GWTF = os.environ.get("GWTF_BIN", "gwtf")
 TIMEOUT = float(os.environ.get("GWTF_TEST_TIMEOUT", "20"))
+# Every node a test made, for the digest a failure prints (main()).
+NODES = []
+# Events every iteration logs: a digest of what went wrong leaves them out.
+ROUTINE = {"iteration.done", "flows.cost", "ledger.counted", "flow.link_costs", "aggregation.begun",
+           "aggregation.done", "wire.sent", "compute.done", "peer.rtt", "replica.stored", "replica.pushed",
+           "replica.short", "replica.dropped", "checkpoint.saved"}
 
 
 class Node:
@@ -29,6 +35,7 @@ class Node:
         self.cond = threading.Condition()
         self.port = None
         self.id = None
+        NODES.append(self)
 
     # -- lifecycle --
 
@@ -147,11 +154,26 @@ class Swarm:
         return False
 
 
+def digest(node, n=10):
+    """The last n events of node that are not routine, a short line each."""
+    with node.cond:
+        notable = [e for e in node.events if e.get("event") not in ROUTINE][-n:]
+    skip = {"ts", "level", "node", "event"}
+    return [f"[{node.name} digest] {e.get('ts', '')[11:23]} {e.get('event')} " +
+            " ".join(f"{k}={v}" for k, v in e.items() if k not in skip)[:160] for e in notable]
+
+
 def main(test):
-    """Runs test(), prints PASS/FAIL, exits 0/1."""
+    """Runs test(), prints PASS/FAIL, exits 0/1. A failure ends with what CI
+    shows of it (the last dozen lines): the latest notable events of the node
+    it names, then the failure itself."""
     try:
         test()
     except Exception as e:  # noqa: BLE001 - any failure fails the test
-        print(f"FAIL: {e}", file=sys.stderr)
+        msg = str(e)
+        for node in NODES:
+            if msg.startswith(f"{node.name}:"):
+                print("\n".join(digest(node)), file=sys.stderr)
+        print(f"FAIL: {msg}", file=sys.stderr)
         sys.exit(1)
     print("PASS")

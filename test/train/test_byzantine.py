@@ -173,7 +173,6 @@ def main():
                 print(f"{mode} without checks: loss (median of last 3) {loss} (honest {honest:.4f}): "
                       f"{'diverged' if diverged else 'not diverged'}", flush=True)
         except Failure as e:
-            print(f"FAILED: {e}", file=sys.stderr)
             log = os.path.join(tmp, "swarm.log")
             if os.path.exists(log):
                 text = open(log).read()
@@ -182,6 +181,7 @@ def main():
                     f.write(text)
                 print("\n".join(text.splitlines()[-40:]), file=sys.stderr)
                 print(f"the whole log: {kept}", file=sys.stderr)
+            print(f"FAILED: {e}", file=sys.stderr)  # last: CI shows a failed test's final lines only
             return 1
     return 0
 

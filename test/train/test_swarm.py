@@ -219,23 +219,24 @@ def crash_of(ev, name):
 def validation_crash(tmp):
     """A relay dies as it runs a validation forward (two relays of capacity 3
     per stage for 4 eval microbatches; r1 dies at its first from iteration 3
-    on). The eval
-    microbatch is re-routed like a training one, eval.done says how much of the
-    validation set came back, and training is as without the crash: every
-    microbatch trained, losses equal to train-ref's."""
-    n, every, frac = 6, 3, "0.05"
+    on). The eval microbatch is re-routed like a training one, eval.done says
+    how much of the validation set came back, and training is as without the
+    crash: every microbatch trained, losses equal to train-ref's."""
+    n, every, frac = 6, 1, "0.05"
     s, ev, _ = run_swarm(tmp, "validation_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
                          "--capacity", "3", "--val-fraction", frac, "--eval-every", str(every), "--fault", "r1:eval:3")
     check_common(s, n)
-    # r1 dies at its first eval forward from iteration 3 on: the evaluation
-    # before iteration 3, or, when its stage-mate carried all four of those
-    # (a slow machine: they go one after the other), the one after the last
+    # r1 dies at its first eval forward from iteration 3 on. An evaluation
+    # starts one microbatch per route it has; with fewer than four routes
+    # its stage-mate may carry all four, one after the other, and r1 none.
+    # Evaluating before every iteration gives r1 four chances (3 to 6): CI
+    # once saw it miss both of two (every 3).
     mb, it = crash_of(ev, "r1")
-    check(int(mb, 16) >> 63 == 1 and it in (3, 6), f"r1 died holding {mb} in iteration {it}, not an eval microbatch")
+    check(int(mb, 16) >> 63 == 1 and 3 <= it <= n, f"r1 died holding {mb} in iteration {it}, not an eval microbatch")
     check(any(e["event"] == "forward.rerouted" and e["f"]["mb"] == mb for e in ev),
           f"eval microbatch {mb}, in r1's hands when it died, was not re-routed")
     evals = {int(e["f"]["iter"]): e["f"] for e in ev if e["event"] == "eval.done"}
-    check(sorted(evals) == [0, 3, 6], f"eval.done at {sorted(evals)}")
+    check(sorted(evals) == list(range(n + 1)), f"eval.done at {sorted(evals)}")
     e3 = evals[it]
     done, wanted = (int(x) for x in e3["microbatches"].split("/"))
     check(wanted == 4 and int(e3["tokens"]) == done * 4 * 64 and (e3["complete"] == "1") == (done == 4),
@@ -531,7 +532,6 @@ def main():
         try:
             SCENARIOS[sys.argv[1]](tmp)
         except Failure as e:
-            print(f"FAILED: {e}", file=sys.stderr)
             log = os.path.join(tmp, "swarm.log")
             if os.path.exists(log):
                 text = open(log).read()
@@ -539,6 +539,8 @@ def main():
                 print("---- last lines of the swarm log ----", file=sys.stderr)
                 print("\n".join(text.splitlines()[-40:]), file=sys.stderr)
                 print(f"whole log: {kept_log_path(sys.argv[1])}", file=sys.stderr)
+            # last: CI shows a failed test's final lines only
+            print(f"FAILED: {e}", file=sys.stderr)
             return 1
     return 0
 
