@@ -548,7 +548,7 @@ typedef struct train_counters {
   uint64_t ledger_recovered; /* aggregator, --deterministic: missing, but a dead member had shared it */
   uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
   uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
-  uint64_t downloads_caught_up; /* it aggregated once: we asked for that average instead */
+  uint64_t downloads_caught_up; /* rounds it ended meanwhile whose averages we asked for and stepped with instead */
   /* failure detection (train/peer_liveness.c): peers probed after missing an
    * RTT-based deadline, and probes left unanswered (the peer declared failed) */
   uint64_t probes_sent, probes_failed;

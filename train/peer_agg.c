@@ -65,6 +65,7 @@ void agg_free(train_peer *p) {
   free(a->avg);
   free(a->last_avg);
   a->avg = a->last_avg = NULL;
+  avgkeep_free(p);
 }
 
 static void reset_round(peer_agg *a) {
@@ -153,9 +154,13 @@ void agg_begin_late(train_peer *p) {
   GW_WARN(&p->log, "aggregation.late_begin",
           "iter=%llu msg=\"upstream moved on without a BEGIN_AGG reaching us: we begin the round\"",
           (unsigned long long)p->iteration);
+  agg_begin_round(p, true);
+}
+
+void agg_begin_round(train_peer *p, bool export) {
   p->begin_agg_seen = p->iteration + 1;
   agg_flood_begin(p, p->iteration);
-  agg_enter_round(p, p->iteration, true);
+  agg_enter_round(p, p->iteration, export);
 }
 
 void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *msg) {
@@ -196,14 +201,14 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
   if (iteration != p->iteration) {
     /* Our stage is ahead: evidence for a resync when a directory member of
      * our stage says so (the previous stage's members flood us too, and
-     * our own stage's HELLOs will tell). */
+     * our own stage's HELLOs will tell). Catching up with the rounds we
+     * missed, we enter this one once we reach it (join_round_applied). */
+    if (iteration > p->iteration && p->dl.catch_up && iteration + 1 > p->missed_agg) p->missed_agg = iteration + 1;
     if (iteration > p->iteration && peer_is_member(p, p->stage, from, true))
       trust_claim_ahead(p, from, iteration, "begin_agg");
     return;
   }
-  p->begin_agg_seen = iteration + 1;
-  agg_flood_begin(p, iteration);
-  agg_enter_round(p, iteration, true);
+  agg_begin_round(p, true);
 }
 
 /* ---- sending gradients and averages ---- */
@@ -274,10 +279,15 @@ static void send_mine(train_peer *p) {
  * aggregator's (peer_avgsig.c). */
 void agg_send_last_avg(train_peer *p, const gw_id *to) {
   peer_agg *a = &p->agg;
+  agg_send_avg(p, to, a->last_avg, a->last_avg_total_count, a->last_contributors, a->last_contrib_hashes,
+               a->n_last_contributors, a->last_avg_iteration, &a->last_sig);
+}
+
+void agg_send_avg(train_peer *p, const gw_id *to, const float *avg, uint32_t total_count, const gw_id *contributors,
+                  uint8_t (*hashes)[32], uint32_t n_contributors, uint64_t iteration, const peer_avg_sig *sig) {
   /* No microbatch anywhere in the stage: the "average" is a skipped step. */
-  send_vector(p, to, GWTF__TRAIN_MSG__TRAIN_AVG, a->last_avg_total_count ? a->last_avg : NULL, 0,
-              a->last_contributors, a->last_contrib_hashes, a->n_last_contributors, a->last_avg_total_count,
-              a->last_avg_iteration, &a->last_sig);
+  send_vector(p, to, GWTF__TRAIN_MSG__TRAIN_AVG, total_count ? avg : NULL, 0, contributors, hashes, n_contributors,
+              total_count, iteration, sig);
 }
 
 /* ---- the aggregator ---- */
@@ -351,8 +361,7 @@ static void finish_round(train_peer *p) {
   qsort(a->contrib, a->n_contrib, sizeof(a->contrib[0]), cmp_contrib);
   for (uint32_t i = 0; i < a->n_contrib; i++) total += a->contrib[i].count;
   ledger_round(p, &total); /* each microbatch once (peer_ledger.h) */
-  free(a->last_avg);
-  a->last_avg = NULL;
+  avgkeep_push_last(p);
   if (total > 0) {
     a->last_avg = calloc(n, sizeof(float));
     if (!a->last_avg) return;
@@ -484,6 +493,8 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
     agg_send_last_avg(p, from); /* a member that missed our average */
     return;
   }
+  /* a peer we served, stepping through the rounds its download took */
+  if (g->offset == 0 && g->iteration < p->iteration && avgkeep_answer(p, from, g->iteration)) return;
   if (g->iteration != p->iteration) return;
   size_t len = t ? t->nbytes / sizeof(float) : 0;
   bool shape_ok = g->total == n && t && t->dtype == TRAIN_F32 && t->nbytes % sizeof(float) == 0 &&
@@ -493,11 +504,7 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
    * the round first, since entering it clears what an earlier round left;
    * joining after storing the gradient threw it away, and we then waited
    * the whole timeout for it. */
-  if (!p->aggregating) {
-    p->begin_agg_seen = p->iteration + 1;
-    agg_flood_begin(p, p->iteration);
-    agg_enter_round(p, p->iteration, true);
-  }
+  if (!p->aggregating) agg_begin_round(p, true);
   agg_contrib *c = contrib_for(a, from);
   if (!c || c->rejected) return;
   if (!shape_ok && !p->cfg.tun.no_validation) {
@@ -631,6 +638,7 @@ static void round_done(train_peer *p, train_job *job) {
   agg_try_can_take(p);
   join_serve_pending(p);
   move_after_round(p); /* a rebalancing move waited for this round (peer_move.c) */
+  join_round_applied(p);
 }
 
 void agg_job_done(train_peer *p, train_job *job) {

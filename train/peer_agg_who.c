@@ -168,6 +168,11 @@ bool agg_accepts_signer(train_peer *p, const gw_id *from, const gw_id *signer) {
   if (p->dl.catch_up && gw_id_eq(from, &p->dl.avg_from) && p->iteration == p->dl.iteration &&
       gw_id_eq(signer, &p->dl.avg_signer))
     return true;
+  /* ... and the rounds before that one, which our source applied (we took
+   * its whole state already): whoever aggregated them signed them */
+  if (p->dl.catch_up && gw_id_eq(from, &p->dl.from) && p->iteration == p->dl.iteration &&
+      p->iteration + 1 < p->dl.avg_of)
+    return true;
   /* getting ready: our source's word, or a directory member's own average */
   if (agg_joining_from(p, from) && (gw_id_eq(from, &p->dl.from) || gw_id_eq(signer, from))) return true;
   gw_id now = agg_pick_aggregator(p);

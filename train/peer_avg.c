@@ -96,7 +96,7 @@ static void pass_on(train_peer *p) {
  * must get exactly these bits, verifiable as its aggregator's). */
 static void commit_average(train_peer *p, uint64_t iteration, uint32_t total_count) {
   peer_agg *a = &p->agg;
-  free(a->last_avg);
+  avgkeep_push_last(p);
   a->last_avg = total_count ? a->avg : NULL;
   if (total_count) a->avg = NULL;
   a->have_last_avg = true;
@@ -132,9 +132,7 @@ static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGra
   peer_agg *a = &p->agg;
   if (!p->aggregating) {
     /* The average overtook BEGIN_AGG: we are not in it, but we step with it. */
-    p->begin_agg_seen = p->iteration + 1;
-    agg_flood_begin(p, p->iteration);
-    agg_enter_round(p, p->iteration, false);
+    agg_begin_round(p, false);
   }
   if (!gw_id_eq(from, &p->cfg.self)) {
     /* Members that sent us their gradient picked us to aggregate (their view
@@ -183,7 +181,13 @@ static void missed_while_joining(train_peer *p, const gw_id *from, uint64_t iter
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(from, who);
   GW_INFO(&p->log, "agg.missed_while_joining", "iter=%llu from=%s", (unsigned long long)iteration, who);
-  join_on_source_average(p, iteration);
+  join_on_source_average(p);
+}
+
+/* Catching up (ready behind our stage, join_round_applied): our source
+ * ended another round meanwhile, one more to step through. */
+static bool catching_up_past(const train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g) {
+  return p->dl.catch_up && p->state == PEER_READY && g->iteration > p->iteration && gw_id_eq(from, &p->dl.from);
 }
 
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t) {
@@ -193,7 +197,7 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     on_split(p, from, g);
     return;
   }
-  if (g->stage == p->stage && agg_joining_from(p, from)) {
+  if (g->stage == p->stage && (agg_joining_from(p, from) || catching_up_past(p, from, g))) {
     peer_avg_sig sig;
     if (g->offset == 0 && avgsig_check(p, from, g, &sig)) missed_while_joining(p, from, g->iteration, &sig);
     return;
@@ -207,8 +211,8 @@ void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, cons
     bool left_out;
     if (!avgsig_check(p, from, g, &sig) || !avg_lists_us_right(p, from, &sig, g, &left_out)) return;
     if (agg_drop_unlisted_average(p, from)) return;
-    if (p->dl.catch_up && p->iteration == p->dl.iteration && gw_id_eq(from, &p->dl.avg_from) &&
-        memcmp(sig.hash, p->dl.avg_hash, 32) != 0) {
+    if (p->dl.catch_up && p->iteration == p->dl.iteration && p->iteration + 1 == p->dl.avg_of &&
+        gw_id_eq(from, &p->dl.avg_from) && memcmp(sig.hash, p->dl.avg_hash, 32) != 0) {
       avgsig_refuse(p, from, &sig.signer, g->iteration, "hash_mismatch"); /* not the average it told us of */
       return;
     }

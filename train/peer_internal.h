@@ -65,6 +65,20 @@ typedef struct peer_avg_pending {
   bool left_out; /* we contributed and it does not list us (agg.left_out once applied) */
 } peer_avg_pending;
 
+/* An average we applied, with its list and signature as it came, kept for
+ * a peer we just served our state: it steps through the rounds its
+ * download took (peer_avg_keep.c). */
+#define PEER_KEEP_AVGS 8
+typedef struct peer_avg_kept {
+  uint64_t iteration;
+  float *avg; /* NULL: an empty round (a skipped step) */
+  uint32_t total_count;
+  peer_avg_sig sig;
+  gw_id contributors[PEER_MAX_CONTRIB];
+  uint8_t hashes[PEER_MAX_CONTRIB][32];
+  uint32_t n_contributors;
+} peer_avg_kept;
+
 typedef struct peer_agg {
   agg_phase phase;
   uint64_t iteration;
@@ -94,6 +108,8 @@ typedef struct peer_agg {
   uint8_t last_contrib_hashes[PEER_MAX_CONTRIB][32];
   uint32_t n_last_contributors;
   peer_avg_sig last_sig; /* the signature of last_avg, sent with every copy of it */
+  peer_avg_kept kept[PEER_KEEP_AVGS]; /* the ones before it, oldest first (peer_avg_keep.c) */
+  uint32_t n_kept;
   peer_avg_pending pend;  /* the average arriving now */
   /* agg.forged logged once per (peer, reason) */
   struct { gw_id id; const char *reason; } forged_logged[32];
@@ -595,7 +611,20 @@ bool agg_i_aggregate(train_peer *p);
 bool agg_joining_from(train_peer *p, const gw_id *from);
 void agg_flood_begin(train_peer *p, uint64_t iteration);
 void agg_enter_round(train_peer *p, uint64_t iteration, bool export);
+/* Enters the round of our iteration and floods its BEGIN_AGG, as one
+ * reaching us does (export: our gradient goes to the aggregator). */
+void agg_begin_round(train_peer *p, bool export);
 void agg_send_last_avg(train_peer *p, const gw_id *to);
+void agg_send_avg(train_peer *p, const gw_id *to, const float *avg, uint32_t total_count, const gw_id *contributors,
+                  uint8_t (*hashes)[32], uint32_t n_contributors, uint64_t iteration, const peer_avg_sig *sig);
+/* peer_avg_keep.c: the average we applied last is about to be replaced:
+ * kept while a peer we served lately may ask for it, else freed (last_avg
+ * is NULL after). */
+void avgkeep_push_last(train_peer *p);
+/* A peer we served asks for the average of a round before our last: sent
+ * if we kept it (true). */
+bool avgkeep_answer(train_peer *p, const gw_id *to, uint64_t iteration);
+void avgkeep_free(train_peer *p);
 /* Steps with `avg` (NULL: an empty round, the step is skipped). */
 void agg_apply_average(train_peer *p, const float *avg, uint32_t total_count);
 /* Begins our round as a BEGIN_AGG would (peer_behind.c: the upstream is in
@@ -780,8 +809,10 @@ void join_serve_pending(train_peer *p);
 bool join_awaits_our_state(const train_peer *p, const gw_id *id);
 /* Ready one round behind our source: asks it for that round's average. */
 void agg_ask_missed_average(train_peer *p, const gw_id *from);
-/* Our source's average of `iteration` reached us while we got ready. */
-void join_on_source_average(train_peer *p, uint64_t iteration);
+/* An average of our stage's reached us while we got ready (dl.avg_of). */
+void join_on_source_average(train_peer *p);
+/* A round applied: a joiner catching up asks for the next it missed. */
+void join_round_applied(train_peer *p);
 void join_free(train_peer *p);
 void join_resync(train_peer *p, uint64_t target, const char *why);
 /* A verified download (peer_verify.c): take the restored state. */

@@ -36,6 +36,7 @@
 #define JOIN_UNSENT_RETRY_MS 500
 
 static void fetch_or_init(train_peer *p);
+static void catch_up_next(train_peer *p);
 static void restored_from_replica(train_peer *p, train_job *job);
 
 void join_free(train_peer *p) {
@@ -724,30 +725,33 @@ void join_refetch(train_peer *p) {
   fetch_or_init(p); /* the refuted source is in dl.tried: another member first */
 }
 
-/* Whether the stage aggregated while we fetched (peer_download's avg_of,
- * missed_agg), and the download is not to be used now: we wait for the
- * round that began to end, or fetch again. One round that ended sets
- * catch_up: we use the download and step with that round's average. */
+/* Whether the stage aggregated while we fetched (peer_download's avg_of:
+ * rounds up to avg_of - 1 ended; missed_agg: up to missed_agg - 1 began),
+ * and the download is not to be used now: we wait for the round that
+ * began to end, or fetch again. Rounds that ended, none begun after them,
+ * set catch_up: we use the download and step with their averages. */
 static bool overtaken(train_peer *p) {
   peer_download *d = &p->dl;
   d->catch_up = false;
-  uint64_t missed = p->missed_agg > d->avg_of ? p->missed_agg : d->avg_of;
-  if (missed == p->iteration + 1 && d->avg_of == missed) {
-    /* One round ended: we step with its average, asked of the member that
-     * sent it. Fetching the whole state again raced every later round
-     * (one snapshot per peer per second: a stage that aggregates faster
-     * than that left a joiner fetching stale state for ever, as
-     * test_node_private's restarted relay did). */
+  uint64_t ended = d->avg_of, began = p->missed_agg;
+  uint64_t missed = began > ended ? began : ended;
+  if (began <= ended && ended > p->iteration && ended - p->iteration <= PEER_KEEP_AVGS) {
+    /* We step with their averages, asked one by one (catch_up_next).
+     * Fetching the whole state again raced every later round (one
+     * snapshot per peer per second: a stage that aggregates faster than
+     * that, or than its state crosses our link, left a joiner fetching
+     * stale state for ever, as test_node_private's restarted relay did). */
     d->catch_up = true;
     d->wait_round_until = 0;
     return false;
   }
-  if (missed == p->iteration + 1 && (!d->wait_round_until || p->now < d->wait_round_until)) {
+  if (began > ended && began - p->iteration <= PEER_KEEP_AVGS &&
+      (!d->wait_round_until || p->now < d->wait_round_until)) {
     /* One began (BEGIN_AGG): its end brings its average
      * (join_on_source_average), or the wait runs out (join_tick). */
     if (!d->wait_round_until) {
       d->wait_round_until = p->now + p->cfg.tun.agg_timeout_ms;
-      GW_INFO(&p->log, "weights.wait_round", "iter=%llu", (unsigned long long)p->iteration);
+      GW_INFO(&p->log, "weights.wait_round", "iter=%llu", (unsigned long long)(began - 1));
     }
     return true;
   }
@@ -779,15 +783,40 @@ void join_accept_download(train_peer *p) {
   p->resync_target = 0;
   p->begin_agg_seen = p->iteration; /* the next round we flood is this iteration's */
   join_become_ready(p);
-  if (d->catch_up) {
-    d->catch_up_until = p->now + p->cfg.tun.agg_timeout_ms;
-    agg_ask_missed_average(p, &d->avg_from);
-  }
+  if (d->catch_up) catch_up_next(p);
 }
 
-void join_on_source_average(train_peer *p, uint64_t iteration) {
+/* Ready behind our stage (overtaken): asks for the average of the round
+ * we are at. The last round's comes from whoever sent it to us while we
+ * fetched (we hold its hash); the others from our source, which keeps what
+ * it applied for the peers it served (peer_avg_keep.c). dl.iteration
+ * follows us: it names the round a source's or a catch-up average may be
+ * for (agg_is_round_aggregator, agg_accepts_signer). */
+static void catch_up_next(train_peer *p) {
   peer_download *d = &p->dl;
-  if (p->state == PEER_RESTORING && d->wait_round_until && !p->verify.active && iteration == d->iteration)
+  d->iteration = p->iteration;
+  d->catch_up_until = p->now + p->cfg.tun.agg_timeout_ms;
+  agg_ask_missed_average(p, p->iteration + 1 == d->avg_of ? &d->avg_from : &d->from);
+}
+
+void join_round_applied(train_peer *p) {
+  peer_download *d = &p->dl;
+  if (!d->catch_up || p->iteration != d->iteration + 1) return;
+  if (p->iteration < d->avg_of) {
+    catch_up_next(p);
+    return;
+  }
+  d->catch_up = false; /* in step with the stage */
+  /* The round we are at began while we caught up (agg_on_begin noted its
+   * BEGIN_AGG): in it, as that BEGIN_AGG would have put us. Left out, we
+   * waited for claims of the round after and fetched the state again. */
+  if (p->missed_agg > p->iteration && !p->aggregating) agg_begin_round(p, true);
+}
+
+void join_on_source_average(train_peer *p) {
+  peer_download *d = &p->dl;
+  /* the round we waited for (the last one that began) ended */
+  if (p->state == PEER_RESTORING && d->wait_round_until && !p->verify.active && d->avg_of >= p->missed_agg)
     join_accept_download(p);
 }
 

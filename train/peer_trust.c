@@ -305,9 +305,9 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
     }
   }
   t->claims[k] = (trust_claim){*from, iteration, p->now};
-  /* one round ahead while we catch up with that round's average (we asked
-   * for it, agg_ask_missed_average): expected, not a reason to refetch */
-  if (p->dl.catch_up && p->iteration == p->dl.iteration && iteration == p->iteration + 1 &&
+  /* ahead while we catch up with the averages of the rounds it ended (we
+   * asked for them, join_round_applied): expected, not a reason to refetch */
+  if (p->dl.catch_up && p->iteration == p->dl.iteration && iteration <= p->dl.avg_of &&
       p->now < p->dl.catch_up_until)
     return;
   size_t need = peer_dir_others(p) >= 2 ? 2 : 1, have = 0;
