@@ -791,11 +791,15 @@ bool rebalance_heard_in_stage(train_peer *p, int stage, uint64_t within_ms);
  * NULL) is the hash the stage logged for those weights. */
 int join_send_state(train_peer *p, const gw_id *to, uint32_t type, int stage, const uint8_t *blob, size_t len,
                     uint64_t iteration, uint64_t step, const uint8_t *weights_hash);
+/* train/peer_place.c: the leader's side of a JOIN, and its tick (placing
+ * the candidates of the last period; stages left empty). */
 void join_on_join(train_peer *p, const gw_id *from, const Gwtf__TrainJoin *j);
-void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
+void place_tick(train_peer *p);
 /* Leader: `id` was placed into `stage` (ASSIGN or MOVE): it counts there
  * until the directory shows it (PENDING_PLACEMENT_MS). */
 void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capacity);
+/* peer_join.c, the candidate: */
+void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
 void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r);
 void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChunk *c, const train_tensor *t);
 void join_job_done(train_peer *p, train_job *job);
