@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "flow.pb-c.h"
 #include "flow/flow.h"
 #include "fuzz_flow.h"
 #include "fuzz_targets.h"
@@ -636,9 +637,27 @@ static void sw_tick(void *ud, uint64_t at) { (void)ud, (void)at; }
 
 static void sw_random(void *ud, void *b, size_t len) { gw_rng_bytes(&sw.rng[*(int *)ud], b, len); }
 
-static void gen_flow_one(int self, int capacity, int rounds) {
+/* How many of the recorded messages to self are of oneof case `kind`. */
+static int count_kind(const qmsg *got, size_t n, int kind) {
+  int c = 0;
+  for (size_t k = 0; k < n; k++) {
+    Gwtf__FlowMessage *m = gwtf__flow_message__unpack(NULL, got[k].len, got[k].p);
+    if (m && (int)m->msg_case == kind) c++;
+    gwtf__flow_message__free_unpacked(m, NULL);
+  }
+  return c;
+}
+
+/* The swarm for `rounds` rounds of 2 s, self's input recorded. From round
+ * `quiet_from` on (when silent >= 0) node `silent` neither ticks nor is
+ * heard, though what is sent to it still arrives: its neighbours ping it
+ * and, once its pings go unanswered, tell each other it is gone. Returns
+ * how many messages to self were of oneof case `want` (0: none asked). */
+static int gen_flow_run(int self, int capacity, int rounds, int silent, int quiet_from, int want) {
   memset(&sw, 0, sizeof(sw));
   buf s = {0};
+  qmsg got[512];
+  size_t n_got = 0;
   put8(&s, (uint8_t)(self + FUZZ_FLOW_CAST * (capacity - 1)));
   for (int i = 0; i < FUZZ_FLOW_CAST; i++) {
     sw.ctx[i] = i;
@@ -649,18 +668,24 @@ static void gen_flow_one(int self, int capacity, int rounds) {
   }
   uint64_t now = 0;
   for (int r = 0; r < rounds; r++) {
+    bool quiet = silent >= 0 && r >= quiet_from;
     now += 2000;
-    for (int i = 0; i < FUZZ_FLOW_CAST; i++) flow_on_tick(sw.f[i], now);
+    for (int i = 0; i < FUZZ_FLOW_CAST; i++)
+      if (!(quiet && i == silent)) flow_on_tick(sw.f[i], now);
     put8(&s, 4), put8(&s, 19); /* self's tick: (19 + 1) * 100 ms */
     for (size_t k = 0; k < sw.nq && k < 4000; k++) {
       qmsg m = sw.q[k];
       gw_peer from = {.id = *fuzz_flow_cast(m.from)};
+      if (quiet && m.from == silent) continue; /* freed below */
       if (m.to == self) {
         put8(&s, 0), put8(&s, (uint8_t)m.from), put16(&s, (uint16_t)m.len), put(&s, m.p, m.len);
+        if (want && quiet && n_got < sizeof(got) / sizeof(got[0])) {
+          got[n_got] = m;
+          got[n_got].p = malloc(m.len ? m.len : 1);
+          memcpy(got[n_got++].p, m.p, m.len);
+        }
       }
       if (m.to >= 0) flow_on_message(sw.f[m.to], &from, m.p, m.len, now);
-      free(m.p);
-      sw.q[k].p = NULL;
     }
     for (size_t k = 0; k < sw.nq; k++) free(sw.q[k].p);
     sw.nq = 0;
@@ -668,13 +693,26 @@ static void gen_flow_one(int self, int capacity, int rounds) {
   for (int i = 0; i < FUZZ_FLOW_CAST; i++) flow_free(sw.f[i]);
   free(sw.q);
   flush("flow_msg", &s);
+  int c = want ? count_kind(got, n_got, want) : 0;
+  for (size_t k = 0; k < n_got; k++) free(got[k].p);
+  return c;
 }
+
+static void gen_flow_one(int self, int capacity, int rounds) { gen_flow_run(self, capacity, rounds, -1, 0, 0); }
 
 static void gen_flow(void) {
   gen_flow_one(0, 1, 8);  /* a data node */
   gen_flow_one(2, 1, 8);  /* a relay of the first stage */
   gen_flow_one(4, 2, 8);  /* the last stage, room for two */
   gen_flow_one(3, 2, 14); /* longer: changes and redirects between same-stage peers */
+  /* Liveness (flow_live.c), which a healthy swarm never exercises: self
+   * falls silent and is pinged; its same-stage peer falls silent and self
+   * hears from their neighbours that it is gone. Each seed must hold what it is for. */
+  if (gen_flow_run(3, 2, 14, 3, 8, GWTF__FLOW_MESSAGE__MSG_PING) == 0 ||
+      gen_flow_run(3, 2, 14, 2, 8, GWTF__FLOW_MESSAGE__MSG_GONE) == 0) {
+    fprintf(stderr, "fuzz_gen_corpus2: a liveness seed holds no FlowPing or no FlowGone\n");
+    exit(1);
+  }
   /* Junk: bytes that are no FlowMessage, from a peer and echoed. */
   buf s = {0};
   put8(&s, 2);
