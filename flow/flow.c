@@ -437,58 +437,6 @@ int flow_peer_denied(flow *f, const gw_id *id, uint64_t now_ms) {
   return 0;
 }
 
-/* ---- a data node's demand ---- */
-
-/* The source slot to park when the demand falls: one without a first hop
- * if any (nothing to tear down), else the one whose path costs most. */
-static int slot_to_park(const flow *f) {
-  int worst = -1;
-  double worst_cost = -1;
-  for (int u = 0; u < f->n_units; u++) {
-    const funit *un = &f->units[u];
-    if (!un->used || un->kind != UNIT_SOURCE) continue;
-    if (!un->has_out) return u;
-    double c = flow_unit_cost(f, un);
-    if (!(c <= worst_cost)) worst = u, worst_cost = c; /* NAN and +inf first */
-  }
-  return worst;
-}
-
-static void park_slot(flow *f, int u) {
-  funit *un = &f->units[u];
-  if (f->pend.kind != REQ_NONE && (f->pend.unit == u || (un->locked_txn && f->pend.txn == un->locked_txn)))
-    flow_clear_pending(f); /* a late grant for it is cancelled (on_reply) */
-  flow_unit_release(f, u, false); /* cancels its first segment: the path frees */
-  un->used = false;
-  un->locked_txn = 0;
-}
-
-static void unpark_slot(flow *f, int u) {
-  funit *un = &f->units[u];
-  un->used = true;
-  un->has_out = false;
-  un->unpaired_since = f->now;
-  un->sent_cost = NAN;
-}
-
-int flow_set_demand(flow *f, int demand, uint64_t now_ms) {
-  if (f->cfg.role != FLOW_DATA) return GW_EINVAL;
-  if (demand < 1) demand = 1;
-  if (demand > f->cfg.capacity) demand = f->cfg.capacity;
-  if (now_ms > f->now) f->now = now_ms;
-  int active = 0;
-  for (int u = 0; u < f->cfg.capacity; u++) active += f->units[u].used;
-  if (active == demand) return 0;
-  GW_INFO(f->cfg.log, "flow.demand", "from=%d to=%d", active, demand);
-  for (; active > demand; active--) park_slot(f, slot_to_park(f));
-  for (int u = 0; u < f->cfg.capacity && active < demand; u++)
-    if (!f->units[u].used) unpark_slot(f, u), active++;
-  f->offer_dirty = f->state_dirty = true;
-  if (f->tun.chain_requests && f->started) flow_try_request(f);
-  flow_arm(f);
-  return 0;
-}
-
 /* ---- driver entry point ---- */
 
 int flow_on_message(flow *f, const gw_peer *from, const uint8_t *buf, size_t len, uint64_t now_ms) {

@@ -270,12 +270,6 @@ int flow_set_cost(flow *f, const gw_id *peer, flow_dir dir, double cost);
  * bandwidths are 0 and NAN for negative inputs. */
 double flow_cost_eq1(double c_i, double c_j, double lat_ij, double lat_ji, double bw_ij, double bw_ji, double size);
 
-/* A data node's demand: how many of its `capacity` source slots want a
- * flow (1..capacity; clamped). Lowering it releases the costliest flows
- * (their paths free for other data nodes); raising it asks for more.
- * GW_EINVAL on a relay. */
-int flow_set_demand(flow *f, int demand, uint64_t now_ms);
-
 /* ---- queries (for the training layer and the simulator) ---- */
 
 /* A relay routing a microbatch: the unit whose inflow is segment `in_seg`

@@ -171,8 +171,6 @@ typedef struct train_router {
   void (*peer_denied)(void *ctx, const gw_id *peer);
   /* A peer finished a hop in ms (SWARM's response-time average). */
   void (*observe)(void *ctx, const gw_id *peer, double ms);
-  /* A data node: how many routes it wants (may be NULL: fixed). */
-  void (*set_demand)(void *ctx, uint32_t routes);
 } train_router;
 
 /* ---- events for the driver ---- */

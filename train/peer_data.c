@@ -170,14 +170,6 @@ static bool every_stage_served(train_peer *p) {
   return true;
 }
 
-/* Live data nodes, ourselves included whether or not the directory lists us yet. */
-static uint32_t live_data_nodes(train_peer *p) {
-  uint32_t data = 1;
-  for (size_t i = 0; i < p->members[0].n; i++)
-    if (!gw_id_eq(&p->members[0].v[i].id, &p->cfg.self) && peer_alive(p, &p->members[0].v[i].id)) data++;
-  return data;
-}
-
 /* This data node's share of the pipeline: the narrowest stage's capacity
  * (its live members' announced microbatch slots) over the live data nodes,
  * rounded up. Rounding down left a slot of an odd-sized narrowest stage idle
@@ -192,7 +184,9 @@ uint32_t data_share(train_peer *p) {
       if (peer_alive(p, &p->members[s].v[i].id)) cap += p->members[s].v[i].capacity;
     if (cap < narrowest) narrowest = cap;
   }
-  uint64_t data = live_data_nodes(p);
+  uint64_t data = 1; /* ourselves, whether or not the directory lists us yet */
+  for (size_t i = 0; i < p->members[0].n; i++)
+    if (!gw_id_eq(&p->members[0].v[i].id, &p->cfg.self) && peer_alive(p, &p->members[0].v[i].id)) data++;
   uint64_t share = narrowest == UINT64_MAX ? 0 : (narrowest + data - 1) / data;
   return share > UINT32_MAX ? UINT32_MAX : (uint32_t)share;
 }
@@ -247,27 +241,8 @@ bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots) {
   return true;
 }
 
-/* Routes wanted: one per microbatch, or our share of the narrowest stage
- * when other data nodes share the pipeline. The flow protocol places each
- * data node's flows by cost alone, so the one with the cheaper links took
- * what the others needed: in hetero-churn0 (seed 100) d0 held 4 of the
- * narrowest stage's 5 paths and finished in 0.7 s, d1 held one and wrapped
- * up every iteration with 2 of its 4 microbatches deferred. Asking for no
- * more than its share leaves the rest to the others (flow_set_demand
- * releases the costliest). Set as an iteration starts: the share moves
- * with every relay that comes or goes, and each lowering tears flows down. */
-static void data_set_demand(train_peer *p) {
-  if (!p->router.set_demand) return;
-  uint32_t share = data_share(p), want = p->cfg.capacity;
-  /* Alone, we take what the flows give: a stage the directory lists only
-   * part of (records lag) would make our share too small. */
-  if (live_data_nodes(p) > 1 && share > 0 && share < want) want = share;
-  p->router.set_demand(p->router.ctx, want);
-}
-
 void data_start_iteration(train_peer *p) {
   uint32_t want = p->cfg.capacity, slots;
-  if (!p->waiting_flows_since) data_set_demand(p);
   if (!data_routes_ready(p, want, &slots)) return;
   p->waiting_flows_since = 0;
   /* One microbatch per flow, and more, on the router's fallback, up to our

@@ -159,11 +159,6 @@ static uint32_t slots(void *ctx) {
   return r->f ? (uint32_t)flow_data_flows(r->f, NULL, 0) : 0;
 }
 
-static void set_demand(void *ctx, uint32_t routes) {
-  route_flow *r = ctx;
-  if (r->f) flow_set_demand(r->f, routes > FLOW_MAX_CAPACITY ? FLOW_MAX_CAPACITY : (int)routes, r->now_ms);
-}
-
 static bool settled(void *ctx, uint64_t now_ms) {
   route_flow *r = ctx;
   return r->f && flow_is_stable(r->f, now_ms);
@@ -181,7 +176,7 @@ static void peer_denied(void *ctx, const gw_id *peer) {
 
 train_router route_flow_router(route_flow *r) {
   train_router t = {.ctx = r, .next_hop = next_hop, .slots = slots, .settled = settled,
-                    .peer_failed = peer_failed, .peer_denied = peer_denied, .set_demand = set_demand};
+                    .peer_failed = peer_failed, .peer_denied = peer_denied};
   return t;
 }
 

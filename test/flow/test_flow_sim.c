@@ -440,49 +440,6 @@ static void test_deny_pushes_back_to_data_node(void **state) {
   flow_instance_free(&in);
 }
 
-/* Two data nodes that want 4 flows each through one relay stage of 5
- * slots (relays of capacity 3 and 2); d1's links cost 5 times d0's. By
- * cost alone d0 takes 4 paths and d1 one. With d0's demand lowered to its
- * share (3 of 5, rounded up) the path it releases goes to d1, and with it
- * raised again d0 asks for more (and gets what is free), every step
- * consistent. */
-static void test_lower_demand_frees_flows(void **state) {
-  (void)state;
-  const char *json =
-      "{\"stages\": 1, \"nodes\": [{\"id\": 0, \"stage\": 0, \"capacity\": 4},"
-      "{\"id\": 1, \"stage\": 0, \"capacity\": 4},"
-      "{\"id\": 2, \"stage\": 1, \"capacity\": 3}, {\"id\": 3, \"stage\": 1, \"capacity\": 2}],"
-      "\"links\": [{\"from\": 0, \"to\": 2, \"cost\": 1}, {\"from\": 0, \"to\": 3, \"cost\": 1},"
-      "{\"from\": 1, \"to\": 2, \"cost\": 5}, {\"from\": 1, \"to\": 3, \"cost\": 5},"
-      "{\"from\": 2, \"to\": 0, \"cost\": 1}, {\"from\": 3, \"to\": 0, \"cost\": 1},"
-      "{\"from\": 2, \"to\": 1, \"cost\": 5}, {\"from\": 3, \"to\": 1, \"cost\": 5}]}";
-  flow_instance in;
-  char err[FLOW_ERR_LEN];
-  assert_int_equal(flow_instance_parse(json, strlen(json), &in, err, sizeof(err)), 0);
-  flow_sim_opts o = sum_opts(1);
-  flow_simulation *s;
-  assert_int_equal(flow_sim_new(&in, &o, &s), 0);
-  watch w = {.s = s};
-  flow_sim_set_hook(s, check_step, &w);
-  for (int r = 0; r < 40 && !w.failed; r++) flow_sim_round(s);
-  flow *d0 = flow_sim_node(s, 0), *d1 = flow_sim_node(s, 1);
-  assert_int_equal(flow_data_flows(d0, NULL, 0), 4);
-  assert_int_equal(flow_data_flows(d1, NULL, 0), 1);
-  assert_int_equal(flow_set_demand(flow_sim_node(s, 2), 1, 0), GW_EINVAL); /* a relay has no demand */
-  assert_int_equal(flow_set_demand(d0, 3, sim_now(flow_sim_engine(s))), 0);
-  for (int r = 0; r < 40 && !w.failed; r++) flow_sim_round(s);
-  assert_int_equal(flow_data_flows(d0, NULL, 0), 3);
-  assert_int_equal(flow_data_flows(d1, NULL, 0), 2);
-  assert_int_equal(flow_set_demand(d0, 9, sim_now(flow_sim_engine(s))), 0); /* clamped to its 4 slots */
-  for (int r = 0; r < 40 && !w.failed; r++) flow_sim_round(s);
-  if (w.failed) fail_msg("after %llu steps: %s", (unsigned long long)w.steps, w.err);
-  size_t n0 = flow_data_flows(d0, NULL, 0), n1 = flow_data_flows(d1, NULL, 0);
-  assert_true(n0 >= 3 && n0 + n1 == 5);
-  assert_int_equal(flow_sim_check_consistent(s, err, sizeof(err)), 0);
-  flow_sim_free(s);
-  flow_instance_free(&in);
-}
-
 /* Three relays per stage, capacity 1; links cost 1 along "rows" and 10
  * across: the optimum (three straight rows) is unique, and gwtf finds it. */
 static void test_unique_optimum_found(void **state) {
@@ -556,7 +513,6 @@ int main(void) {
       cmocka_unit_test(test_slow_peer_not_presumed_dead),
       cmocka_unit_test(test_join_takes_flows),
       cmocka_unit_test(test_deny_pushes_back_to_data_node),
-      cmocka_unit_test(test_lower_demand_frees_flows),
       cmocka_unit_test(test_unique_optimum_found),
       cmocka_unit_test(test_replay_is_exact),
   };

@@ -8,8 +8,7 @@
  *        sent comes back from its addressee, byte off XORed with val (the
  *        segment ids and transaction ids the node drew are in there)
  *   4    tick: [dt u8] time moves (dt + 1) * 100 ms, flow_on_tick
- *   5    membership: [who u8][what u8] peer failed / denied / removed / added,
- *        or (what 4) a data node's demand set to who + 1 (flow_set_demand)
+ *   5    membership: [who u8][what u8] peer failed / denied / removed / added
  *   6    cost: [who u8][c u8] flow_set_cost (c = 255: no usable link)
  *   7    route: [from u8][seg u64le] flow_next_hop / flow_route /
  *        flow_pick_first_hop, as the training router asks
@@ -171,11 +170,7 @@ int fuzz_flow_msg(const uint8_t *data, size_t size) {
       flow_on_tick(f, now);
     } else if (op == 5) {
       int k = next(&in, &n) % FUZZ_FLOW_CAST;
-      uint8_t what = next(&in, &n) % 5;
-      if (what == 4) {
-        (void)flow_set_demand(f, k + 1, now);
-        continue;
-      }
+      uint8_t what = next(&in, &n) % 4;
       if (k == who) continue;
       if (what == 0) flow_peer_failed(f, &cast.ids[k], now);
       if (what == 1) flow_peer_denied(f, &cast.ids[k], now);

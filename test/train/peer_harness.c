@@ -102,8 +102,6 @@ static uint32_t slots(void *ctx) {
   return me->routes ? me->routes : me->capacity;
 }
 
-static void set_demand(void *ctx, uint32_t routes) { ((h_node *)ctx)->demand = routes; }
-
 /* ---- io ---- */
 
 static void arm(h_node *n) {
@@ -625,7 +623,7 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,
                  .connected = io_connected, .compute = io_compute, .event = io_event, .sign = io_sign};
   if (!h->no_links) io.link = io_link, io.probe = io_probe;
-  train_router router = {.ctx = n, .next_hop = route, .slots = slots, .set_demand = set_demand};
+  train_router router = {.ctx = n, .next_hop = route, .slots = slots};
   gw_log lg;
   gw_log_init(&lg, &h->sink, &n->peer.id);
   train_peer_new(&n->tp, &cfg, &io, &router, &lg);

@@ -51,7 +51,6 @@ typedef struct h_node {
   uint64_t job_ms;    /* virtual compute time of each of its jobs (0: H_JOB_MS): a slower device */
   uint64_t no_routes_from; /* data node: from this iteration on (if > 0) the router reports no route */
   uint32_t routes;         /* data node: routes the router reports (0: its capacity) */
-  uint32_t demand;         /* data node: routes it last asked its router for (0: never asked) */
   bool hidden_from[H_MAX_NODES]; /* node k's directory does not list it (while set) */
   /* its session to node k is not up before virtual ms sessions_until[k]
    * (0: always up): sends to k fail, k is not connected (a restarted peer's

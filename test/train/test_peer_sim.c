@@ -443,33 +443,6 @@ static void test_starts_up_to_its_share(void **state) {
   assert_int_equal(max_in_flight_of_two(3), 2);
 }
 
-/* A data node asks its router for a route per microbatch when alone, and
- * for its share of the narrowest stage when another data node shares the
- * pipeline (the flow protocol would give the one with cheaper links all it
- * asks for). */
-static uint32_t demand_of(int data_nodes, uint32_t relay_cap) {
-  h_harness h;
-  h_init(&h, STAGES, 6, verbose());
-  int d[2];
-  for (int k = 0; k < data_nodes; k++) {
-    d[k] = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-    h_start(&h, d[k]);
-  }
-  for (int s = 1; s <= STAGES; s++) h_start(&h, h_add(&h, TRAIN_RELAY, s, relay_cap, 0, true));
-  assert_true(h_run_until_finished(&h, 120000));
-  uint32_t demand = h.nodes[d[0]].demand;
-  for (int k = 1; k < data_nodes; k++) assert_int_equal(h.nodes[d[k]].demand, demand);
-  h_free(&h);
-  return demand;
-}
-
-static void test_asks_for_its_share(void **state) {
-  (void)state;
-  assert_int_equal(demand_of(1, 3), M);         /* alone: one per microbatch, whatever the stage */
-  assert_int_equal(demand_of(2, 3), 2);         /* 3 slots over 2 data nodes, rounded up */
-  assert_int_equal(demand_of(2, 2 * M + 2), M); /* a share past its microbatches: one per microbatch */
-}
-
 /* A data node whose narrowest stage grows while an iteration runs one
  * microbatch at a time (one relay of capacity 1 per stage; a second joins
  * every stage once the first iteration is done) starts more at once as the
@@ -1478,7 +1451,6 @@ int main(void) {
       cmocka_unit_test(test_no_hop_yet_waits),
       cmocka_unit_test(test_relay_no_hop_yet_waits),
       cmocka_unit_test(test_starts_up_to_its_share),
-      cmocka_unit_test(test_asks_for_its_share),
       cmocka_unit_test(test_widens_when_a_stage_grows),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),
       cmocka_unit_test(test_slow_data_node_wraps_up),
