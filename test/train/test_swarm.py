@@ -226,11 +226,11 @@ def validation_crash(tmp):
     s, ev, _ = run_swarm(tmp, "validation_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
                          "--capacity", "3", "--val-fraction", frac, "--eval-every", str(every), "--fault", "r1:eval:3")
     check_common(s, n)
-    # r1 dies at its first eval forward from iteration 3 on. An evaluation
-    # starts one microbatch per route it has; with fewer than four routes
-    # its stage-mate may carry all four, one after the other, and r1 none.
-    # Evaluating before every iteration gives r1 four chances (3 to 6): CI
-    # once saw it miss both of two (every 3).
+    # r1 dies at its first eval forward from iteration 3 on. An evaluation's
+    # microbatches go where the routes send them, and its stage-mate can
+    # carry all four (a slow machine: some one after the other) while r1
+    # gets none. Evaluating before every iteration gives r1 four chances
+    # (3 to 6): CI once saw it miss both of two (every 3).
     mb, it = crash_of(ev, "r1")
     check(int(mb, 16) >> 63 == 1 and 3 <= it <= n, f"r1 died holding {mb} in iteration {it}, not an eval microbatch")
     check(any(e["event"] == "forward.rerouted" and e["f"]["mb"] == mb for e in ev),
