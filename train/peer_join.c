@@ -555,7 +555,8 @@ static bool overtaken(train_peer *p) {
     d->wait_round_until = 0;
     return false;
   }
-  if (began > ended && began - p->iteration <= PEER_KEEP_AVGS &&
+  /* (a BEGIN_AGG of a round our snapshot already holds is no reason to wait) */
+  if (began > ended && began > p->iteration && began - p->iteration <= PEER_KEEP_AVGS &&
       (!d->wait_round_until || p->now < d->wait_round_until)) {
     /* One began (BEGIN_AGG): its end brings its average
      * (join_on_source_average), or the wait runs out (join_tick). */
