@@ -13,6 +13,7 @@ Needs root, `ip netns`, iptables-legacy and miniupnpd: where any is missing
 it prints "SKIPPED: <why>" and exits 77 (ctest SKIP_RETURN_CODE)."""
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -120,6 +121,7 @@ def test():
             for r in (r1, r2):
                 sys.stderr.write(f"--- miniupnpd on {r.name} ---\n{lab.miniupnpd_log(r)}\n")
             raise
+    shutil.rmtree(workdir, ignore_errors=True)  # passed: the nodes' logs are of no more use
     print("PASS")
 
 

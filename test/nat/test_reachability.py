@@ -22,6 +22,7 @@ is missing it prints "SKIPPED: <why>" and exits 77 (ctest SKIP_RETURN_CODE).
 No sleeps: every wait is on a log event, with a timeout."""
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -127,6 +128,7 @@ def test():
                 if n.alive():
                     n.proc.kill()
                     n.proc.wait()
+    shutil.rmtree(workdir, ignore_errors=True)  # passed: the nodes' logs are of no more use
     print("PASS")
 
 

@@ -21,6 +21,7 @@ No sleep stands in for synchronisation: the test waits for log lines."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -220,6 +221,7 @@ def main():
     finally:
         sw.stop()
     checkpoints_from_nodes(tmp)
+    shutil.rmtree(tmp, ignore_errors=True)  # passed: the swarm's files are of no more use
     print("ok")
 
 
