@@ -10,7 +10,8 @@
  * The children log JSON; this process reads their events to follow the run:
  * iteration.done from the data nodes (loss, microbatches, time), the weight
  * hash every peer logs after each aggregation (every stage must agree,
- * except for the last hash of a peer that was killed before using it),
+ * except for the last hash of a peer that was killed before using it:
+ * node/swarm_hashes.h),
  * forward re-routes, backward recoveries, lost microbatches and the compute
  * spent on work that never reached an aggregation. At the end it prints a
  * summary and writes it as JSON (--summary-json).
@@ -32,13 +33,14 @@
 #include <uv.h>
 
 #include "node/cmd.h"
+#include "node/swarm_args.h"
+#include "node/swarm_hashes.h"
 #include "node/swarm_kill.h"
 #include "node/swarm_opts.h"
 #include "node/swarm_val.h"
 #include "node/swarm_waste.h"
-#include "p2p/identity.h"
-#include "train/peer.h"
 #include "node/swarm_web.h"
+#include "train/peer.h"
 #include "train/data.h"
 #include "train/wire_codec.h"
 #include "util/err.h"
@@ -114,14 +116,6 @@ typedef struct link_node {
   double cost[LINKS_PER_NODE];
 } link_node;
 
-/* hashes reported after each aggregation, per (iteration, stage), and by whom */
-typedef struct hash_rec {
-  uint64_t iteration;
-  int stage;
-  int peer, generation;
-  char hash[20];
-} hash_rec;
-
 struct swarm {
   swarm_opts o;
   uv_loop_t *loop;
@@ -134,8 +128,7 @@ struct swarm {
   uint64_t leader_iterations;
   double last_iter_secs;
   iter_rec *iters;
-  hash_rec *hashes;
-  size_t n_hashes, cap_hashes;
+  swarm_hashes hashes; /* the weights every peer logged after each aggregation */
   bool hashes_agree;
   int splits, splits_unhealed; /* (stage, iteration)s whose peers disagreed; of them, never agreeing again */
   mb_cost *costs; /* ring of the latest microbatches' compute */
@@ -218,95 +211,16 @@ static double num(json_t *ev, const char *key) {
   return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-static void note_hash(swarm *sw, uint64_t iteration, int stage, const char *hash, peer_proc *p) {
-  if (sw->n_hashes == sw->cap_hashes) {
-    size_t cap = sw->cap_hashes ? 2 * sw->cap_hashes : 256;
-    hash_rec *nh = realloc(sw->hashes, cap * sizeof(*nh));
-    if (!nh) return;
-    sw->hashes = nh;
-    sw->cap_hashes = cap;
-  }
-  hash_rec *h = &sw->hashes[sw->n_hashes++];
-  h->iteration = iteration;
-  h->stage = stage;
-  h->peer = p->index;
-  h->generation = p->generation;
-  snprintf(h->hash, sizeof(h->hash), "%s", hash);
-}
+static void say_line(void *ud, const char *line) { say(ud, "%s", line); }
 
-/* The weights a peer computed in its last aggregation before it was killed
- * died with it: an aggregator killed while sending the average leaves the
- * others to average without it (aggregation.aggregator_lost), and only its
- * own, never used, hash differs. Restarts follow kills, so every generation
- * before the current one was killed. */
-static bool hash_died_unused(const swarm *sw, const hash_rec *h) {
-  const peer_proc *p = &sw->peers[h->peer];
-  if (h->generation == p->generation && p->killed_generation != h->generation) return false;
-  for (size_t i = 0; i < sw->n_hashes; i++) {
-    const hash_rec *o = &sw->hashes[i];
-    if (o->peer == h->peer && o->generation == h->generation && o->iteration > h->iteration) return false;
-  }
-  return true;
-}
-
-/* The first iteration after `iteration` at which every live peer of
- * `stage` logged the same weights again (a split healed: the members split
- * off fetched the stage's weights), or -1 if none did before the end. */
-static long long healed_at(const swarm *sw, int stage, uint64_t iteration) {
-  for (uint64_t it = iteration + 1;; it++) {
-    const char *first = NULL;
-    bool same = true;
-    for (size_t i = 0; i < sw->n_hashes; i++) {
-      const hash_rec *h = &sw->hashes[i];
-      if (h->stage != stage || h->iteration != it || hash_died_unused(sw, h)) continue;
-      if (!first) first = h->hash;
-      else same &= strcmp(first, h->hash) == 0;
-    }
-    if (!first) return -1;
-    if (same) return (long long)it;
-  }
-}
-
-/* Whether an earlier record of the same (stage, iteration) already
- * disagreed with one before it: that split is counted once. */
-static bool split_counted(const swarm *sw, size_t upto, const hash_rec *h) {
-  for (size_t i = 0; i < upto; i++) {
-    const hash_rec *o = &sw->hashes[i];
-    if (o->stage != h->stage || o->iteration != h->iteration || hash_died_unused(sw, o)) continue;
-    for (size_t j = 0; j < i; j++) {
-      const hash_rec *q = &sw->hashes[j];
-      if (q->stage == o->stage && q->iteration == o->iteration && !hash_died_unused(sw, q) &&
-          strcmp(q->hash, o->hash) != 0)
-        return true;
-    }
-  }
-  return false;
-}
-
-/* Every stage's peers hold the same weights after every iteration (log
- * lines arrive in any order, so this is judged once the swarm has stopped).
- * Each split is said with the iteration that healed it, if one did. */
+/* Every stage's peers hold the same weights after every iteration (judged
+ * once the swarm has stopped: node/swarm_hashes.h). */
 static bool check_hashes(swarm *sw) {
-  sw->splits = sw->splits_unhealed = 0;
-  for (size_t i = 0; i < sw->n_hashes; i++) {
-    const hash_rec *h = &sw->hashes[i];
-    if (hash_died_unused(sw, h)) continue;
-    for (size_t j = 0; j < i; j++) {
-      const hash_rec *o = &sw->hashes[j];
-      if (o->iteration != h->iteration || o->stage != h->stage || hash_died_unused(sw, o)) continue;
-      if (strcmp(o->hash, h->hash) != 0 && !split_counted(sw, i, h)) {
-        long long healed = healed_at(sw, h->stage, h->iteration);
-        sw->splits++;
-        sw->splits_unhealed += healed < 0;
-        char when[48] = "never healed";
-        if (healed >= 0) snprintf(when, sizeof(when), "healed by iteration %lld", healed);
-        say(sw, "WEIGHTS DISAGREE: stage %d after iteration %llu: %s has %s, %s has %s (%s)", h->stage,
-            (unsigned long long)h->iteration, sw->peers[h->peer].name, h->hash, sw->peers[o->peer].name, o->hash,
-            when);
-      }
-      break; /* the first live record of the group stands for it */
-    }
-  }
+  swarm_hash_peer peers[SWARM_MAX_PEERS];
+  for (int i = 0; i < sw->n_peers; i++)
+    peers[i] = (swarm_hash_peer){.name = sw->peers[i].name, .generation = sw->peers[i].generation,
+                                 .killed_generation = sw->peers[i].killed_generation};
+  sw->splits = swarm_hashes_check(&sw->hashes, peers, &sw->splits_unhealed, say_line, sw);
   return sw->splits == 0;
 }
 
@@ -482,7 +396,9 @@ static void on_event(swarm *sw, peer_proc *p, json_t *ev) {
   } else if (!strcmp(e, "aggregation.done")) {
     const char *hash = json_string_value(json_object_get(ev, "hash"));
     double it = num(ev, "iter"), st = num(ev, "stage"), wasted = num(ev, "wasted_s"); /* stage: the line's own */
-    if (hash && isfinite(it) && isfinite(st)) note_hash(sw, (uint64_t)it, (int)st, hash, p);
+    if (hash && isfinite(it) && isfinite(st) &&
+        swarm_hashes_note(&sw->hashes, (uint64_t)it, (int)st, hash, p->index, p->generation) != 0)
+      say(sw, "out of memory: a weight hash of %s is not kept", p->name);
     if (isfinite(wasted)) sw->unaggregated_s += wasted;
     p->unaggregated_compute_s = 0;
   } else if (!strcmp(e, "compute.done")) {
@@ -653,236 +569,30 @@ static void exit_cb(uv_process_t *proc, int64_t status, int term_signal) {
   }
 }
 
-/* Entry i of a comma list, cycled ("1,2,3": relay 4 gets 2); NULL list: 0. */
-static double list_entry(const char *list, int i) {
-  if (!list || !*list) return 0;
-  int n = 1;
-  for (const char *c = list; *c; c++) n += *c == ',';
-  i %= n;
-  const char *c = list;
-  while (i-- > 0) c = strchr(c, ',') + 1;
-  return atof(c);
-}
-
-/* --slowdowns: each relay's compute slowdown (data nodes 1). */
-static double relay_slowdown(const swarm *sw, const peer_proc *p) {
-  double v = p->data ? 0 : list_entry(sw->o.slowdowns, p->index - sw->o.data_nodes);
-  return v >= 1 ? v : 1.0;
-}
-
-/* --capacities: each relay's capacity, else --capacity. */
-static int relay_capacity(const swarm *sw, const peer_proc *p) {
-  double v = list_entry(sw->o.capacities, p->index - sw->o.data_nodes);
-  return v >= 1 ? (int)v : sw->o.capacity;
-}
-
-/* --join-stages: the stage relay p asks for on its first start (0: none). */
-static int relay_join_stage(const swarm *sw, const peer_proc *p) {
-  if (p->data || p->generation > 0) return 0;
-  return (int)list_entry(sw->o.join_stages, p->index - sw->o.data_nodes);
-}
-
-/* Arguments longer than PATH_MAX are cut; the node then reports the bad path. */
-static void set_arg(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void set_arg(char *dst, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(dst, PATH_MAX, fmt, ap);
-  va_end(ap);
-}
-
-/* --byzantine N:MODE: the last N of the relays started at once. */
-static bool is_byzantine(const swarm *sw, const peer_proc *p) {
-  int first = sw->o.data_nodes + sw->o.relays - sw->o.byzantine;
-  return !p->data && !p->late && sw->o.byzantine > 0 && p->index >= first &&
-         p->index < sw->o.data_nodes + sw->o.relays;
-}
-
-/* A hostile relay gets an identity whose node ID starts with 0xff, above
- * (with odds 255/256 for each) every honest one: it then contributes to its
- * stage's aggregation rather than aggregating, and what --byzantine tests is
- * the defence against contributions. */
-static int byzantine_identity(const swarm *sw, const peer_proc *p) {
-  char path[PATH_MAX], err[256];
-  if (snprintf(path, sizeof(path), "%s/%s.%d/identity.key", sw->workdir, p->name, p->generation) >= (int)sizeof(path))
-    return GW_EINVAL;
-  for (int tries = 0; tries < 100000; tries++) {
-    p2p_identity me;
-    unlink(path);
-    int rc = p2p_identity_create(path, &me, err, sizeof(err));
-    uint8_t first = me.id.b[0];
-    p2p_identity_wipe(&me);
-    if (rc != 0) return rc;
-    if (first == 0xff) return 0;
-  }
-  return GW_EIO;
-}
-
-/* The first data node's port while it runs (the run's creator), else the
- * first live peer's: a fresh data node must not bootstrap from the dead. */
-static int bootstrap_port(const swarm *sw, const peer_proc *self) {
+/* What peer p's command line depends on besides the options
+ * (node/swarm_args.h). */
+static swarm_child child_of(const swarm *sw, const peer_proc *p) {
+  /* a fresh data node must not bootstrap from the dead: the first live
+   * peer's port (the run's creator's while it runs) */
+  int boot = sw->peers[0].port;
   for (int i = 0; i < sw->n_peers; i++)
-    if (&sw->peers[i] != self && sw->peers[i].running) return sw->peers[i].port;
-  return sw->peers[0].port;
-}
-
-/* Builds the argument list for peer p's current generation. */
-static int peer_args(swarm *sw, peer_proc *p, char **argv, char store[][PATH_MAX], int max) {
-  int n = 0;
-#define ARG(...)                         \
-  do {                                   \
-    if (n + 1 < max) {                   \
-      set_arg(store[n], __VA_ARGS__);    \
-      argv[n] = store[n];                \
-      n++;                               \
-    }                                    \
-  } while (0)
-  ARG("%s", sw->exe);
-  ARG("node");
-  ARG("--listen");
-  ARG("127.0.0.1:%d", p->port);
-  ARG("--data-dir");
-  ARG("%s/%s.%d", sw->workdir, p->name, p->generation);
-  ARG("--log-format");
-  ARG("json");
-  ARG("--exit-with-parent");
-  ARG("--log-level");
-  ARG("%s", sw->o.log_level);
-  ARG("--nat-pmp");
-  ARG("off");
-  ARG("--routing");
-  ARG("%s", sw->o.routing);
-  ARG("--threads");
-  ARG("%d", sw->o.threads);
-  ARG("--device");
-  ARG("%s", sw->o.device);
-  ARG("--flow-tick");
-  ARG("%d", sw->o.flow_tick);
-  ARG("--hop-timeout");
-  ARG("%d", sw->o.hop_timeout);
-  ARG("--record-ttl");
-  ARG("%d", 20); /* a killed relay leaves the stage directory within seconds */
-  ARG("--checkpoint-every");
-  ARG("%d", sw->o.checkpoint_every);
-  if (sw->o.links) {
-    ARG("--links");
-    ARG("%s", sw->o.links);
-  }
-  if (p->index == 0 && !p->replacement) {
-    ARG("--create-run");
-    ARG("swarm");
-    ARG("--open"); /* one machine, one owner: a public run (docs/TRAINING.md, Private runs) */
-    ARG("--model");
-    ARG("%s", sw->o.model);
-    ARG("--stages");
-    ARG("%d", sw->o.stages);
-    ARG("--iterations");
-    ARG("%d", sw->o.iterations);
-    ARG("--microbatches");
-    ARG("%d", sw->o.microbatches);
-    ARG("--batch");
-    ARG("%d", sw->o.batch);
-    ARG("--seq");
-    ARG("%d", sw->o.seq);
-    ARG("--lr");
-    ARG("%g", sw->o.lr);
-    ARG("--seed");
-    ARG("%llu", (unsigned long long)sw->o.seed);
-  } else {
-    ARG("--run");
-    ARG("swarm");
-    ARG("--bootstrap");
-    ARG("127.0.0.1:%d", bootstrap_port(sw, p));
-    if (p->data) {
-      ARG("--role");
-      ARG("data");
-      ARG("--iterations");
-      ARG("%d", sw->o.iterations);
-    } else {
-      ARG("--capacity");
-      ARG("%d", relay_capacity(sw, p));
+    if (&sw->peers[i] != p && sw->peers[i].running) {
+      boot = sw->peers[i].port;
+      break;
     }
-  }
-  if (sw->o.wire_dtype) {
-    ARG("--wire-dtype");
-    ARG("%s", sw->o.wire_dtype);
-  }
-  if (sw->o.wire_accept) {
-    ARG("--wire-accept");
-    ARG("%s", sw->o.wire_accept);
-  }
-  double slow = sw->o.slowdown * relay_slowdown(sw, p);
-  if (slow > 1.0) {
-    ARG("--slowdown");
-    ARG("%g", slow);
-  }
-  for (int f = 0; f < sw->o.n_faults && p->generation == 0; f++) {
-    size_t nl = strlen(p->name);
-    if (strncmp(sw->o.faults[f], p->name, nl) == 0 && sw->o.faults[f][nl] == ':') {
-      ARG("--debug-crash");
-      ARG("%s", sw->o.faults[f] + nl + 1);
-    }
-  }
-  if (sw->o.aggregate) {
-    ARG("--aggregate");
-    ARG("%s", sw->o.aggregate);
-  }
-  if (sw->o.no_validation) ARG("--no-validate-contributions");
-  if (sw->o.deterministic) ARG("--deterministic");
-  if (sw->o.replicate_every >= 0) {
-    ARG("--replicate-every");
-    ARG("%d", sw->o.replicate_every);
-  }
-  if (sw->o.replicas > 0) {
-    ARG("--replicas");
-    ARG("%d", sw->o.replicas);
-  }
-  if (p->data && sw->o.join_stages) ARG("--grant-join-stages");
-  if (p->data) {
-    ARG("--rebalance-after");
-    ARG("%d", sw->o.rebalance_after);
-  }
-  if (relay_join_stage(sw, p) > 0) {
-    ARG("--join-stage");
-    ARG("%d", relay_join_stage(sw, p));
-  }
-  if (is_byzantine(sw, p)) {
-    ARG("--byzantine");
-    ARG("%s", sw->o.byzantine_mode);
-  }
-  if (p->data) {
-    ARG("--dataset");
-    ARG("%s", sw->dataset);
-    ARG("--data-seed");
-    ARG("%llu", (unsigned long long)(sw->o.seed * 1000 + (uint64_t)p->index));
-    if (sw->o.val_fraction > 0) {
-      ARG("--val-fraction");
-      ARG("%.17g", sw->o.val_fraction);
-    }
-    if (sw->o.val_dataset) {
-      ARG("--val-dataset");
-      ARG("%s", sw->o.val_dataset);
-    }
-    if (sw->o.eval_every >= 0) {
-      ARG("--eval-every");
-      ARG("%d", sw->o.eval_every);
-    }
-    if (sw->o.eval_microbatches > 0) {
-      ARG("--eval-microbatches");
-      ARG("%d", sw->o.eval_microbatches);
-    }
-  }
-#undef ARG
-  argv[n] = NULL;
-  return n;
+  return (swarm_child){.index = p->index, .name = p->name, .data = p->data, .late = p->late,
+                       .replacement = p->replacement, .generation = p->generation, .port = p->port,
+                       .bootstrap_port = boot};
 }
 
 static void start_peer(peer_proc *p) {
   swarm *sw = p->sw;
   static char store[80][PATH_MAX];
   char *argv[80];
-  if (is_byzantine(sw, p) && byzantine_identity(sw, p) != 0) say(sw, "%s: no hostile identity made", p->name);
-  peer_args(sw, p, argv, store, 80);
+  swarm_child c = child_of(sw, p);
+  if (swarm_child_byzantine(&sw->o, &c) && swarm_byzantine_identity(sw->workdir, &c) != 0)
+    say(sw, "%s: no hostile identity made", p->name);
+  swarm_child_args(&sw->o, &(swarm_paths){sw->exe, sw->workdir, sw->dataset}, &c, argv, store, 80);
   uv_stdio_container_t stdio[3];
   stdio[0].flags = UV_IGNORE;
   for (int i = 0; i < 2; i++) {
@@ -1272,7 +982,7 @@ int cmd_swarm(int argc, char **argv) {
   free(sw.iters);
   free(sw.costs);
   free(sw.links);
-  free(sw.hashes);
+  swarm_hashes_free(&sw.hashes);
   swarm_waste_free(sw.waste);
   swarm_val_free(sw.val);
   return complete && !sw.failed && sw.unexpected_exits == 0 && sw.hashes_agree && wrc == 0 ? 0 : 1;
