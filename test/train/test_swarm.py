@@ -257,12 +257,24 @@ def validation_crash(tmp):
           f"iteration {it} covered {done}/4 microbatches; training equals train-ref")
 
 
+# Two relays of capacity 3 per stage for 4 microbatches: once every stage
+# has both, the flows need both (one carries at most 3), so r1 carries work.
+# Until then they need not: a stage with one relay caps the data node's
+# share at 3, and r1's stage-mate can carry all three (a run of
+# backward_crash under load, ctest -j3 on 2 cores: its last relay was
+# placed as iteration 0 began and in the data node's view only from
+# iteration 4; r1 carried nothing in iterations 2 to 4, the fault's window
+# then, and never crashed). Compute four times
+# slower gives placement its time before the fault's iteration, and three
+# iterations past it give r1 more than one chance.
+CRASH_ITER, CRASH_RUN = 3, ("--iterations", "7", "--slowdown", "4")
+
+
 def forward_crash(tmp):
-    # Two relays of capacity 3 per stage for 4 microbatches: r1 surely
-    # carries work, and it dies as it starts its first forward of iteration 2.
-    n = 5
-    s, ev, _ = run_swarm(tmp, "forward_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
-                         "--capacity", "3", "--fault", "r1:forward:2")
+    # r1 dies as it starts its first forward from iteration CRASH_ITER on.
+    n = int(CRASH_RUN[1])
+    s, ev, _ = run_swarm(tmp, "forward_crash", "--relays", "6", "--stages", "3", *CRASH_RUN,
+                         "--capacity", "3", "--fault", f"r1:forward:{CRASH_ITER}")
     check_common(s, n)
     mb, it = crash_of(ev, "r1")
     check(any(e["event"] == "forward.rerouted" and e["f"]["mb"] == mb for e in ev),
@@ -279,9 +291,9 @@ def forward_crash(tmp):
 
 
 def backward_crash(tmp):
-    n = 5
-    s, ev, _ = run_swarm(tmp, "backward_crash", "--relays", "6", "--stages", "3", "--iterations", str(n),
-                         "--capacity", "3", "--fault", "r1:backward:2")
+    n = int(CRASH_RUN[1])
+    s, ev, _ = run_swarm(tmp, "backward_crash", "--relays", "6", "--stages", "3", *CRASH_RUN,
+                         "--capacity", "3", "--fault", f"r1:backward:{CRASH_ITER}")
     check_common(s, n)
     crash_of(ev, "r1")
     check(s["backward_recoveries"] >= 1, "no backward recovery")
