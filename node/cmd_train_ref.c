@@ -25,7 +25,8 @@
 
 void cmd_train_ref_help(void) {
   printf("usage: gwtf train-ref --dataset PATH [--model PRESET|FILE] [--stages S] [--iterations N]\n"
-         "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--seed S]\n"
+         "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--grad-clip N]\n"
+         "                      [--seed S]\n"
          "                      [--data-seed D] [--threads N] [--json]\n"
          "                      [--wire-dtype DTYPE[/GRAD_DTYPE]] [--deterministic [--replay FILE]]\n"
          "                      [--checkpoint-dir DIR [--run NAME]]\n"
@@ -47,6 +48,8 @@ void cmd_train_ref_help(void) {
          "that wire format (" WIRE_DTYPE_LIST "; ACT/GRAD:\n"
          "activations in ACT, their gradients in GRAD, e.g. rot4/lr8), as a swarm whose\n"
          "peers all use it does.\n"
+         "--grad-clip N clips each stage's gradient to L2 norm N before its step, as the\n"
+         "run record's grad_clip makes every peer do (default 0: off).\n"
          "--deterministic trains as a swarm of `gwtf node --deterministic` peers does: each\n"
          "microbatch's gradient on its own, summed per stage in microbatch-ID order and\n"
          "divided by their number (docs/TRAINING.md, \"Exactly once\"). --replay FILE then\n"
@@ -457,7 +460,7 @@ int cmd_train_ref(int argc, char **argv) {
       {"checkpoint-dir", required_argument, 0, 'C'}, {"run", required_argument, 0, 'R'},
       {"val-fraction", required_argument, 0, 'V'}, {"val-dataset", required_argument, 0, 'W'},
       {"eval-every", required_argument, 0, 'E'}, {"eval-microbatches", required_argument, 0, 'N'},
-      {"wire-dtype", required_argument, 0, 'w'},
+      {"wire-dtype", required_argument, 0, 'w'}, {"grad-clip", required_argument, 0, 'G'},
       {"deterministic", no_argument, 0, 'X'}, {"replay", required_argument, 0, 'P'},
       {"help", no_argument, 0, 'h'},          {0}};
   static ref r;
@@ -487,6 +490,7 @@ int cmd_train_ref(int argc, char **argv) {
     case 'B': r.run.batch = atoi(optarg); break;
     case 'T': r.run.seq = atoi(optarg); break;
     case 'L': r.run.lr = atof(optarg); break;
+    case 'G': r.run.grad_clip = atof(optarg); break;
     case 'S': r.run.seed = strtoull(optarg, NULL, 10); break;
     case 'd': r.data_seed = strtoull(optarg, NULL, 10); break;
     case 't': threads = atoi(optarg); break;
@@ -547,6 +551,7 @@ int cmd_train_ref(int argc, char **argv) {
   r.val_n = avail < want ? avail : want;
   adamw_defaults(&r.opt);
   r.opt.lr = (float)r.run.lr;
+  r.opt.grad_clip = (float)r.run.grad_clip;
   gpu_device dev = {GPU_CPU, 0};
   gpu_options gopt = {.threads = threads};
   int rc = gpu_backend_open(&dev, &gopt, &r.be, err, sizeof(err));

@@ -134,6 +134,10 @@ int swarm_child_args(const swarm_opts *o, const swarm_paths *paths, const swarm_
     ARG("%d", o->seq);
     ARG("--lr");
     ARG("%g", o->lr);
+    if (o->grad_clip > 0) {
+      ARG("--grad-clip");
+      ARG("%.17g", o->grad_clip);
+    }
     ARG("--seed");
     ARG("%llu", (unsigned long long)o->seed);
   } else {

@@ -16,7 +16,7 @@ void cmd_swarm_help(void) {
       "usage: gwtf swarm --relays N --stages S --data-nodes D --model PRESET --iterations I\n"
       "                  [--churn P] [--links FILE] [--seed S] [--summary-json FILE]\n"
       "                  [--dataset PATH] [--capacity N] [--microbatches M] [--batch B]\n"
-      "                  [--seq T] [--lr X] [--routing gwtf|swarm] [--threads N]\n"
+      "                  [--seq T] [--lr X] [--grad-clip N] [--routing gwtf|swarm] [--threads N]\n"
       "                  [--device cpu|cuda[:N]] [--base-port P] [--workdir DIR]\n"
       "                  [--flow-tick MS] [--hop-timeout MS] [--restart-after ITERS]\n"
       "                  [--fault NAME:KIND:ITER]... [--late-relays K --late-after I]\n"
@@ -107,6 +107,7 @@ enum {
   SW_NO_VALIDATE,
   SW_DETERMINISTIC,
   SW_WIRE_DTYPE,
+  SW_GRAD_CLIP,
   SW_WIRE_ACCEPT,
   SW_HTTP,
   SW_HTTP_PUBLIC,
@@ -162,7 +163,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"byzantine", required_argument, 0, SW_BYZANTINE},
       {"no-validate-contributions", no_argument, 0, SW_NO_VALIDATE},
       {"deterministic", no_argument, 0, SW_DETERMINISTIC},
-      {"wire-dtype", required_argument, 0, SW_WIRE_DTYPE},
+      {"wire-dtype", required_argument, 0, SW_WIRE_DTYPE}, {"grad-clip", required_argument, 0, SW_GRAD_CLIP},
       {"wire-accept", required_argument, 0, SW_WIRE_ACCEPT},
       {"http", required_argument, 0, SW_HTTP},
       {"http-public", no_argument, 0, SW_HTTP_PUBLIC},
@@ -228,6 +229,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case 'A': o->late_after = atoi(optarg); break;
     case 'H': o->hop_timeout = atoi(optarg); break;
     case SW_WIRE_DTYPE: o->wire_dtype = optarg; break;
+    case SW_GRAD_CLIP: o->grad_clip = atof(optarg); break;
     case SW_WIRE_ACCEPT: o->wire_accept = optarg; break;
     case 'q': o->quiet = true; break;
     case SW_AGGREGATE: o->aggregate = optarg; break;
@@ -300,6 +302,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->restart_after < 1) bad = "--restart-after must be at least 1";
   else if (o->flow_tick < 10 || o->hop_timeout < 50) bad = "--flow-tick >= 10 ms, --hop-timeout >= 50 ms";
   else if (o->slowdown < 1) bad = "--slowdown must be >= 1";
+  else if (!(o->grad_clip >= 0 && o->grad_clip < 1e30)) bad = "--grad-clip must be >= 0 (0: off)";
   else if (o->byzantine >= o->relays) bad = "--byzantine N needs N below --relays";
   else if (o->aggregate && strcmp(o->aggregate, "mean") != 0 && strcmp(o->aggregate, "trimmed-mean") != 0)
     bad = "--aggregate is mean or trimmed-mean";

@@ -16,6 +16,7 @@ typedef struct swarm_opts {
   uint64_t seed;
   int capacity, microbatches, batch, seq, threads, base_port, restart_after, flow_tick, hop_timeout;
   double lr;
+  double grad_clip; /* the run's (0: off), given to the data node that creates it */
   bool quiet;
   const char *faults[16]; /* NAME:KIND:ITER */
   int n_faults;

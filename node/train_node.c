@@ -361,6 +361,7 @@ int train_rt_create_run(train_rt *rt) {
   r->seq = o->seq;
   r->microbatches = o->microbatches;
   r->lr = o->lr;
+  r->grad_clip = o->grad_clip;
   r->seed = o->seed;
   r->leader = node_identity(rt->n)->id;
   snprintf(r->dataset, sizeof(r->dataset), "%s", o->dataset ? o->dataset : "");
@@ -387,9 +388,9 @@ int train_rt_create_run(train_rt *rt) {
   if (prc != 0) return prc;
   rt->have_run = true;
   GW_INFO(&rt->log, "run.created",
-          "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d access=%s", r->name,
-          model_arch_name(r->model.arch), r->stages, r->model.n_layers, r->model.d_model, r->microbatches, r->batch,
-          r->seq, r->private_run ? "private" : "open");
+          "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d lr=%g grad_clip=%g access=%s",
+          r->name, model_arch_name(r->model.arch), r->stages, r->model.n_layers, r->model.d_model, r->microbatches,
+          r->batch, r->seq, r->lr, r->grad_clip, r->private_run ? "private" : "open");
   int rc = start_peer(rt);
   if (rc == 0) train_rt_publish_run(rt);
   return rc;

@@ -44,6 +44,7 @@ typedef struct train_node_opts {
   int microbatches;       /* per data node per iteration (create only) */
   int batch, seq;         /* create only */
   double lr;              /* create only */
+  double grad_clip;       /* create only: 0 off */
   uint64_t seed;          /* create only: weight init and the run's randomness */
   uint64_t data_seed;     /* data nodes: microbatch sampling (0: derived from the node ID) */
   uint64_t iterations;    /* data nodes: stop after this many (0: forever) */

@@ -28,6 +28,7 @@ enum {
   T_SEQ,
   T_ITERS,
   T_LR,
+  T_GRAD_CLIP,
   T_SEED,
   T_DATA_SEED,
   T_ROUTING,
@@ -80,6 +81,7 @@ const struct option train_node_options[] = {
     {"seq", required_argument, 0, T_SEQ},
     {"iterations", required_argument, 0, T_ITERS},
     {"lr", required_argument, 0, T_LR},
+    {"grad-clip", required_argument, 0, T_GRAD_CLIP},
     {"seed", required_argument, 0, T_SEED},
     {"data-seed", required_argument, 0, T_DATA_SEED},
     {"routing", required_argument, 0, T_ROUTING},
@@ -221,6 +223,8 @@ void train_node_print_help(void) {
          "  --microbatches M           per data node per iteration (default 4)\n"
          "  --batch B --seq T          microbatch shape (default 4 x 64)\n"
          "  --lr X                     AdamW learning rate (default 1e-3)\n"
+         "  --grad-clip N              clip each stage's gradient to L2 norm N before its step\n"
+         "                             (default 0: off; 1.0 is llm.c's and GPT-2's global norm)\n"
          "  --seed S                   weight init seed (default 1)\n");
 }
 
@@ -301,6 +305,9 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   case T_LR:
     o->lr = atof(arg);
     return o->lr > 0 && o->lr < 10 ? 0 : bad("--lr", arg, "a rate in (0, 10)");
+  case T_GRAD_CLIP:
+    o->grad_clip = atof(arg);
+    return o->grad_clip >= 0 && o->grad_clip < 1e30 ? 0 : bad("--grad-clip", arg, "a norm >= 0 (0: off)");
   case T_SEED: o->seed = strtoull(arg, NULL, 10); return 0;
   case T_DATA_SEED: o->data_seed = strtoull(arg, NULL, 10); return 0;
   case T_RESUME: o->resume = true; return 0;

@@ -137,6 +137,7 @@ static int compute_args(train_rt *rt, int s, stage_spec *spec, gpu_device *dev, 
   if (gpu_device_parse(rt->o->device, dev) != 0) return GW_EINVAL;
   adamw_defaults(opt);
   opt->lr = (float)rt->run.lr;
+  opt->grad_clip = (float)rt->run.grad_clip;
   train_plan_log_node_stage(&rt->log, rt->o, s, spec, rt->budget_bytes);
   return 0;
 }

@@ -29,6 +29,7 @@ int adamw_validate(const adamw_config *c, char *err, size_t err_len) {
     bad = "weight_decay must be >= 0 and lr * weight_decay < 1";
   else if (c->warmup_steps < 0 || c->decay_steps < 0) bad = "warm-up and decay steps must be >= 0";
   else if (!(c->min_lr_frac >= 0.0f && c->min_lr_frac <= 1.0f)) bad = "min_lr_frac must be in [0, 1]";
+  else if (!(c->grad_clip >= 0.0f && isfinite(c->grad_clip))) bad = "grad_clip must be >= 0 (0: off)";
   if (!bad) return 0;
   if (err && err_len) snprintf(err, err_len, "%s", bad);
   return GW_EINVAL;

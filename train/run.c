@@ -39,6 +39,10 @@ int train_run_validate(const train_run *r, char *err, size_t err_len) {
              r->model.max_seq_len, r->microbatches, r->lr);
     return GW_EINVAL;
   }
+  if (!(r->grad_clip >= 0 && r->grad_clip < 1e30)) {
+    snprintf(err, err_len, "grad_clip %g out of range (>= 0; 0: off)", r->grad_clip);
+    return GW_EINVAL;
+  }
   return 0;
 }
 
@@ -61,6 +65,7 @@ char *train_run_encode(const train_run *r) {
                         r->microbatches, "lr", r->lr, "seed", (json_int_t)r->seed, "leader", leader, "dataset",
                         r->dataset);
   if (o) json_object_set_new(o, "access", json_string(r->private_run ? "private" : "open"));
+  if (o && r->grad_clip > 0) json_object_set_new(o, "grad_clip", json_real(r->grad_clip)); /* absent: off */
   if (o && r->private_run) {
     char key[65];
     for (int i = 0; i < 32; i++) snprintf(key + 2 * i, 3, "%02x", r->run_key[i]);
@@ -84,10 +89,10 @@ int train_run_decode(const uint8_t *buf, size_t len, train_run *r, char *err, si
   json_t *model = NULL;
   memset(r, 0, sizeof(*r));
   int rc = GW_EINVAL;
-  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s,s?s,s?s}", "version", &version, "name",
-                     &name, "model", &model, "stages", &r->stages, "batch", &r->batch, "seq", &r->seq, "microbatches",
-                     &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader, "dataset", &dataset, "access",
-                     &access, "run_key", &run_key) != 0) {
+  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s,s?s,s?s,s?F}", "version", &version,
+                     "name", &name, "model", &model, "stages", &r->stages, "batch", &r->batch, "seq", &r->seq,
+                     "microbatches", &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader, "dataset",
+                     &dataset, "access", &access, "run_key", &run_key, "grad_clip", &r->grad_clip) != 0) {
     snprintf(err, err_len, "run record: %s", jerr.text);
     goto out;
   }

@@ -21,6 +21,7 @@ typedef struct train_run {
   model_config model;
   int stages, batch, seq, microbatches;
   double lr;
+  double grad_clip; /* > 0: each stage's step clips its gradient to this L2 norm (adamw_config) */
   uint64_t seed; /* weight init */
   gw_id leader;
   char dataset[256];

@@ -706,7 +706,19 @@ int stage_zero_grads(stage *st) {
   return gpu_sync(st->be);
 }
 
+/* The L2 norm of the stage's gradient, summed in double on the host, a
+ * chunk at a time (the same order on every backend and every peer, so
+ * peers holding the same gradient clip it alike). */
+static int grad_norm(stage *st, double *norm);
+
 int stage_step(stage *st, const adamw_config *cfg, float lr, float grad_scale) {
+  if (cfg->grad_clip > 0) {
+    double norm;
+    int rc = grad_norm(st, &norm);
+    if (rc != 0) return rc;
+    norm *= fabs((double)grad_scale);
+    if (norm > cfg->grad_clip) grad_scale = (float)((double)grad_scale * cfg->grad_clip / norm);
+  }
   st->step++;
   for (int i = 0; i < st->n_tensors; i++) {
     const model_tensor *t = &st->tensors[i];
@@ -730,6 +742,21 @@ void stage_set_step_count(stage *st, long long step) { st->step = step; }
 
 /* Chunks for walking device memory from the host. */
 #define STAGE_HOST_CHUNK ((size_t)1 << 20)
+
+static int grad_norm(stage *st, double *norm) {
+  float *chunk = malloc(STAGE_HOST_CHUNK * sizeof(float));
+  if (!chunk) return GW_ENOMEM;
+  double ss = 0;
+  int rc = 0;
+  for (size_t off = 0; !rc && off < st->n_params; off += STAGE_HOST_CHUNK) {
+    size_t n = st->n_params - off < STAGE_HOST_CHUNK ? st->n_params - off : STAGE_HOST_CHUNK;
+    rc = gpu_download(st->be, chunk, st->grads + off, n * sizeof(float));
+    for (size_t i = 0; !rc && i < n; i++) ss += (double)chunk[i] * chunk[i];
+  }
+  free(chunk);
+  *norm = sqrt(ss);
+  return rc;
+}
 
 int stage_weight_hash(stage *st, uint8_t out[STAGE_HASH_BYTES]) {
   crypto_generichash_state h;

@@ -142,8 +142,10 @@ int stage_write(stage *st, stage_buf which, size_t offset, size_t n, const float
 
 int stage_zero_grads(stage *st);
 /* One AdamW step on every tensor with gradients scaled by grad_scale (e.g.
- * 1 / microbatches summed into them); increments the step count first, so
- * the first call uses step 1. lr usually comes from adamw_lr_at. */
+ * 1 / microbatches summed into them), and further down to cfg->grad_clip
+ * in L2 norm (the stage's whole gradient times grad_scale) when that is set
+ * and exceeded; increments the step count first, so the first call uses
+ * step 1. lr usually comes from adamw_lr_at. */
 int stage_step(stage *st, const adamw_config *cfg, float lr, float grad_scale);
 long long stage_step_count(const stage *st);
 void stage_set_step_count(stage *st, long long step);

@@ -2,6 +2,8 @@
  * microbatch slots, crash recovery, state, checkpoints. */
 #include "train_testutil.h"
 
+#include <math.h>
+
 #include "train/checkpoint.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -389,6 +391,54 @@ static void test_step_and_hash(void **state) {
   gpu_backend_close(be);
 }
 
+/* One step of a fresh stage (seed 1) with gradient g written in, scale
+ * `scale`; returns its parameters. */
+static float *step_with(gpu_backend *be, const stage_spec *s, const float *g, float scale, float clip) {
+  stage *st = tt_stage(s, be, 1);
+  size_t np = stage_n_params(st);
+  assert_int_equal(stage_write(st, STAGE_GRADS, 0, np, g), 0);
+  adamw_config cfg;
+  adamw_defaults(&cfg);
+  cfg.grad_clip = clip;
+  assert_int_equal(stage_step(st, &cfg, 1e-2f, scale), 0);
+  float *p = tt_read_all(st, STAGE_PARAMS);
+  stage_destroy(st);
+  return p;
+}
+
+/* grad_clip: a gradient whose norm (times the step's scale) is above the
+ * bound steps as that gradient scaled down to the bound; one below it
+ * steps exactly as without clipping. */
+static void test_grad_clip(void **state) {
+  (void)state;
+  gpu_backend *be = tt_cpu(1);
+  stage_spec s = tt_spec(tt_model(MODEL_GPT, 1), 0, 1, false, B, T, 1);
+  stage *probe = tt_stage(&s, be, 1);
+  size_t np = stage_n_params(probe);
+  stage_destroy(probe);
+  float *g = tt_randn(np, 9, 1.0f), *scaled = malloc(np * sizeof(float));
+  double ss = 0;
+  for (size_t i = 0; i < np; i++) ss += (double)g[i] * g[i];
+  double norm = sqrt(ss) * 0.5; /* the step's scale is 0.5 */
+  float clip = (float)(norm / 4);
+  for (size_t i = 0; i < np; i++) scaled[i] = (float)(g[i] * 0.5 * clip / norm);
+  float *a = step_with(be, &s, g, 0.5f, clip), *b = step_with(be, &s, scaled, 1.0f, 0), *c = step_with(be, &s, g, 0.5f, 0);
+  size_t moved = 0;
+  for (size_t i = 0; i < np; i++) {
+    assert_true(fabsf(a[i] - b[i]) <= 1e-6f * fmaxf(1.0f, fabsf(b[i])));
+    moved += a[i] != c[i];
+  }
+  assert_true(moved > np / 2); /* clipping changed the step */
+  float *d = step_with(be, &s, g, 0.5f, (float)(norm * 2)); /* a bound above the norm: no change */
+  assert_memory_equal(d, c, np * sizeof(float));
+  adamw_config bad;
+  adamw_defaults(&bad);
+  bad.grad_clip = -1;
+  assert_int_equal(adamw_validate(&bad, NULL, 0), GW_EINVAL);
+  free(g), free(scaled), free(a), free(b), free(c), free(d);
+  gpu_backend_close(be);
+}
+
 static void test_memory(void **state) {
   (void)state;
   gpu_backend *be = tt_cpu(1);
@@ -462,7 +512,7 @@ int main(void) {
       cmocka_unit_test(test_recompute),       cmocka_unit_test(test_bad_tokens),
       cmocka_unit_test(test_loss_eval),
       cmocka_unit_test(test_checkpoint),      cmocka_unit_test(test_state_stream),
-      cmocka_unit_test(test_step_and_hash),   cmocka_unit_test(test_memory),
+      cmocka_unit_test(test_step_and_hash),   cmocka_unit_test(test_grad_clip), cmocka_unit_test(test_memory),
       cmocka_unit_test(test_adamw_same_on_every_cpu), cmocka_unit_test(test_spec_validation),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

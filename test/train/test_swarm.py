@@ -475,17 +475,24 @@ def ref_hashes(tmp, n, seed, *args):
 def deterministic(tmp):
     """Fault-free, two relays per stage: every stage's weights after the
     last iteration are train-ref --deterministic's, bit for bit (without it
-    only the losses agree, to 1e-5: fault_free)."""
-    n, stages, seed = 5, 3, 2
+    only the losses agree, to 1e-5: fault_free). The run clips each stage's
+    gradient (--grad-clip, small enough to clip every step): the record
+    carries it to every peer, and they clip as train-ref does."""
+    n, stages, seed, clip = 5, 3, 2, "0.05"
     s, ev, _ = run_swarm(tmp, "deterministic", "--relays", "6", "--stages", str(stages), "--iterations", str(n),
-                         "--seed", str(seed), "--deterministic")
+                         "--seed", str(seed), "--deterministic", "--grad-clip", clip)
     check_common(s, n)
+    created = [e for e in ev if e["event"] == "run.created"]
+    check(created and float(created[0]["f"]["grad_clip"]) == float(clip), f"run.created {created[:1]}")
     led = s["ledger"]
     check(led["rounds"] == n * (stages + 1) and led["counted"] == n * (stages + 1) * 4, f"ledger {led}")
     check(led["duplicates"] == led["missing"] == led["extra"] == led["inexact"] == 0, f"ledger {led}")
-    got, want = final_hashes(ev, n), ref_hashes(tmp, n, seed)
+    got, want = final_hashes(ev, n), ref_hashes(tmp, n, seed, "--grad-clip", clip)
     check([got.get(i) for i in range(stages + 1)] == want, f"weights {got}, train-ref --deterministic {want}")
-    print(f"deterministic: stage weights {want} equal train-ref --deterministic's bit for bit")
+    unclipped = ref_hashes(tmp, n, seed)
+    check(all(a != b for a, b in zip(want, unclipped)), f"clipping changed no stage: {want}")
+    print(f"deterministic: stage weights {want} equal train-ref --deterministic --grad-clip {clip}'s bit for bit "
+          f"(unclipped: {unclipped})")
 
 
 def deterministic_churn(tmp):
