@@ -65,6 +65,8 @@ void cmd_swarm_help(void) {
       "summary carries the curve (\"validation\"). Off by default.\n"
       "--checkpoint-every N makes every peer write its stage's checkpoint every N\n"
       "iterations into its data dir under --workdir (default 0: none), for gwtf export.\n"
+      "--grad-clip N goes into the run record: every peer clips its stage's gradient to\n"
+      "L2 norm N before each step (default 0: off; see gwtf help node).\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
       "and their gradients between stages compressed where the receiver accepts it\n"
       "(" WIRE_DTYPE_LIST "; ACT/GRAD: activations in ACT,\n"
