@@ -5,6 +5,7 @@
                           [--links FILE] [--relays N] [--base-port P] [--json FILE]
                           [--data-seeds 1000,1001,...]
     scripts/bench_wire.py --ref-only --data-seeds 1000,...,1007 [--jobs 2] [--iterations N] [--dtypes ...]
+                          [--grad-clip N]
 
 For each wire dtype (or ACT/GRAD pair: activations in ACT, gradients in GRAD), one `gwtf swarm` (1 data node, --relays relays over 3
 stages, the tiny model, 4 microbatches of 4 x 64 tokens per iteration) over
@@ -57,7 +58,7 @@ def swarm(gwtf, tmp, dtype, a):
     cmd = [gwtf, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
            "--base-port", str(a.base_port), "--workdir", os.path.join(tmp, f"peers-{tag}"),
            "--relays", str(a.relays), "--stages", "3", "--iterations", str(a.iterations),
-           "--links", a.links, "--wire-dtype", dtype]
+           "--links", a.links, "--wire-dtype", dtype, "--grad-clip", str(a.grad_clip)]
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
     if p.returncode != 0:
@@ -75,9 +76,10 @@ def swarm(gwtf, tmp, dtype, a):
     return s, last, costs[len(costs) // 2:]  # the second half: links measured under load
 
 
-def train_ref(gwtf, tmp, dtype, iterations, seed=1000):
+def train_ref(gwtf, tmp, dtype, iterations, seed=1000, grad_clip=0.0):
     r = subprocess.run([gwtf, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations",
-                        str(iterations), "--data-seed", str(seed), "--json", "--wire-dtype", dtype],
+                        str(iterations), "--data-seed", str(seed), "--json", "--wire-dtype", dtype,
+                        "--grad-clip", str(grad_clip)],
                        stdout=subprocess.PIPE, text=True, check=True)
     return [it["loss"] for it in json.loads(r.stdout)["iterations"]]
 
@@ -90,7 +92,8 @@ def ref_only(gwtf, tmp, a):
         dtypes = ["fp32"] + dtypes
     last10 = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-        futs = {ex.submit(train_ref, gwtf, tmp, d, a.iterations, sd): (d, sd) for d in dtypes for sd in seeds}
+        futs = {ex.submit(train_ref, gwtf, tmp, d, a.iterations, sd, a.grad_clip): (d, sd) for d in dtypes
+                for sd in seeds}
         for f in concurrent.futures.as_completed(futs):
             d, sd = futs[f]
             ls = f.result()
@@ -126,6 +129,7 @@ def main():
     ap.add_argument("--json", help="write the results here too")
     ap.add_argument("--ref-only", action="store_true", help="train-ref only, every dtype x data seed")
     ap.add_argument("--jobs", type=int, default=2, help="train-ref runs at once (--ref-only)")
+    ap.add_argument("--grad-clip", type=float, default=0.0, help="the run's --grad-clip (default 0: off)")
     a = ap.parse_args()
     gwtf = os.path.join(a.build, "node/gwtf")
     rows = []
@@ -147,11 +151,11 @@ def main():
             nbytes = sum(int(f["bytes"]) for f in sent.values())
             f32 = sum(int(f["fp32_bytes"]) for f in sent.values())
             per_mb = [it["time_per_microbatch_s"] for it in its[2:] if it["time_per_microbatch_s"] is not None]
-            ref = train_ref(gwtf, tmp, d, a.iterations)
+            ref = train_ref(gwtf, tmp, d, a.iterations, grad_clip=a.grad_clip)
             seeds = [int(x) for x in a.data_seeds.split(",") if x]
             last10 = {1000: sum(ref[-10:]) / len(ref[-10:])}
             for sd in seeds:
-                rs = train_ref(gwtf, tmp, d, a.iterations, sd)
+                rs = train_ref(gwtf, tmp, d, a.iterations, sd, a.grad_clip)
                 last10[sd] = sum(rs[-10:]) / len(rs[-10:])
             rows.append({"ref_last10_by_seed": last10, "ref_last10_seed_mean": statistics.mean(last10.values()),"dtype": d, "iterations": len(its), "microbatches": done, "tensors": tensors,
                          "bytes_per_tensor": nbytes / tensors if tensors else None,
