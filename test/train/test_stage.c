@@ -392,7 +392,7 @@ static void test_step_and_hash(void **state) {
 }
 
 /* One step of a fresh stage (seed 1) with gradient g written in, scale
- * `scale`; returns its parameters. */
+ * `scale` and grad_clip `clip`; returns its parameters. */
 static float *step_with(gpu_backend *be, const stage_spec *s, const float *g, float scale, float clip) {
   stage *st = tt_stage(s, be, 1);
   size_t np = stage_n_params(st);
