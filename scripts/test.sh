@@ -41,34 +41,38 @@ run_ctest() {
   exit "$rc"
 }
 
-echo "== setup and build (build/)"
+# Each stage's header says when it began, so a CI log shows where the
+# suite's time goes (its budget: 20 minutes on 2 cores).
+step() { echo "== $* (at ${SECONDS} s)"; }
+
+step "setup and build (build/)"
 scripts/setup.sh --test-deps --werror
-echo "== tests (build/)"
+step "tests (build/)"
 run_ctest build
 
 # CUDA kernels are compiled by nvcc and are not instrumented by the
 # sanitizers, so the sanitizer build leaves the CUDA backend out.
-echo "== setup and build (build-san/, ASan+UBSan)"
+step "setup and build (build-san/, ASan+UBSan)"
 scripts/setup.sh --test-deps --werror --build-dir "$here/build-san" --sanitize --cuda OFF
-echo "== tests (build-san/, ASan+UBSan)"
+step "tests (build-san/, ASan+UBSan)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:strict_string_checks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_ctest build-san
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
-echo "== unit tests under valgrind (build/)"
+step "unit tests under valgrind (build/)"
 run_ctest build -L unit -LE novalgrind -T memcheck
 
-echo "== setup and build (build-clang/, clang)"
+step "setup and build (build-clang/, clang)"
 scripts/setup.sh --test-deps --werror --cc clang --build-dir "$here/build-clang" --cuda OFF
-echo "== unit tests (build-clang/)"
+step "unit tests (build-clang/)"
 run_ctest build-clang -L unit
 
-echo "== Release build and Debian package (build-rel/)"
+step "Release build and Debian package (build-rel/)"
 deb=$(scripts/package.sh --build-dir "$here/build-rel" --werror | tail -n 1)
 echo "$deb"
-echo "== the package on a clean Debian root"
+step "the package on a clean Debian root"
 rc=0
 test/ship/deb_install.sh "$deb" "$here/build-rel/deb-test" || rc=$?
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then exit "$rc"; fi
-echo "== all tests passed"
+echo "== all tests passed in ${SECONDS} s"

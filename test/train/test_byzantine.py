@@ -34,13 +34,15 @@ from test_swarm import GWTF, Failure, check, parse_log  # noqa: E402
 ITERS = 12
 BASE_PORT = 25000  # one block of 100 per run (8 peers): 25000..25899, clear of test_swarm.py and test_web_browser.py
 MODES = ["nan", "scale=100", "random", "wrong-shape"]
-# Unchecked, NaN diverges at once. scale=100 and random do not within a
-# dozen iterations: AdamW divides each coordinate by its running RMS, so a
-# stage whose average is ~50x larger takes nearly the same steps, and one
-# whose average is noise random-walks by lr per step. They are run unchecked
-# to show the checks are off (nothing rejected) and their losses printed.
+# Unchecked, NaN diverges at once: the run shows the checks are off (nothing
+# rejected) and what they save. scale=100 and random are not run unchecked:
+# they do not diverge within a dozen iterations (AdamW divides each
+# coordinate by its running RMS, so a stage whose average is ~50x larger
+# takes nearly the same steps, and one whose average is noise random-walks by
+# lr per step), so their runs asserted nothing the nan run does not, and cost
+# the suite about 45 s (two swarms, in the plain and in the ASan build).
 DIVERGING = ["nan"]
-UNCHECKED = ["nan", "scale=100", "random"]
+UNCHECKED = ["nan"]
 # the loss with a hostile relay (median of the last LAST iterations), against
 # the honest run's over the same iterations
 LAST = 3
