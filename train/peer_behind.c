@@ -21,7 +21,19 @@
  *     (`stage.stale_weights`), rather than stall the run.
  * A previous-stage member could push us forward with forged offers; it
  * could stall us just as well by not forwarding at all, and our weights
- * are untouched either way. */
+ * are untouched either way.
+ *
+ * A joiner that missed rounds while it fetched asks the member that served
+ * it for their averages, one by one (peer_join.c, catch_up). When that
+ * member dies before it answers, and the rest of the stage with it, no
+ * microbatch need come to show we are behind: the data nodes wait for the
+ * CAN_TAKE of a round we never enter (a homo-churn10 run stalled so, every
+ * member of its stage 5 dead within one iteration while a joiner caught
+ * up). So a catch-up unanswered for an aggregation timeout is asked again
+ * while its source lives (CATCH_UP_ASKS times), becomes a resync when a
+ * live stage-mate says it is ahead, and is otherwise given up: we carry on
+ * from our weights past the rounds we missed, into the one that began if a
+ * BEGIN_AGG told us of it (`weights.catch_up_failed`). */
 #include "train/peer_internal.h"
 
 /* offers this long in a row before we act: a member that only missed the
@@ -30,6 +42,9 @@
 /* no offer for this long ends the spell (upstream gives up on a refused
  * microbatch after its re-routes, and its origin starts it again later) */
 #define BEHIND_GAP_MS(p) (4 * (p)->cfg.tun.agg_timeout_ms)
+
+/* times a catch-up's unanswered request is repeated to a source still alive */
+#define CATCH_UP_ASKS 2
 
 static void behind_reset(train_peer *p) {
   p->behind.iteration = p->behind.since_ms = p->behind.last_ms = 0;
@@ -83,8 +98,51 @@ static void skip_ahead(train_peer *p, uint64_t to) {
   peer_send_hellos(p);
 }
 
+/* Past the rounds a catch-up lacked, and into the one that began since. */
+static void catch_up_give_up(train_peer *p, const gw_id *source) {
+  peer_download *d = &p->dl;
+  uint64_t to = d->avg_of > p->iteration ? d->avg_of : p->iteration + 1;
+  if (p->missed_agg > to + 1) to = p->missed_agg - 1; /* a later round began: we meet the stage there */
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(source, who);
+  GW_WARN(&p->log, "weights.catch_up_failed",
+          "from=%s from_iter=%llu to=%llu lost=%llu msg=\"the average we asked %s for never came and nobody of our "
+          "stage is ahead: we carry on from our weights, the steps between are lost\"",
+          who, (unsigned long long)p->iteration, (unsigned long long)to, (unsigned long long)(to - p->iteration), who);
+  p->counters.iterations_skipped += to - p->iteration;
+  d->catch_up = false;
+  mb_abandon_iteration(p, to - 1); /* microbatches of an iteration we skip; ours wait in the queue */
+  p->iteration = to;
+  relay_release_queued(p);
+  if (p->missed_agg > p->iteration && !p->aggregating) agg_begin_round(p, true);
+  p->last_hello_ms = p->now; /* tell the stage where we are */
+  peer_send_hellos(p);
+}
+
+static void catch_up_tick(train_peer *p) {
+  peer_download *d = &p->dl;
+  peer_behind *b = &p->behind;
+  if (!d->catch_up || p->state != PEER_READY || p->aggregating || p->now < d->catch_up_until) return;
+  uint64_t ahead;
+  if (trust_stage_ahead(p, &ahead)) {
+    d->catch_up = false;
+    join_resync(p, ahead, "catch_up");
+    return;
+  }
+  const gw_id *source = p->iteration + 1 == d->avg_of ? &d->avg_from : &d->from;
+  if (b->catch_up_iter != p->iteration) b->catch_up_iter = p->iteration, b->catch_up_asks = 0;
+  if (peer_alive(p, source) && b->catch_up_asks < CATCH_UP_ASKS) {
+    b->catch_up_asks++;
+    d->catch_up_until = p->now + p->cfg.tun.agg_timeout_ms;
+    agg_ask_missed_average(p, source);
+    return;
+  }
+  catch_up_give_up(p, source);
+}
+
 void behind_tick(train_peer *p) {
   peer_behind *b = &p->behind;
+  catch_up_tick(p);
   next_tick(p);
   if (!b->since_ms) return;
   if (p->state != PEER_READY || b->iteration <= p->iteration + 1 || p->now - b->last_ms > BEHIND_GAP_MS(p)) {

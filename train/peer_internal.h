@@ -210,6 +210,9 @@ typedef struct peer_behind {
   uint64_t since_ms, last_ms; /* the spell's first and latest such offer */
   /* the first microbatch of our next iteration we queued while in `next_of` (0: none) */
   uint64_t next_since_ms, next_of;
+  /* a catch-up's average asked again at this iteration, this many times */
+  uint64_t catch_up_iter;
+  uint32_t catch_up_asks;
 } peer_behind;
 
 /* ---- private runs (peer_admit.c) ---- */
@@ -710,7 +713,8 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
 bool trust_stage_ahead(train_peer *p, uint64_t *iteration);
 
 /* peer_behind.c: upstream offers microbatches of an iteration past our next
- * one; a stage whose members all fell behind moves on (behind_tick). */
+ * one, or a catch-up's average never comes; a stage whose members all fell
+ * behind moves on (behind_tick). */
 void behind_note_future(train_peer *p, const gw_id *from, const gw_id *origin, uint64_t iteration);
 void behind_note_next(train_peer *p); /* a microbatch of our next iteration was queued */
 void behind_tick(train_peer *p);

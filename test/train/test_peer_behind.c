@@ -46,6 +46,7 @@ typedef struct scene {
   uint64_t slow_chunks_ms; /* S's state reaches a joiner this late, its first download */
   bool slow_link; /* ... and every later one too: the joiner's link is slower than S's rounds */
   bool in_view; /* directories list the joiners from the start, as a restarted member's record (else S's lags) */
+  bool lose_catch_up_answers; /* S's averages never reach a joiner once it asked for a missed one */
 } scene;
 
 static int node_at(const scene *sc, int idx) {
@@ -62,6 +63,9 @@ static uint64_t scene_delay(void *ud, int from, int to, size_t len, gw_rng *rng)
   int f = node_at(sc, from), t = node_at(sc, to);
   uint32_t type = sc->h.sending;
   if (f == sc->s && is_joiner(sc, t)) {
+    if (sc->lose_catch_up_answers && type == GWTF__TRAIN_MSG__TRAIN_AVG &&
+        train_peer_counters(sc->h.nodes[t].tp)->downloads_caught_up > 0)
+      return UINT64_C(1) << 40;
     if (sc->lose_s_to_joiners && (type == GWTF__TRAIN_MSG__TRAIN_AVG || type == GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG ||
                                   type == GWTF__TRAIN_MSG__TRAIN_HELLO))
       return UINT64_C(1) << 40; /* its state still comes */
@@ -212,6 +216,84 @@ static void test_stage_left_behind_moves_on(void **state) {
   h_free(&sc.h);
 }
 
+/* Stage 2 is S (lowest ID), B and a joiner J. J's state comes slowly: S
+ * ends a round meanwhile, and J, ready a round behind, asks S for that
+ * round's average (weights.catch_up). S dies before the answer reaches J.
+ * The next iteration runs through B alone (no microbatch reaches J), and B
+ * dies as it begins that iteration's round, whose BEGIN_AGG reached J too.
+ * J is now its stage's only member, the averages it lacks died with S and
+ * B, nobody is ahead of it, and no microbatch of a later iteration comes to
+ * show it is behind: the data node waits for a CAN_TAKE only J's stage can
+ * send. J gives the catch-up up (weights.catch_up_failed): it carries on
+ * from its weights in the round that began (the steps between lost), and
+ * the run finishes. Before, J waited for the average for ever and the run
+ * stalled (a homo-churn10 run of the evaluation, 2026-11-27: every member
+ * of stage 5 died within one iteration while a joiner caught up). */
+typedef struct left_alone {
+  scene *sc;
+  int b;
+  uint64_t round; /* crash B as it begins this round */
+} left_alone;
+
+static bool crash_b_in_round(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  const left_alone *la = h->hook_ud;
+  if (n->index != la->b || job->kind != TRAIN_JOB_GRAD_EXPORT || train_peer_iteration(n->tp) != la->round)
+    return false;
+  *crash = la->b;
+  return true;
+}
+
+static void test_catch_up_left_alone_moves_on(void **state) {
+  (void)state;
+  scene sc = {.slow_chunks_ms = SLOW_ONE_ROUND_MS, .lose_catch_up_answers = true};
+  left_alone la = {.sc = &sc, .b = -1};
+  for (uint64_t seed = 31;; seed++) {
+    h_init(&sc.h, STAGES, seed, verbose());
+    sc.d = h_add(&sc.h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int k = 0; k < 2; k++) h_add(&sc.h, TRAIN_RELAY, 1, M, 0, true);
+    sc.s = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
+    la.b = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
+    sc.j1 = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, false);
+    sc.j2 = -1;
+    const gw_id *s_id = &sc.h.nodes[sc.s].peer.id;
+    if (gw_id_cmp(s_id, &sc.h.nodes[la.b].peer.id) < 0 && gw_id_cmp(s_id, &sc.h.nodes[sc.j1].peer.id) < 0) break;
+    h_free(&sc.h);
+  }
+  sc.h.nodes[sc.j1].hidden_from[sc.s] = true; /* as in scene_build: S's directory lags */
+  sim_set_delay_fn(sc.h.s, scene_delay, &sc);
+  for (int i = 0; i < sc.j1; i++) h_start(&sc.h, i);
+  while (train_peer_iteration(sc.h.nodes[sc.d].tp) < 2) h_run_for(&sc.h, 10);
+  h_start(&sc.h, sc.j1);
+  uint64_t deadline = sim_now(sc.h.s) + 60000;
+  while (counters(&sc, sc.j1)->downloads_caught_up == 0 && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
+  assert_int_equal(counters(&sc, sc.j1)->downloads_caught_up, 1);
+  uint64_t behind = train_peer_iteration(sc.h.nodes[sc.j1].tp);
+  h_crash(&sc.h, sc.s); /* the average J asked for dies with S */
+  /* stage 1 does not know J yet (its directory lags): the next iteration
+   * runs through B alone, and B dies as it begins that iteration's round */
+  for (int i = 0; i < sc.s; i++)
+    if (sc.h.nodes[i].stage == 1) sc.h.nodes[sc.j1].hidden_from[i] = true;
+  h_refresh(&sc.h);
+  la.round = behind + 1;
+  sc.h.hook = crash_b_in_round;
+  sc.h.hook_ud = &la;
+  while (!sc.h.hook_fired && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
+  assert_true(sc.h.hook_fired);
+  for (int i = 0; i < sc.s; i++) sc.h.nodes[sc.j1].hidden_from[i] = false;
+  h_refresh(&sc.h);
+  assert_true(h_run_until_finished(&sc.h, 600000));
+  assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
+  const train_counters *cj = counters(&sc, sc.j1);
+  if (verbose())
+    fprintf(stderr, "joiner at %llu when it asked: %llu asks, %llu skipped, %llu resyncs\n",
+            (unsigned long long)behind, (unsigned long long)cj->downloads_caught_up,
+            (unsigned long long)cj->iterations_skipped, (unsigned long long)cj->resyncs);
+  assert_true(cj->iterations_skipped >= 1);
+  assert_int_equal(cj->resyncs, 0); /* nobody was left to resync from */
+  assert_true(sc.h.nodes[sc.j1].ready);
+  h_free(&sc.h);
+}
+
 static double slowest_iteration(const h_node *n) {
   double worst = 0;
   for (int i = 0; i < ITERS; i++)
@@ -288,6 +370,7 @@ int main(void) {
       cmocka_unit_test(test_joiner_catches_up_with_one_missed_average),
       cmocka_unit_test(test_joiner_on_a_slow_link_catches_up),
       cmocka_unit_test(test_stage_left_behind_moves_on),
+      cmocka_unit_test(test_catch_up_left_alone_moves_on),
       cmocka_unit_test(test_round_does_not_wait_for_a_peer_waiting_for_our_state),
       cmocka_unit_test(test_gradient_to_a_joining_peer_goes_elsewhere),
   };
