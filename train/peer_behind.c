@@ -29,11 +29,13 @@
  * microbatch need come to show we are behind: the data nodes wait for the
  * CAN_TAKE of a round we never enter (a homo-churn10 run stalled so, every
  * member of its stage 5 dead within one iteration while a joiner caught
- * up). So a catch-up unanswered for an aggregation timeout is asked again
- * while its source lives (CATCH_UP_ASKS times), becomes a resync when a
- * live stage-mate says it is ahead, and is otherwise given up: we carry on
- * from our weights past the rounds we missed, into the one that began if a
- * BEGIN_AGG told us of it (`weights.catch_up_failed`). */
+ * up). So a catch-up unanswered for an aggregation timeout becomes a
+ * resync when a live stage-mate says it is ahead; while its source lives we
+ * wait on (an average of a large stage over a thin link takes long, and
+ * the source's own claims to be ahead resync us); once the source is gone
+ * it is given up: we carry on from our weights past the rounds we missed,
+ * into the one that began if a BEGIN_AGG told us of it
+ * (`weights.catch_up_failed`). */
 #include "train/peer_internal.h"
 
 /* offers this long in a row before we act: a member that only missed the
@@ -42,9 +44,6 @@
 /* no offer for this long ends the spell (upstream gives up on a refused
  * microbatch after its re-routes, and its origin starts it again later) */
 #define BEHIND_GAP_MS(p) (4 * (p)->cfg.tun.agg_timeout_ms)
-
-/* times a catch-up's unanswered request is repeated to a source still alive */
-#define CATCH_UP_ASKS 2
 
 static void behind_reset(train_peer *p) {
   p->behind.iteration = p->behind.since_ms = p->behind.last_ms = 0;
@@ -121,7 +120,6 @@ static void catch_up_give_up(train_peer *p, const gw_id *source) {
 
 static void catch_up_tick(train_peer *p) {
   peer_download *d = &p->dl;
-  peer_behind *b = &p->behind;
   if (!d->catch_up || p->state != PEER_READY || p->aggregating || p->now < d->catch_up_until) return;
   uint64_t ahead;
   if (trust_stage_ahead(p, &ahead)) {
@@ -130,14 +128,7 @@ static void catch_up_tick(train_peer *p) {
     return;
   }
   const gw_id *source = p->iteration + 1 == d->avg_of ? &d->avg_from : &d->from;
-  if (b->catch_up_iter != p->iteration) b->catch_up_iter = p->iteration, b->catch_up_asks = 0;
-  if (peer_alive(p, source) && b->catch_up_asks < CATCH_UP_ASKS) {
-    b->catch_up_asks++;
-    d->catch_up_until = p->now + p->cfg.tun.agg_timeout_ms;
-    agg_ask_missed_average(p, source);
-    return;
-  }
-  catch_up_give_up(p, source);
+  if (!peer_alive(p, source)) catch_up_give_up(p, source);
 }
 
 void behind_tick(train_peer *p) {

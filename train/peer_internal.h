@@ -210,9 +210,6 @@ typedef struct peer_behind {
   uint64_t since_ms, last_ms; /* the spell's first and latest such offer */
   /* the first microbatch of our next iteration we queued while in `next_of` (0: none) */
   uint64_t next_since_ms, next_of;
-  /* a catch-up's average asked again at this iteration, this many times */
-  uint64_t catch_up_iter;
-  uint32_t catch_up_asks;
 } peer_behind;
 
 /* ---- private runs (peer_admit.c) ---- */
