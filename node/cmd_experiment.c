@@ -74,7 +74,7 @@ typedef struct run_metrics {
 void cmd_experiment_help(void) {
   printf("usage: gwtf experiment --scenario FILE --routing gwtf|swarm [--repeats N] [--json]\n"
          "                       [--base-port P] [--workdir DIR]\n"
-         "                       [--val-fraction F] [--eval-every N]\n\n"
+         "                       [--val-fraction F] [--eval-every N] [--churn P]\n\n"
          "Runs a scenario (data/scenarios/*.json; format in docs/EVALUATION.md) N times\n"
          "(seeds seed..seed+N-1) as a local swarm and reports, per the GWTF paper's\n"
          "Table II: time per microbatch, throughput (microbatches per iteration),\n"
@@ -82,7 +82,10 @@ void cmd_experiment_help(void) {
          "Fault-free runs also report our flows' cost next to the exact optimum\n"
          "(`gwtf sim flow --algo optimal`) for the same peers and measured links.\n"
          "--val-fraction / --eval-every (or the scenario's val_fraction, eval_every)\n"
-         "add the validation loss curve (gwtf swarm's) to every repeat and its mean.\n");
+         "add the validation loss curve (gwtf swarm's) to every repeat and its mean.\n"
+         "--churn P replaces the scenario's churn (0 <= P < 1): --churn 0 on a churn\n"
+         "scenario runs the same peers, cities and seeds fault-free, the reference\n"
+         "for what churn costs (scripts/churn_cost.py --clean).\n");
 }
 
 /* ---- the scenario file ---- */
@@ -495,10 +498,12 @@ int cmd_experiment(int argc, char **argv) {
       {"repeats", required_argument, 0, 'n'},  {"json", no_argument, 0, 'j'},
       {"base-port", required_argument, 0, 'p'}, {"workdir", required_argument, 0, 'w'},
       {"val-fraction", required_argument, 0, 'V'}, {"eval-every", required_argument, 0, 'E'},
-      {"help", no_argument, 0, 'h'},           {0}};
+      {"churn", required_argument, 0, 'c'},    {"help", no_argument, 0, 'h'},
+      {0}};
   const char *path = NULL, *routing = "gwtf", *workdir = NULL;
   int repeats = 1, base_port = 28000, eval_every = -2; /* -2: the scenario's */
   double val_fraction = -1;                            /* -1: the scenario's */
+  double churn = -1;                                   /* -1: the scenario's */
   bool json = false;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -511,6 +516,12 @@ int cmd_experiment(int argc, char **argv) {
     case 'w': workdir = optarg; break;
     case 'V': val_fraction = atof(optarg); break;
     case 'E': eval_every = atoi(optarg); break;
+    case 'c': {
+      char *end;
+      churn = strtod(optarg, &end);
+      if (end == optarg || *end) churn = NAN; /* refused below */
+      break;
+    }
     case 'h': cmd_experiment_help(); return 0;
     default: cmd_experiment_help(); return 2;
     }
@@ -526,6 +537,13 @@ int cmd_experiment(int argc, char **argv) {
   if (load_scenario(path, &sc, err, sizeof(err)) != 0) {
     fprintf(stderr, "gwtf experiment: %s\n", err);
     return 2;
+  }
+  if (churn != -1) {
+    if (!(churn >= 0 && churn < 1)) {
+      fprintf(stderr, "gwtf experiment: --churn is a probability per relay per iteration, in [0, 1)\n");
+      return 2;
+    }
+    sc.churn = churn;
   }
   if (val_fraction != -1) sc.val_fraction = val_fraction;
   if (eval_every != -2) sc.eval_every = eval_every;

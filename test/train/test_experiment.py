@@ -2,7 +2,10 @@
 """`gwtf experiment` with both routings on the smallest scenario (issue 7):
 each completes, and each reports every metric of the paper's Table II as a
 number, per repeat and as mean and standard deviation. The GWTF run (one
-data node, no churn) also reports the exact optimum for the same peers."""
+data node, no churn) also reports the exact optimum for the same peers. It
+runs a copy of the scenario with 50 % churn and `--churn 0`: the flag
+replaces the scenario's churn (the report says 0, and no relay is killed);
+a --churn outside [0, 1) or not a number is refused."""
 import json
 import math
 import os
@@ -31,9 +34,21 @@ def number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
-def run(routing, tmp):
-    cmd = [GWTF, "experiment", "--scenario", SCENARIO, "--routing", routing, "--repeats", "1", "--json",
-           "--base-port", str(PORTS[routing]), "--workdir", os.path.join(tmp, routing)]
+def churned_copy(tmp):
+    """ci-tiny with 50 % churn (its relative paths made absolute)."""
+    with open(SCENARIO) as f:
+        sc = json.load(f)
+    sc["links"] = os.path.join(os.path.dirname(SCENARIO), sc["links"])
+    sc["churn"] = 0.5
+    path = os.path.join(tmp, "ci-tiny-churned.json")
+    with open(path, "w") as f:
+        json.dump(sc, f)
+    return path
+
+
+def run(routing, tmp, scenario=SCENARIO, *extra):
+    cmd = [GWTF, "experiment", "--scenario", scenario, "--routing", routing, "--repeats", "1", "--json",
+           "--base-port", str(PORTS[routing]), "--workdir", os.path.join(tmp, routing), *extra]
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     check(p.returncode == 0, f"{routing}: exit {p.returncode}\n{p.stderr[-3000:]}")
@@ -57,9 +72,16 @@ def check_report(routing, rep):
 def main():
     with tempfile.TemporaryDirectory(prefix="gwtf-experiment-test-") as tmp:
         try:
-            reps = {r: run(r, tmp) for r in ("gwtf", "swarm")}
+            for bad in ("1", "-0.1", "abc"):
+                p = subprocess.run([GWTF, "experiment", "--scenario", SCENARIO, "--churn", bad],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+                check(p.returncode == 2 and "--churn" in p.stderr, f"--churn {bad}: exit {p.returncode} {p.stderr}")
+            reps = {"gwtf": run("gwtf", tmp, churned_copy(tmp), "--churn", "0"), "swarm": run("swarm", tmp)}
             for r, rep in reps.items():
                 check_report(r, rep)
+            check(reps["gwtf"]["churn"] == 0 and reps["gwtf"]["runs"][0]["crashes"] == 0,
+                  f"gwtf: --churn 0 did not replace the scenario's 0.5: churn {reps['gwtf']['churn']}, "
+                  f"crashes {reps['gwtf']['runs'][0]['crashes']}")
             g = reps["gwtf"]["runs"][0]
             check(g["flows"] >= 1, f"gwtf: no flows reported: {g}")
             # null until a probe has measured every flow's path
