@@ -1,4 +1,9 @@
+/* p2p/host.c — see p2p/host.h: peers, the addresses we keep sessions to and
+ * their redials, duplicate sessions, pings, the API. Its companions (state
+ * in p2p/host_internal.h): host_listen.c accepts, host_reach.c does
+ * dial-backs, host_paths.c relay circuits and hole punching. */
 #include "p2p/host.h"
+#include "p2p/host_internal.h"
 
 #include <sodium.h>
 #include <stdlib.h>
@@ -28,87 +33,6 @@
 /* Peers no longer connected are remembered (for "back" and their stats) up
  * to this many; the longest-gone are forgotten first. */
 #define PEERS_KEEP (4096)
-#define LISTEN_BACKLOG (128)
-
-typedef struct peer {
-  gw_id id;
-  gw_addr addr;
-  p2p_session *s; /* the current session; NULL while down */
-  bool ever_up;
-  bool switching; /* the peer dropped our session for a duplicate that is still coming up */
-  uint64_t switch_deadline_ms;
-  uint64_t down_since_ms;
-  uint64_t up_since_ms;
-  uint64_t next_ping_ms;
-  uint64_t ping_nonce;
-  double srtt_ms, rttvar_ms, rtt_min_ms, rtt_last_ms;
-  uint64_t rtt_samples;
-  struct peer *next;
-} peer;
-
-/* An address we keep a session to. */
-typedef struct target {
-  gw_addr addr;
-  gw_id expect;  /* zero: whoever answers */
-  gw_id learned; /* who answered last time */
-  bool via;      /* addr is a relay: reach expect through a circuit (p2p/relay.h) */
-  p2p_session *dialing;
-  unsigned failures;
-  uint64_t next_ms;
-  struct target *next;
-} target;
-
-/* Host-side state of one session (its ud). */
-typedef struct conn {
-  p2p_host *h;
-  p2p_session *s;
-  target *t;       /* the dial this session is, until it comes up or fails */
-  bool handshaking_in; /* counts against max_handshakes */
-  /* A dial-back we make for a peer (p2p/reach.h): never a peer session. */
-  bool probe_out;
-  bool probe_reported;
-  gw_id probe_for;
-  uint64_t probe_nonce;
-  gw_addr probe_addr;
-  bool probe_in; /* a peer's dial-back to us: closed once its Hello is seen */
-  bool punch;    /* a punched connection (p2p/punch.h), until it becomes the peer's session */
-  bool counted;  /* inbound, counted by the limits under `from` */
-  bool refused;  /* refused by the limits: closing, in no list, owns nothing */
-  gw_addr from;
-  struct conn *next;
-} conn;
-
-struct p2p_host {
-  uv_loop_t *loop;
-  p2p_host_config cfg;
-  p2p_host_cbs cbs;
-  p2p_session_config scfg;
-  uv_tcp_t listener;
-  bool listening;
-  uv_timer_t tick;
-  int open_handles;
-  gw_addr bound;
-  peer *peers;
-  size_t n_peers;
-  target *targets;
-  conn *conns;
-  size_t n_conns;
-  unsigned handshakes;
-  p2p_relay *relay; /* relay circuits, both roles (p2p/relay.h); NULL when out of memory */
-  p2p_punch *punch; /* hole punching (p2p/punch.h); NULL when off */
-  p2p_limits *limits; /* per IP / subnet caps and the reassembly budget (p2p/limits.h) */
-  uint64_t fd_limit;  /* RLIMIT_NOFILE, read on every tick (it can change under us) */
-  bool closing;
-  p2p_reach *reach;
-  bool reach_report_due; /* a verdict to hand to cbs.reachability on the next tick */
-  gw_addr reach_external; /* the last mapping given to p2p_host_recheck_reachability */
-  void (*done)(void *ud);
-  void *done_ud;
-};
-
-static const p2p_session_cbs session_cbs;
-
-static uint64_t now_ms(void) { return gw_clock_mono_ms(); }
 
 void p2p_host_config_defaults(p2p_host_config *cfg) {
   memset(cfg, 0, sizeof(*cfg));
@@ -133,7 +57,7 @@ void p2p_host_config_defaults(p2p_host_config *cfg) {
 
 /* ---- peers ---- */
 
-static peer *find_peer(const p2p_host *h, const gw_id *id) {
+peer *host_find_peer(const p2p_host *h, const gw_id *id) {
   for (peer *p = h->peers; p; p = p->next)
     if (gw_id_eq(&p->id, id)) return p;
   return NULL;
@@ -153,7 +77,7 @@ static void prune_peers(p2p_host *h) {
 }
 
 static peer *get_peer(p2p_host *h, const gw_id *id) {
-  peer *p = find_peer(h, id);
+  peer *p = host_find_peer(h, id);
   if (p) return p;
   if (h->n_peers >= PEERS_KEEP) prune_peers(h);
   if (!(p = calloc(1, sizeof(*p)))) return NULL;
@@ -164,7 +88,6 @@ static peer *get_peer(p2p_host *h, const gw_id *id) {
   return p;
 }
 
-static conn *conn_of(const p2p_session *s) { return p2p_session_ud(s); }
 
 /* ---- targets and redials ---- */
 
@@ -182,23 +105,23 @@ static bool target_is(const target *t, const gw_id *id) {
   return gw_id_eq(&t->expect, id) || gw_id_eq(&t->learned, id);
 }
 
-static bool target_satisfied(const p2p_host *h, const target *t) {
+bool host_target_satisfied(const p2p_host *h, const target *t) {
   const gw_id *id = !gw_id_is_zero(&t->expect) ? &t->expect : &t->learned;
   if (gw_id_is_zero(id)) return false;
-  const peer *p = find_peer(h, id);
+  const peer *p = host_find_peer(h, id);
   /* A relayed session does not meet a direct target: the direct session,
    * once up, replaces it (newer_wins). */
   if (p && p->s && !t->via && p2p_session_get_info(p->s)->relayed) return false;
   return p && (p->s || p->switching);
 }
 
-static void free_target(p2p_host *h, target *t) {
+void host_free_target(p2p_host *h, target *t) {
   for (target **pp = &h->targets; *pp; pp = &(*pp)->next)
     if (*pp == t) {
       *pp = t->next;
       break;
     }
-  if (t->dialing) conn_of(t->dialing)->t = NULL; /* the dial goes on, unowned */
+  if (t->dialing) host_conn_of(t->dialing)->t = NULL; /* the dial goes on, unowned */
   free(t);
 }
 
@@ -208,41 +131,40 @@ static void dial_failed(p2p_host *h, target *t, int err, const char *why) {
   if (why && strcmp(why, "self") == 0) {
     GW_WARN(h->cfg.log, "peer.self", "addr=%s msg=\"this address is this node itself; not dialling it again\"",
             addr);
-    free_target(h, t);
+    host_free_target(h, t);
     return;
   }
   t->failures++;
   uint32_t delay = backoff_ms(h, t->failures);
-  t->next_ms = now_ms() + delay;
+  t->next_ms = host_now_ms() + delay;
   GW_INFO(h->cfg.log, "peer.dial_failed", "addr=%s attempt=%u reason=%s err=\"%s\" retry_ms=%u", addr, t->failures,
           why ? why : "-", gw_strerror(err), delay);
 }
 
-static int dial_via(p2p_host *h, target *t, conn *c);
 
 /* A new connection joins the host's list (counted against max_sessions). */
-static void conn_link(p2p_host *h, conn *c) {
+void host_conn_link(p2p_host *h, conn *c) {
   c->next = h->conns;
   h->conns = c;
   h->n_conns++;
 }
 
-static void dial(p2p_host *h, target *t) {
+void host_dial(p2p_host *h, target *t) {
   conn *c = calloc(1, sizeof(*c));
   int rc = GW_ENOMEM;
   if (c) {
     c->h = h;
     c->t = t;
-    rc = t->via ? dial_via(h, t, c)
+    rc = t->via ? host_dial_via(h, t, c)
                 : p2p_session_dial(h->loop, &t->addr, gw_id_is_zero(&t->expect) ? NULL : &t->expect, &h->scfg,
-                                   &session_cbs, c, &c->s);
+                                   &host_session_cbs, c, &c->s);
   }
   if (rc != 0) {
     free(c);
     dial_failed(h, t, rc, "dial");
     return;
   }
-  conn_link(h, c);
+  host_conn_link(h, c);
   t->dialing = c->s;
 }
 
@@ -251,13 +173,13 @@ static void schedule_redial(p2p_host *h, const gw_id *id) {
   for (target *t = h->targets; t; t = t->next)
     if (!t->dialing && target_is(t, id)) {
       t->failures = 0;
-      t->next_ms = now_ms() + backoff_ms(h, 1);
+      t->next_ms = host_now_ms() + backoff_ms(h, 1);
     }
 }
 
 /* ---- peer up / down ---- */
 
-static void apply_links(p2p_host *h, peer *p, p2p_session *s) {
+void host_apply_links(p2p_host *h, peer *p, p2p_session *s) {
   if (!h->cfg.links) return;
   p2p_link_params lp;
   p2p_links_lookup(h->cfg.links, &h->cfg.me->id, &h->bound, &p->id, &p->addr, &lp);
@@ -274,7 +196,7 @@ static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const c
   char id[GW_ID_SHORT_LEN + 1], addr[GW_ADDR_STRLEN];
   gw_id_to_short(&p->id, id);
   gw_addr_format(&p->addr, addr);
-  uint64_t now = now_ms();
+  uint64_t now = host_now_ms();
   p->switching = false;
   p->down_since_ms = now;
   if (why && strcmp(why, "disconnected") == 0)
@@ -295,11 +217,11 @@ static void peer_went_down(p2p_host *h, peer *p, p2p_down_reason reason, const c
 
 static void become_current(p2p_host *h, peer *p, p2p_session *s) {
   const p2p_session_info *info = p2p_session_get_info(s);
-  uint64_t now = now_ms();
+  uint64_t now = host_now_ms();
   p->s = s;
   p->addr = info->listen.family ? info->listen : info->remote;
   p->next_ping_ms = now; /* a first RTT sample right away */
-  apply_links(h, p, s);
+  host_apply_links(h, p, s);
   if (p->switching) { /* the duplicate that won has arrived: nothing changed for the upper layers */
     p->switching = false;
     return;
@@ -355,7 +277,7 @@ static void resolve_duplicate(p2p_host *h, peer *p, p2p_session *nw) {
   p2p_session *loser = nw_wins ? old : nw;
   if (nw_wins) {
     p->s = nw;
-    apply_links(h, p, nw);
+    host_apply_links(h, p, nw);
     /* Two circuits that crossed (both ends dialled through relays at the
      * same moment): the punch begun on the one that loses would fail with
      * it ("relay-lost") and none would start on the one kept, which then
@@ -369,122 +291,10 @@ static void resolve_duplicate(p2p_host *h, peer *p, p2p_session *nw) {
   p2p_session_goodbye(loser, GWTF__GOODBYE_REASON__GOODBYE_DUPLICATE);
 }
 
-/* ---- dial-back (p2p/reach.h) ---- */
-
-static int reach_request(void *ud, const gw_id *to, uint16_t port, uint64_t nonce) {
-  p2p_host *h = ud;
-  peer *p = find_peer(h, to);
-  if (!p || !p->s || h->closing) return GW_ENOENT;
-  Gwtf__DialBackRequest rq = GWTF__DIAL_BACK_REQUEST__INIT;
-  rq.port = port;
-  rq.nonce = nonce;
-  uint8_t body[32];
-  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_DIAL_BACK, .body = body, .body_len = gwtf__dial_back_request__pack(&rq, body)};
-  char id[GW_ID_SHORT_LEN + 1];
-  gw_id_to_short(to, id);
-  GW_DEBUG(h->cfg.log, "nat.dial_back_asked", "peer=\"%s\" port=%u", id, (unsigned)port);
-  return p2p_session_send(p->s, &m);
-}
-
-static void reach_decided(void *ud, const p2p_reachability *r) {
-  p2p_host *h = ud;
-  (void)r;
-  h->reach_report_due = true; /* callbacks come from the loop, never from inside a p2p_host_* call */
-}
-
-static void send_dial_back_result(p2p_session *s, uint64_t nonce, int status, const gw_addr *dialled) {
-  Gwtf__DialBackResult res = GWTF__DIAL_BACK_RESULT__INIT;
-  res.nonce = nonce;
-  res.status = (Gwtf__DialBackStatus)status;
-  if (dialled && (dialled->family == 4 || dialled->family == 6)) {
-    res.dialled_ip = (ProtobufCBinaryData){dialled->family == 4 ? 4 : 16, (uint8_t *)dialled->ip};
-    res.dialled_port = dialled->port;
-  }
-  uint8_t body[64];
-  p2p_msg m = {.type = GWTF__MSG_TYPE__MSG_DIAL_BACK_RESULT, .body = body,
-               .body_len = gwtf__dial_back_result__pack(&res, body)};
-  p2p_session_send(s, &m);
-}
-
-/* Our dial-back for a peer ended: report over its session (if still there). */
-static void probe_done(p2p_host *h, conn *c, bool ok) {
-  c->probe_reported = true;
-  p2p_reach_serve_done(h->reach);
-  char id[GW_ID_SHORT_LEN + 1], addr[GW_ADDR_STRLEN];
-  gw_id_to_short(&c->probe_for, id);
-  gw_addr_format(&c->probe_addr, addr);
-  GW_DEBUG(h->cfg.log, "nat.dial_back", "peer=\"%s\" addr=%s result=%s", id, addr, ok ? "ok" : "failed");
-  if (h->closing) return;
-  peer *p = find_peer(h, &c->probe_for);
-  if (p && p->s && p2p_session_is_up(p->s))
-    send_dial_back_result(p->s, c->probe_nonce,
-                          ok ? GWTF__DIAL_BACK_STATUS__DIAL_BACK_OK : GWTF__DIAL_BACK_STATUS__DIAL_BACK_FAILED,
-                          &c->probe_addr);
-}
-
-/* A peer asks us to dial it back. We dial only the IP its session comes
- * from (the request has no address to give), expecting its node ID. */
-static void serve_dial_back(p2p_host *h, p2p_session *s, const p2p_msg *msg) {
-  const p2p_session_info *info = p2p_session_get_info(s);
-  Gwtf__DialBackRequest *rq = gwtf__dial_back_request__unpack(NULL, msg->body_len, msg->body);
-  if (!rq) return; /* malformed: not answered */
-  uint32_t port = rq->port;
-  uint64_t nonce = rq->nonce;
-  gwtf__dial_back_request__free_unpacked(rq, NULL);
-  char id[GW_ID_SHORT_LEN + 1];
-  gw_id_to_short(&info->peer_id, id);
-  const char *why = "relayed";
-  /* Over a relay, remote is the relay's address: never dial that. */
-  int rc = info->relayed ? GW_EPERM : p2p_reach_admit(h->reach, &info->peer_id, &info->remote, port, now_ms(), &why);
-  if (rc != 0) {
-    GW_DEBUG(h->cfg.log, "nat.dial_back_refused", "peer=\"%s\" port=%u reason=%s", id, (unsigned)port, why);
-    send_dial_back_result(s, nonce, GWTF__DIAL_BACK_STATUS__DIAL_BACK_REFUSED, NULL);
-    return;
-  }
-  gw_addr target = info->remote;
-  target.port = (uint16_t)port;
-  conn *c = calloc(1, sizeof(*c));
-  if (!c) {
-    p2p_reach_serve_done(h->reach);
-    send_dial_back_result(s, nonce, GWTF__DIAL_BACK_STATUS__DIAL_BACK_REFUSED, NULL);
-    return;
-  }
-  c->h = h;
-  c->probe_out = true;
-  c->probe_for = info->peer_id;
-  c->probe_nonce = nonce;
-  c->probe_addr = target;
-  p2p_session_config scfg = h->scfg;
-  scfg.dial_back_nonce = nonce;
-  scfg.connect_timeout_ms = h->cfg.dial_back_timeout_ms;
-  scfg.handshake_timeout_ms = h->cfg.dial_back_timeout_ms;
-  rc = p2p_session_dial(h->loop, &target, &info->peer_id, &scfg, &session_cbs, c, &c->s);
-  if (rc != 0) {
-    probe_done(h, c, false);
-    free(c);
-    return;
-  }
-  conn_link(h, c);
-}
-
-static void got_dial_back_result(p2p_host *h, const gw_id *from, const p2p_msg *msg) {
-  Gwtf__DialBackResult *res = gwtf__dial_back_result__unpack(NULL, msg->body_len, msg->body);
-  if (!res) return;
-  gw_addr dialled = {0};
-  size_t l = res->dialled_ip.len;
-  if ((l == 4 || l == 16) && res->dialled_port > 0 && res->dialled_port <= 65535) {
-    dialled.family = l == 4 ? 4 : 6;
-    memcpy(dialled.ip, res->dialled_ip.data, l);
-    dialled.port = (uint16_t)res->dialled_port;
-  }
-  p2p_reach_on_result(h->reach, from, res->nonce, (int)res->status, &dialled, now_ms());
-  gwtf__dial_back_result__free_unpacked(res, NULL);
-}
-
 /* ---- session callbacks ---- */
 
 /* An inbound connection left its handshake (up, or became a relay leg). */
-static void handshake_over(p2p_host *h, conn *c) {
+void host_handshake_over(p2p_host *h, conn *c) {
   if (!c->handshaking_in) return;
   c->handshaking_in = false;
   h->handshakes--;
@@ -492,10 +302,10 @@ static void handshake_over(p2p_host *h, conn *c) {
 }
 
 static void on_session_up(p2p_session *s) {
-  conn *c = conn_of(s);
+  conn *c = host_conn_of(s);
   p2p_host *h = c->h;
   const p2p_session_info *info = p2p_session_get_info(s);
-  handshake_over(h, c);
+  host_handshake_over(h, c);
   if (c->t) {
     c->t->learned = info->peer_id;
     c->t->failures = 0;
@@ -504,7 +314,7 @@ static void on_session_up(p2p_session *s) {
   }
   if (h->closing) return;
   if (c->probe_out) {
-    probe_done(h, c, true);
+    host_probe_done(h, c, true);
     p2p_session_goodbye(s, GWTF__GOODBYE_REASON__GOODBYE_DIAL_BACK);
     return;
   }
@@ -513,7 +323,7 @@ static void on_session_up(p2p_session *s) {
      * in the current round; either way it is closed, and it never touches
      * the peer's real session (no duplicate tie-break, no peer_up). */
     c->probe_in = true;
-    bool ours = h->reach && p2p_reach_on_probe(h->reach, &info->peer_id, info->dial_back_nonce, now_ms());
+    bool ours = h->reach && p2p_reach_on_probe(h->reach, &info->peer_id, info->dial_back_nonce, host_now_ms());
     char id[GW_ID_SHORT_LEN + 1];
     gw_id_to_short(&info->peer_id, id);
     GW_DEBUG(h->cfg.log, "nat.dial_back_in", "peer=\"%s\" expected=%d", id, (int)ours);
@@ -571,7 +381,7 @@ static void got_pong(p2p_host *h, peer *p, const p2p_msg *msg) {
 }
 
 static void on_session_message(p2p_session *s, p2p_msg *msg) {
-  conn *c = conn_of(s);
+  conn *c = host_conn_of(s);
   p2p_host *h = c->h;
   const gw_id *from = &p2p_session_get_info(s)->peer_id;
   if (h->closing || c->probe_out || c->probe_in || c->punch) return; /* a dial-back carries nothing */
@@ -580,18 +390,18 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
   case GWTF__MSG_TYPE__MSG_RELAY_RESERVE:
   case GWTF__MSG_TYPE__MSG_RELAY_RESERVED:
   case GWTF__MSG_TYPE__MSG_RELAY_INCOMING: {
-    peer *p = find_peer(h, from);
+    peer *p = host_find_peer(h, from);
     if (p && p->s == s && h->relay) p2p_relay_on_message(h->relay, from, msg);
     return;
   }
   case GWTF__MSG_TYPE__MSG_DIAL_BACK: {
-    peer *p = find_peer(h, from);
-    if (p && p->s == s) serve_dial_back(h, s, msg);
+    peer *p = host_find_peer(h, from);
+    if (p && p->s == s) host_serve_dial_back(h, s, msg);
     return;
   }
   case GWTF__MSG_TYPE__MSG_DIAL_BACK_RESULT: {
-    peer *p = find_peer(h, from);
-    if (p && p->s == s) got_dial_back_result(h, from, msg);
+    peer *p = host_find_peer(h, from);
+    if (p && p->s == s) host_got_dial_back_result(h, from, msg);
     return;
   }
   case GWTF__MSG_TYPE__MSG_PUNCH_CONNECT:
@@ -600,7 +410,7 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
     if (h->punch) p2p_punch_on_message(h->punch, s, from, msg);
     return;
   case GWTF__MSG_TYPE__MSG_PONG: {
-    peer *p = find_peer(h, from);
+    peer *p = host_find_peer(h, from);
     if (p && p->s == s) got_pong(h, p, msg);
     return;
   }
@@ -610,14 +420,14 @@ static void on_session_message(p2p_session *s, p2p_msg *msg) {
 }
 
 static void on_session_drained(p2p_session *s) {
-  conn *c = conn_of(s);
+  conn *c = host_conn_of(s);
   p2p_host *h = c->h;
   if (p2p_session_is_pipe(s)) { /* a relay leg */
     if (!h->closing && h->relay) p2p_relay_on_pipe_drained(h->relay, s);
     return;
   }
   const gw_id *id = &p2p_session_get_info(s)->peer_id;
-  peer *p = find_peer(h, id);
+  peer *p = host_find_peer(h, id);
   if (!h->closing && p && p->s == s && h->cbs.writable) h->cbs.writable(h->cbs.ud, id);
 }
 
@@ -633,7 +443,7 @@ static void unlink_conn(p2p_host *h, conn *c) {
 static void maybe_finish(p2p_host *h);
 
 static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *why) {
-  conn *c = conn_of(s);
+  conn *c = host_conn_of(s);
   if (c->refused) { /* the host may be gone already: touch nothing of it */
     free(c);
     return;
@@ -643,7 +453,7 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
   if (c->handshaking_in) h->handshakes--;
   if (c->counted) p2p_limits_release(h->limits, &c->from, c->handshaking_in);
   if (p2p_session_is_pipe(s) && h->relay) p2p_relay_on_pipe_closed(h->relay, s, why);
-  if (c->probe_out && !c->probe_reported) probe_done(h, c, false);
+  if (c->probe_out && !c->probe_reported) host_probe_done(h, c, false);
   if (h->punch) p2p_punch_on_closed(h->punch, s);
   if (h->closing) {
     free(c);
@@ -659,14 +469,14 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
     dial_failed(h, c->t, err, why);
   }
   const p2p_session_info *info = p2p_session_get_info(s);
-  peer *p = gw_id_is_zero(&info->peer_id) ? NULL : find_peer(h, &info->peer_id);
+  peer *p = gw_id_is_zero(&info->peer_id) ? NULL : host_find_peer(h, &info->peer_id);
   if (p && p->s == s) {
     p->s = NULL;
     if (end == P2P_END_LEFT && p2p_session_goodbye_reason(s) == GWTF__GOODBYE_REASON__GOODBYE_DUPLICATE) {
       /* The peer kept another session with us, which is not up on our side
        * yet: wait for it rather than report the peer gone. */
       p->switching = true;
-      p->switch_deadline_ms = now_ms() + h->cfg.handshake_timeout_ms;
+      p->switch_deadline_ms = host_now_ms() + h->cfg.handshake_timeout_ms;
     } else if (end == P2P_END_CLOSED) {
       /* We closed it (p2p_host_disconnect): the peer is fine, just not ours. */
       peer_went_down(h, p, P2P_DOWN_LEFT, "disconnected");
@@ -677,187 +487,17 @@ static void on_session_closed(p2p_session *s, p2p_end end, int err, const char *
   free(c);
 }
 
-/* ---- relay circuits (p2p/relay.h) ---- */
-
-static void on_session_preface(p2p_session *s, const uint8_t *preface) {
-  conn *c = conn_of(s);
-  p2p_host *h = c->h;
-  handshake_over(h, c); /* a relay leg is no handshake */
-  if (h->closing || !h->relay) {
-    p2p_session_close(s, P2P_END_CLOSED, 0, "shutdown");
-    return;
-  }
-  p2p_relay_on_preface(h->relay, s, preface);
-}
-
-static void on_session_pipe_data(p2p_session *s, uint8_t *buf, size_t len) {
-  p2p_host *h = conn_of(s)->h;
-  if (h->closing || !h->relay) {
-    free(buf);
-    return;
-  }
-  p2p_relay_on_pipe_data(h->relay, s, buf, len);
-}
-
-static int dial_via(p2p_host *h, target *t, conn *c) {
-  uint8_t preface[P2P_RELAY_PREFACE_BYTES];
-  p2p_relay_preface_connect(&t->expect, preface);
-  return p2p_session_dial_via(h->loop, &t->addr, preface, P2P_INITIATOR, &t->expect, &h->scfg, &session_cbs, c,
-                              &c->s);
-}
-
-int p2p_host_relay_dial_back(p2p_host *h, const gw_addr *addr, const uint8_t preface[P2P_RELAY_PREFACE_BYTES]) {
-  if (h->closing) return GW_ECLOSED;
-  /* A circuit is a new inbound session from someone we do not know yet:
-   * it counts against the global handshake and session caps (the relay's
-   * own limits bound how many one relay brings). */
-  if (h->handshakes >= h->cfg.max_handshakes || h->n_conns >= h->cfg.max_sessions) {
-    bool hs = h->handshakes >= h->cfg.max_handshakes;
-    p2p_limits_hit(h->limits, hs ? "handshakes-total" : "sessions-total", addr, hs ? h->handshakes : h->n_conns,
-                   now_ms());
-    return GW_EFULL;
-  }
-  conn *c = calloc(1, sizeof(*c));
-  if (!c) return GW_ENOMEM;
-  c->h = h;
-  c->handshaking_in = true;
-  int rc = p2p_session_dial_via(h->loop, addr, preface, P2P_RESPONDER, NULL, &h->scfg, &session_cbs, c, &c->s);
-  if (rc != 0) {
-    free(c);
-    return rc;
-  }
-  conn_link(h, c);
-  h->handshakes++;
-  return 0;
-}
-
-int p2p_host_relay_send(p2p_host *h, const gw_id *to, const p2p_msg *msg) {
-  peer *p = find_peer(h, to);
-  if (!p || !p->s || h->closing) return GW_ENOENT;
-  return p2p_session_send(p->s, msg);
-}
-
-bool p2p_host_relay_peer_up(const p2p_host *h, const gw_id *id) { return p2p_host_is_connected(h, id); }
-
-/* ---- hole punching (p2p/punch.h) ---- */
-
-static void on_session_punch(p2p_session *s, const uint8_t *preface) {
-  conn *c = conn_of(s);
-  p2p_host *h = c->h;
-  if (h->closing || !h->punch) {
-    p2p_session_close(s, P2P_END_CLOSED, 0, "shutdown");
-    return;
-  }
-  c->punch = true;
-  p2p_punch_on_preface(h->punch, s, preface);
-}
-
-int p2p_host_punch_dial(p2p_host *h, const gw_addr *local, const gw_addr *remote,
-                        const uint8_t preface[P2P_PUNCH_PREFACE_BYTES], p2p_role role, const gw_id *expect,
-                        p2p_session **out) {
-  if (h->closing) return GW_ECLOSED;
-  if (h->n_conns >= h->cfg.max_sessions) return GW_EFULL;
-  conn *c = calloc(1, sizeof(*c));
-  if (!c) return GW_ENOMEM;
-  c->h = h;
-  c->punch = true;
-  int rc = p2p_session_dial_punch(h->loop, local, remote, preface, role, expect, &h->scfg, &session_cbs, c, &c->s);
-  if (rc != 0) {
-    free(c);
-    return rc;
-  }
-  conn_link(h, c);
-  *out = c->s;
-  return 0;
-}
-
-void p2p_host_punch_switch(p2p_host *h, const gw_id *id, p2p_session *s) {
-  peer *p = find_peer(h, id);
-  if (!p || h->closing) return;
-  const p2p_session_info *info = p2p_session_get_info(s);
-  conn_of(s)->punch = false; /* an ordinary peer session from now on */
-  p->s = s;
-  p->addr = info->listen.family ? info->listen : info->remote;
-  p->next_ping_ms = now_ms();
-  p->rtt_samples = 0; /* another path: its RTT starts afresh */
-  apply_links(h, p, s);
-}
-
-p2p_session *p2p_host_punch_current(const p2p_host *h, const gw_id *id) {
-  const peer *p = find_peer(h, id);
-  return p ? p->s : NULL;
-}
-
-size_t p2p_host_punch_observed(const p2p_host *h, gw_addr *local, gw_addr *observed, size_t max) {
-  size_t n = 0;
-  for (const peer *p = h->peers; p && n < max; p = p->next) {
-    if (!p->s || !p2p_session_is_up(p->s)) continue;
-    const p2p_session_info *info = p2p_session_get_info(p->s);
-    if (info->relayed || !info->observed.family || info->observed.family != info->local.family) continue;
-    local[n] = info->local;
-    observed[n++] = info->observed;
-  }
-  return n;
-}
-
-void p2p_host_punch_stats(const p2p_host *h, p2p_punch_stats *out) { p2p_punch_get_stats(h->punch, out); }
-
-int p2p_host_connect_via(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr, const gw_id *target_id) {
-  (void)relay_id; /* the circuit's end-to-end handshake authenticates the target; the relay is just a pipe */
-  if (h->closing) return GW_ECLOSED;
-  if (!relay_addr->family || !relay_addr->port || !target_id || gw_id_is_zero(target_id)) return GW_EINVAL;
-  if (gw_id_eq(target_id, &h->cfg.me->id)) return GW_EINVAL;
-  for (target *t = h->targets; t; t = t->next)
-    if (t->via && gw_addr_eq(&t->addr, relay_addr) && gw_id_eq(&t->expect, target_id)) return 0;
-  target *t = calloc(1, sizeof(*t));
-  if (!t) return GW_ENOMEM;
-  t->addr = *relay_addr;
-  t->expect = *target_id;
-  t->via = true;
-  t->next = h->targets;
-  h->targets = t;
-  if (!target_satisfied(h, t)) dial(h, t);
-  return 0;
-}
-
-int p2p_host_relay_reserve(p2p_host *h, const gw_id *relay_id, const gw_addr *relay_addr) {
-  if (!h->relay) return GW_ENOMEM;
-  int rc = p2p_host_connect(h, relay_addr, relay_id);
-  return rc == 0 ? p2p_relay_want(h->relay, relay_id, relay_addr) : rc;
-}
-
-void p2p_host_relay_stats(const p2p_host *h, p2p_relay_stats *out) {
-  if (h->relay)
-    p2p_relay_get_stats(h->relay, out);
-  else
-    memset(out, 0, sizeof(*out));
-}
-
-void p2p_host_relay_unreserve(p2p_host *h, const gw_id *relay_id) {
-  if (h->relay) p2p_relay_unwant(h->relay, relay_id);
-}
-
-size_t p2p_host_relay_list(const p2p_host *h, p2p_relay_resv *out, size_t max) {
-  return h->relay ? p2p_relay_list(h->relay, out, max) : 0;
-}
-
-void p2p_host_forget_via(p2p_host *h, const gw_addr *relay_addr, const gw_id *target_id) {
-  for (target *t = h->targets; t; t = t->next)
-    if (t->via && gw_addr_eq(&t->addr, relay_addr) && gw_id_eq(&t->expect, target_id)) {
-      free_target(h, t);
-      return;
-    }
-}
-
-static const p2p_session_cbs session_cbs = {
+const p2p_session_cbs host_session_cbs = {
     .up = on_session_up,
     .message = on_session_message,
     .drained = on_session_drained,
     .closed = on_session_closed,
-    .preface = on_session_preface,
-    .pipe_data = on_session_pipe_data,
-    .punch = on_session_punch,
+    .preface = host_on_session_preface,
+    .pipe_data = host_on_session_pipe_data,
+    .punch = host_on_session_punch,
 };
+
+
 
 /* ---- housekeeping ---- */
 
@@ -899,12 +539,12 @@ static void read_fd_limit(p2p_host *h) {
   if (fd >= 0)
     close(fd);
   else if (errno == EMFILE || errno == ENFILE)
-    p2p_limits_hit(h->limits, "fds", NULL, h->fd_limit, now_ms());
+    p2p_limits_hit(h->limits, "fds", NULL, h->fd_limit, host_now_ms());
 }
 
 static void on_tick(uv_timer_t *timer) {
   p2p_host *h = timer->data;
-  uint64_t now = now_ms();
+  uint64_t now = host_now_ms();
   for (peer *p = h->peers; p && !h->closing; p = p->next) check_peer(h, p, now);
   if (h->closing) return; /* a peer_down callback closed the host */
   for (conn *c = h->conns; c; c = c->next) p2p_session_poll(c->s, now); /* closes only from the loop */
@@ -920,75 +560,11 @@ static void on_tick(uv_timer_t *timer) {
   }
   for (target *t = h->targets, *next; t; t = next) {
     next = t->next; /* a failed dial may free t (dialling ourselves) */
-    if (!t->dialing && now >= t->next_ms && !target_satisfied(h, t)) dial(h, t);
+    if (!t->dialing && now >= t->next_ms && !host_target_satisfied(h, t)) host_dial(h, t);
   }
 }
 
-/* ---- listening ---- */
-
-static void free_handle(uv_handle_t *hd) { free(hd); }
-
-/* Over a global cap: accept and close at once, so the listener keeps
- * accepting; one limit.hit line a second says so. */
-static void refuse(p2p_host *h, uv_stream_t *server, const char *kind, uint64_t count) {
-  uv_tcp_t *tmp = malloc(sizeof(*tmp));
-  if (!tmp) return;
-  uv_tcp_init(h->loop, tmp);
-  gw_addr a = {0};
-  if (uv_accept(server, (uv_stream_t *)tmp) == 0) {
-    struct sockaddr_storage ss;
-    int len = sizeof(ss);
-    if (uv_tcp_getpeername(tmp, (struct sockaddr *)&ss, &len) != 0 ||
-        p2p_addr_from_sockaddr((struct sockaddr *)&ss, &a) != 0)
-      a.family = 0;
-  }
-  p2p_limits_hit(h->limits, kind, &a, count, now_ms());
-  uv_close((uv_handle_t *)tmp, free_handle);
-}
-
-static void on_connection(uv_stream_t *server, int status) {
-  p2p_host *h = server->data;
-  if (status < 0) {
-    /* Out of file descriptors: libuv has accepted and closed what was
-     * pending (its reserve-fd trick) and reads on; we only say so. */
-    bool fds = status == UV_EMFILE || status == UV_ENFILE;
-    p2p_limits_hit(h->limits, fds ? "fds" : "accept-failed", NULL, (uint64_t)h->n_conns, now_ms());
-    return;
-  }
-  if (h->closing) return;
-  if (h->handshakes >= h->cfg.max_handshakes) return refuse(h, server, "handshakes-total", h->handshakes);
-  if (h->n_conns >= h->cfg.max_sessions) return refuse(h, server, "sessions-total", h->n_conns);
-  conn *c = calloc(1, sizeof(*c));
-  if (!c) return refuse(h, server, "out-of-memory", h->n_conns);
-  c->h = h;
-  int rc = p2p_session_accept(server, &h->scfg, &session_cbs, c, &c->s);
-  if (rc != 0) {
-    free(c);
-    p2p_limits_hit(h->limits, rc == UV_EMFILE || rc == UV_ENFILE ? "fds" : "accept-failed", NULL,
-                   (uint64_t)h->n_conns, now_ms());
-    return;
-  }
-  /* Per IP and subnet: refused connections close at once, log nothing
-   * but the (rate-limited) limit.hit, and count for nothing. */
-  const char *kind;
-  c->from = p2p_session_get_info(c->s)->remote;
-  int fd = p2p_session_fileno(c->s);
-  if (h->fd_limit && fd >= 0 && (uint64_t)fd + P2P_LIMIT_FD_RESERVE >= h->fd_limit) {
-    p2p_limits_hit(h->limits, "fds", &c->from, (uint64_t)fd, now_ms());
-    c->refused = true;
-    p2p_session_close(c->s, P2P_END_CLOSED, GW_EFULL, "fds");
-    return;
-  }
-  if (p2p_limits_admit(h->limits, &c->from, now_ms(), &kind) != 0) {
-    c->refused = true;
-    p2p_session_close(c->s, P2P_END_CLOSED, GW_EFULL, kind);
-    return;
-  }
-  c->counted = true;
-  c->handshaking_in = true;
-  h->handshakes++;
-  conn_link(h, c);
-}
+/* ---- closing ---- */
 
 static void on_handle_closed(uv_handle_t *hd) {
   p2p_host *h = hd->data;
@@ -1014,22 +590,6 @@ static void maybe_finish(p2p_host *h) {
   void *ud = h->done_ud;
   free(h);
   if (done) done(ud);
-}
-
-static int start_listening(p2p_host *h) {
-  struct sockaddr_storage ss;
-  int rc = p2p_addr_to_sockaddr(&h->cfg.listen, &ss);
-  if (rc != 0) return rc;
-  if ((rc = uv_tcp_init(h->loop, &h->listener)) != 0) return rc;
-  h->listener.data = h;
-  h->listening = true;
-  h->open_handles++;
-  if ((rc = uv_tcp_bind(&h->listener, (struct sockaddr *)&ss, 0)) != 0) return rc;
-  if ((rc = uv_listen((uv_stream_t *)&h->listener, LISTEN_BACKLOG, on_connection)) != 0) return rc;
-  if (h->cfg.punch.enabled && (rc = p2p_punch_share_port(&h->listener)) != 0) return rc; /* punches dial from it */
-  int len = sizeof(ss);
-  if ((rc = uv_tcp_getsockname(&h->listener, (struct sockaddr *)&ss, &len)) != 0) return rc;
-  return p2p_addr_from_sockaddr((struct sockaddr *)&ss, &h->bound);
 }
 
 /* ---- API ---- */
@@ -1066,7 +626,7 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
   uv_timer_init(loop, &h->tick);
   h->tick.data = h;
   h->open_handles = 1;
-  int rc = cfg->listen.family ? start_listening(h) : 0, rc_new;
+  int rc = cfg->listen.family ? host_start_listening(h) : 0, rc_new;
   if (rc != 0) {
     /* The handles close asynchronously; the loop frees the host. */
     h->closing = true;
@@ -1079,7 +639,7 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
   if (cfg->punch.enabled && p2p_punch_new(h, loop, &cfg->punch, cfg->me, cfg->log, &h->punch) != 0)
     h->punch = NULL; /* runs without */
   p2p_reach_config rcfg = {.port = h->bound.port, .log = cfg->log};
-  p2p_reach_io io = {.ud = h, .request = reach_request, .decided = reach_decided};
+  p2p_reach_io io = {.ud = h, .request = host_reach_request, .decided = host_reach_decided};
   /* A peer's answer waits for its dial-back's connect and handshake. */
   if (cfg->dial_back_timeout_ms && cfg->dial_back_timeout_ms < 600000)
     rcfg.result_timeout_ms = 2 * cfg->dial_back_timeout_ms + 3000;
@@ -1111,14 +671,14 @@ int p2p_host_connect(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
   if (expect) t->expect = *expect;
   t->next = h->targets;
   h->targets = t;
-  if (!target_satisfied(h, t)) dial(h, t);
+  if (!host_target_satisfied(h, t)) host_dial(h, t);
   return 0;
 }
 
 void p2p_host_forget(p2p_host *h, const gw_addr *addr) {
   for (target *t = h->targets; t; t = t->next)
     if (!t->via && gw_addr_eq(&t->addr, addr)) {
-      free_target(h, t);
+      host_free_target(h, t);
       return;
     }
 }
@@ -1126,9 +686,9 @@ void p2p_host_forget(p2p_host *h, const gw_addr *addr) {
 int p2p_host_disconnect(p2p_host *h, const gw_id *id) {
   for (target *t = h->targets, *next; t; t = next) {
     next = t->next;
-    if (target_is(t, id)) free_target(h, t);
+    if (target_is(t, id)) host_free_target(h, t);
   }
-  peer *p = find_peer(h, id);
+  peer *p = host_find_peer(h, id);
   if (!p || !p->s) return GW_ENOENT;
   p2p_session_goodbye(p->s, GWTF__GOODBYE_REASON__GOODBYE_LEAVING);
   return 0;
@@ -1149,32 +709,32 @@ int p2p_host_send(p2p_host *h, const gw_id *to, const p2p_msg *msg) {
   case GWTF__MSG_TYPE__MSG_HELLO: return GW_EINVAL; /* the host's own */
   default: break;
   }
-  peer *p = find_peer(h, to);
+  peer *p = host_find_peer(h, to);
   if (!p || !p->s || h->closing) return GW_ENOENT;
   if (p2p_session_queued(p->s) > h->cfg.max_queue) return GW_EFULL;
   return p2p_session_send(p->s, msg);
 }
 
 size_t p2p_host_queued(const p2p_host *h, const gw_id *to) {
-  const peer *p = find_peer(h, to);
+  const peer *p = host_find_peer(h, to);
   return p && p->s ? p2p_session_queued(p->s) : 0;
 }
 
 int p2p_host_ping(p2p_host *h, const gw_id *id) {
-  peer *p = find_peer(h, id);
+  peer *p = host_find_peer(h, id);
   if (!p || !p->s || !p2p_session_is_up(p->s)) return GW_ENOENT;
   send_ping(p);
-  p->next_ping_ms = now_ms() + h->cfg.ping_interval_ms;
+  p->next_ping_ms = host_now_ms() + h->cfg.ping_interval_ms;
   return 0;
 }
 
 bool p2p_host_is_connected(const p2p_host *h, const gw_id *id) {
-  const peer *p = find_peer(h, id);
+  const peer *p = host_find_peer(h, id);
   return p && p->s && p2p_session_is_up(p->s);
 }
 
 int p2p_host_peer_stats(const p2p_host *h, const gw_id *id, p2p_peer_stats *out) {
-  const peer *p = find_peer(h, id);
+  const peer *p = host_find_peer(h, id);
   memset(out, 0, sizeof(*out));
   if (!p) return GW_ENOENT;
   out->addr = p->addr;
@@ -1218,7 +778,7 @@ void p2p_host_recheck_reachability(p2p_host *h, const gw_addr *external) {
   char addr[GW_ADDR_STRLEN] = "-";
   if (external && external->family) gw_addr_format(external, addr);
   GW_INFO(h->cfg.log, "nat.recheck", "external=%s port=%u", addr, (unsigned)port);
-  if (port) p2p_reach_recheck(h->reach, port, now_ms());
+  if (port) p2p_reach_recheck(h->reach, port, host_now_ms());
 }
 
 int p2p_host_observed_addr(const p2p_host *h, gw_addr *out) { return p2p_reach_observed(h->reach, out); }
@@ -1241,7 +801,7 @@ void p2p_host_close(p2p_host *h, void (*done)(void *ud), void *ud) {
   p2p_punch_stop(h->punch);
   if (h->listening) uv_close((uv_handle_t *)&h->listener, on_handle_closed);
   uv_close((uv_handle_t *)&h->tick, on_handle_closed);
-  while (h->targets) free_target(h, h->targets);
+  while (h->targets) host_free_target(h, h->targets);
   for (conn *c = h->conns; c; c = c->next) {
     if (p2p_session_is_up(c->s))
       p2p_session_goodbye(c->s, GWTF__GOODBYE_REASON__GOODBYE_LEAVING);
