@@ -261,6 +261,13 @@ static void test_rate_limits(void **state) {
     ok += dht_guard_admit(&g, &q.addr, 300);
   }
   assert_true(ok <= 30 && ok >= 20);
+  /* Loopback (every peer of a local swarm) skips the per-IP bucket, not
+   * the global one. */
+  dht_guard_init(&g, &lim, seed, 0);
+  gw_addr lo4 = {.family = 4, .ip = {127, 0, 0, 1}, .port = 9000}, lo6 = {.family = 6, .ip = {[15] = 1}, .port = 9000};
+  ok = 0;
+  for (int i = 0; i < 40; i++) ok += dht_guard_admit(&g, i % 2 ? &lo6 : &lo4, 0);
+  assert_int_equal(ok, 30); /* the global burst, not 5 per address */
   /* Rate 0: unlimited. */
   dht_rate_limits off = {0, 0, 0, 0};
   dht_guard_init(&g, &off, seed, 0);
