@@ -307,6 +307,27 @@ static int cmp_contrib(const void *x, const void *y) {
 }
 
 /* Every live member we know has contributed (or the round timed out). */
+static bool contributed(const peer_agg *a, const gw_id *id) {
+  for (uint32_t k = 0; k < a->n_contrib; k++)
+    if (gw_id_eq(&a->contrib[k].id, id) && (a->contrib[k].complete || a->contrib[k].rejected)) return true;
+  return false;
+}
+
+/* A live stage-mate heard by HELLO only, in the round, that has not
+ * contributed, and that would pick us to aggregate: the lowest ID it knows,
+ * so one above ours (a member below us that our directory lacks aggregates
+ * among its own view: test_member_blind_to_its_stage). */
+static bool heard_member_pending(train_peer *p) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (v->v[i].heard && !v->v[i].vouched && gw_id_cmp(id, &p->cfg.self) > 0 && peer_alive(p, id) &&
+        !agg_out_of_round(p, id) && !contributed(&p->agg, id))
+      return true;
+  }
+  return false;
+}
+
 static bool round_complete(train_peer *p) {
   peer_agg *a = &p->agg;
   if (a->phase == AGG_EXPORT) return false; /* our own gradient first */
@@ -321,12 +342,17 @@ static bool round_complete(train_peer *p) {
     if ((v->v[i].heard && !v->v[i].vouched) || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) ||
         agg_out_of_round(p, id))
       continue;
-    bool have = false;
-    for (uint32_t k = 0; k < a->n_contrib; k++)
-      if (gw_id_eq(&a->contrib[k].id, id) && (a->contrib[k].complete || a->contrib[k].rejected)) have = true;
-    if (!have) return false;
+    if (!contributed(a, id)) return false;
   }
-  return true;
+  /* Microbatches the data nodes' ledger lists that no contribution has may
+   * be with a stage-mate we only heard by HELLO: a member that got ready a
+   * moment ago, which our directory does not list yet, and that the flows
+   * already gave work. Its gradient is waited for, to the deadline. Before,
+   * the round averaged without it (swarm_validation_crash on a loaded
+   * machine: ledger.missing for the two microbatches such a member carried,
+   * and the losses left train-ref's). A stranger's HELLO cannot hold a
+   * round whose microbatches are all accounted for. */
+  return !(heard_member_pending(p) && ledger_uncovered(p));
 }
 
 

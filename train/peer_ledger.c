@@ -543,6 +543,31 @@ static void log_counted(train_peer *p, const counted *c, uint32_t n, bool exact)
           n ? ids : "-");
 }
 
+static bool listed_in(const ledger_mb *mbs, uint32_t n, const ledger_mb *m) {
+  for (uint32_t k = 0; k < n; k++)
+    if (mb_eq(&mbs[k], m)) return true;
+  return false;
+}
+
+bool ledger_uncovered(train_peer *p) {
+  sync(p);
+  const peer_ledger *L = &p->ledger;
+  const peer_agg *a = &p->agg;
+  for (uint32_t i = 0; i < L->n_book; i++) {
+    const ledger_mb *m = &L->book[i];
+    bool covered = false;
+    for (uint32_t c = 0; c < a->n_contrib && !covered; c++) {
+      if (!a->contrib[c].complete) continue;
+      const gw_id *member = &a->contrib[c].id;
+      const ledger_list *l = gw_id_eq(member, &p->cfg.self) ? NULL : list_of(L, member);
+      covered = l ? listed_in(l->mbs, l->n, m)
+                  : gw_id_eq(member, &p->cfg.self) ? listed_in(L->mine, L->n_mine, m) : true; /* unlisted: may */
+    }
+    if (!covered) return true;
+  }
+  return false;
+}
+
 void ledger_round(train_peer *p, uint32_t *total) {
   sync(p);
   peer_ledger *L = &p->ledger;

@@ -124,6 +124,10 @@ bool ledger_on_grad(struct train_peer *p, const gw_id *from, const Gwtf__TrainGr
 /* BEGIN_AGG for `iteration`: the ledger we know goes with it / arrives. */
 void ledger_fill_begin(struct train_peer *p, Gwtf__TrainIteration *m, uint64_t iteration);
 void ledger_on_begin(struct train_peer *p, const gw_id *from, const Gwtf__TrainIteration *m);
+/* Whether the iteration's ledger (the data nodes', from BEGIN_AGG) lists a
+ * microbatch that none of the round's complete contributions lists (one
+ * from a member that predates the ledger may hold anything). */
+bool ledger_uncovered(struct train_peer *p);
 /* The aggregator's kept contributions, sorted by node ID: reports
  * duplicates, missing and extra microbatches and logs ledger.counted; with
  * --deterministic, sets *total to the microbatches the average covers. */

@@ -294,6 +294,31 @@ static void test_catch_up_left_alone_moves_on(void **state) {
   h_free(&sc.h);
 }
 
+/* S's directory does not list the joiner J (in_view false: S's view lags),
+ * yet J gets ready, hears S's rounds and gets work from stage 1, whose view
+ * has it. S aggregates: it waits for J, heard only by HELLO, while the data
+ * node's ledger lists microbatches no contribution has; every microbatch
+ * counts once in every round. Before, S averaged as soon as its own
+ * gradient was in, without the microbatches J carried (ledger.missing; the
+ * losses left train-ref's in swarm_validation_crash on a loaded machine). */
+static void test_round_waits_for_a_heard_member_with_work(void **state) {
+  (void)state;
+  scene sc = {0};
+  scene_build(&sc, 1);
+  assert_true(h_run_until_finished(&sc.h, 300000));
+  assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
+  const train_counters *cs = counters(&sc, sc.s), *cj = counters(&sc, sc.j1);
+  if (verbose())
+    fprintf(stderr, "S: %llu backwards, %llu missing; J: %llu backwards\n",
+            (unsigned long long)cs->backward_computed, (unsigned long long)cs->ledger_missing,
+            (unsigned long long)cj->backward_computed);
+  assert_true(cj->backward_computed > 0); /* J carried work */
+  assert_int_equal(cs->ledger_missing, 0);
+  char why[200] = "";
+  if (!h_hashes_agree(&sc.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  h_free(&sc.h);
+}
+
 static double slowest_iteration(const h_node *n) {
   double worst = 0;
   for (int i = 0; i < ITERS; i++)
@@ -371,6 +396,7 @@ int main(void) {
       cmocka_unit_test(test_joiner_on_a_slow_link_catches_up),
       cmocka_unit_test(test_stage_left_behind_moves_on),
       cmocka_unit_test(test_catch_up_left_alone_moves_on),
+      cmocka_unit_test(test_round_waits_for_a_heard_member_with_work),
       cmocka_unit_test(test_round_does_not_wait_for_a_peer_waiting_for_our_state),
       cmocka_unit_test(test_gradient_to_a_joining_peer_goes_elsewhere),
   };
