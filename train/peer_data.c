@@ -364,8 +364,7 @@ uint64_t data_trip_ms(const train_peer *p) { return p->cfg.tun.hop_timeout_ms * 
  * two later than data_share counts its slots (a CI run deferred the first
  * iteration's fourth microbatch that way). */
 void data_no_route(train_peer *p, peer_mb *mb) {
-  bool nobody_refused = mb->n_avoid == 0;
-  if (nobody_refused ? mb_wait_for_hop(p, mb, data_trip_ms(p)) : mb_wait_for_slot(p, mb, data_trip_ms(p))) return;
+  if (mb_wait_for_route(p, mb, data_trip_ms(p))) return;
   mb->wait_since = 0;
   GW_INFO(&p->log, "microbatch.no_route", "mb=%llx reroutes=%u", (unsigned long long)mb->id, mb->reroutes);
   data_mb_finished(p, mb, MB_DEFERRED);

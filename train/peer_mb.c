@@ -204,20 +204,12 @@ void mb_log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s
 
 /* ---- forward ---- */
 
-/* Every peer of the next stage is out, but some only for want of a free
- * slot: slots free up as microbatches finish their backward (every
- * microbatch in the pipeline does within a round trip), so wait a little
- * and ask them again rather than give the microbatch up. True: waiting. */
-bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
-  return mb->avoid_full && mb_wait_for_hop(p, mb, budget_ms);
-}
-
 /* Waits for the next stage to offer a hop, within budget_ms since the wait
  * began; the peers that only said "full" are asked again. True: waiting. */
-bool mb_wait_for_hop(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
+static bool wait_for_hop(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
   if (!mb->wait_since) mb->wait_since = p->now;
   if (p->now - mb->wait_since >= budget_ms) return false;
-  const char *why = mb->n_avoid ? "next_stage_full" : "no_hop_known";
+  const char *why = mb->avoid_full ? "next_stage_full" : "no_hop_known";
   avoid_forget_full(mb);
   mb->reroutes = 0; /* the wait budget bounds it now */
   mb->fwd = FWD_WAIT;
@@ -228,6 +220,30 @@ bool mb_wait_for_hop(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
   GW_DEBUG(&p->log, "forward.waiting", "mb=%llx reason=%s waited_ms=%llu", (unsigned long long)mb->id,
            why, (unsigned long long)waited);
   return true;
+}
+
+/* Whether a live peer of the next stage turned mb away. One we avoid
+ * because it died (a lost hop, a repair's gap) did not: its stage-mates may
+ * not be hops yet. Before, any avoided peer counted: a data node re-sending
+ * its embedding into a repair's gap (avoiding the dead relay) whose
+ * directory did not list the stage's other member yet deferred the
+ * microbatch at once, though its backward had run through every stage
+ * after the gap (swarm_backward_crash in CI: ledger "extra 2"). */
+static bool live_refusal(train_peer *p, const peer_mb *mb) {
+  for (uint32_t i = 0; i < mb->n_avoid; i++)
+    if (peer_alive(p, &mb->avoid[i])) return true;
+  return false;
+}
+
+/* Some peers of the next stage are out only for want of a free slot:
+ * slots free up as microbatches finish their backward (every microbatch in
+ * the pipeline does within a round trip), so we wait a little and ask them
+ * again rather than give the microbatch up. No live peer refused: we wait
+ * for one to become a hop. Live peers that refused for other reasons: no
+ * wait helps. */
+bool mb_wait_for_route(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
+  if (live_refusal(p, mb) && !mb->avoid_full) return false;
+  return wait_for_hop(p, mb, budget_ms);
 }
 
 /* Chooses the next hop for mb and sends it our output. When no peer of the

@@ -113,11 +113,11 @@ void mb_deny(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch *m, con
 /* m describes mb (path: PEER_MAX_PATH entries, which m points into). */
 void mb_fill_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, const peer_mb *mb);
 void mb_log_compute(train_peer *p, const peer_mb *mb, const char *kind, double s);
-/* No peer of the next stage takes mb, some only because they are full: true
- * while waiting for a slot (FWD_WAIT) within budget_ms of the first refusal. */
-bool mb_wait_for_slot(train_peer *p, peer_mb *mb, uint64_t budget_ms);
-/* The same wait whatever the refusals (none yet: no hop is known). */
-bool mb_wait_for_hop(train_peer *p, peer_mb *mb, uint64_t budget_ms);
+/* No peer of the next stage takes mb: true while it waits (FWD_WAIT), within
+ * budget_ms of the wait's start, for a slot (when live peers refused it,
+ * some only for being full) or for a hop (when none did: no hop is known
+ * yet, or the peers we avoid are dead). */
+bool mb_wait_for_route(train_peer *p, peer_mb *mb, uint64_t budget_ms);
 /* A gradient arrived for mb: BACKWARD_RECEIVED, mb->in holds it and
  * mb->bwd is BWD_COMPUTE; false when there is nothing to compute. */
 bool mb_take_gradient(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);

@@ -142,9 +142,7 @@ static void repair_undeliverable(train_peer *p, peer_mb *mb) {
  * every relay of our stage DENYd the data node, which deferred the whole
  * iteration (swarm_kill_fraction; test_relay_no_hop_yet_waits). */
 void relay_no_route(train_peer *p, peer_mb *mb) {
-  bool nobody_refused = mb->n_avoid == 0;
-  uint64_t budget = p->cfg.tun.hop_timeout_ms;
-  if (nobody_refused ? mb_wait_for_hop(p, mb, budget) : mb_wait_for_slot(p, mb, budget)) return;
+  if (mb_wait_for_route(p, mb, p->cfg.tun.hop_timeout_ms)) return;
   mb->wait_since = 0;
   if (mb->repair) {
     repair_undeliverable(p, mb);

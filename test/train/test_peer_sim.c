@@ -624,6 +624,56 @@ static void test_backward_crash_repairs_along_path(void **state) {
   h_free(&h);
 }
 
+/* A stage-1 relay dies before the backward of a microbatch, at a moment
+ * the data node does not list its stage-mate as a hop (a relay placed there
+ * a moment ago: the directory lags). The repair's gap is stage 1, so the
+ * data node re-sends its own embedding into it, avoiding the dead relay:
+ * nobody alive refused it, so it waits for the mate to become a hop and the
+ * microbatch is repaired. Before, the avoided dead relay counted as a
+ * refusal and the microbatch was deferred at once, after every stage past
+ * the gap had run its backward (swarm_backward_crash in CI). */
+static bool crash_stage1_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  return crash_stage_before_backward(h, n, job, crash, 1);
+}
+
+/* As the RECOVER goes to the data node, the live stage-1 relays stop being
+ * hops for a hop timeout (within the data node's wait, a trip). */
+static void unlist_stage1_on_recover(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                                     const train_tensor *t) {
+  int *unlisted = h->hook_ud;
+  (void)from, (void)to, (void)body, (void)len, (void)t;
+  if (type != GWTF__TRAIN_MSG__TRAIN_RECOVER) return;
+  for (int i = 0; i < h->n_nodes; i++)
+    if (h->nodes[i].alive && h->nodes[i].stage == 1) {
+      h->nodes[i].unrouted_until = sim_now(h->s) + h->tun.hop_timeout_ms;
+      (*unlisted)++;
+    }
+}
+
+static void test_repair_into_unlisted_stage_waits(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 3, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  int unlisted = 0;
+  h.hook = crash_stage1_before_backward;
+  h.send_hook = unlist_stage1_on_recover;
+  h.hook_ud = &unlisted;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  assert_true(unlisted >= 1);
+  const train_counters *dc = C(&h, d);
+  assert_true(dc->backward_recoveries >= 1);
+  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_losses_match_reference(&h, d, NULL);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 /* Messages of the repair walk, counted as they are sent. */
 typedef struct walk_count {
   h_harness *h;
@@ -1450,6 +1500,7 @@ int main(void) {
       cmocka_unit_test(test_no_flow_routes_by_fallback),
       cmocka_unit_test(test_no_hop_yet_waits),
       cmocka_unit_test(test_relay_no_hop_yet_waits),
+      cmocka_unit_test(test_repair_into_unlisted_stage_waits),
       cmocka_unit_test(test_starts_up_to_its_share),
       cmocka_unit_test(test_widens_when_a_stage_grows),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),

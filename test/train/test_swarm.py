@@ -541,6 +541,17 @@ SCENARIOS = {f.__name__: f for f in (fault_free, forward_crash, backward_crash, 
                                      validation, validation_crash, wire_bf16, deterministic, deterministic_churn)}
 
 
+# What a failed run's reader wants first: which peer died when, what was
+# repaired, deferred or lost. CI keeps only a failed test's last lines.
+FAULT_EVENTS = ("debug.crash", "backward.recovery_started", "backward.repair_refused", "microbatch.no_route",
+                "microbatch.deferred", "microbatch.lost", "microbatch.timeout", "iteration.stalled", "ledger.extra",
+                "ledger.missing")
+
+
+def fault_lines(text):
+    return [line for line in text.splitlines() if any(f" {ev} " in line for ev in FAULT_EVENTS)]
+
+
 def main():
     if len(sys.argv) != 2 or sys.argv[1] not in SCENARIOS:
         print(f"usage: {sys.argv[0]} {'|'.join(SCENARIOS)}", file=sys.stderr)
@@ -558,6 +569,8 @@ def main():
                 print("---- last lines of the swarm log ----", file=sys.stderr)
                 print("\n".join(text.splitlines()[-40:]), file=sys.stderr)
                 print(f"whole log: {kept_log_path(sys.argv[1])}", file=sys.stderr)
+                print("---- its faults, repairs and deferrals (the last 8) ----", file=sys.stderr)
+                print("\n".join(fault_lines(text)[-8:]), file=sys.stderr)
             # last: CI shows a failed test's final lines only
             print(f"FAILED: {e}", file=sys.stderr)
             return 1
