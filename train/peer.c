@@ -352,37 +352,6 @@ static void heard_member(train_peer *p, const gw_id *id, uint32_t capacity) {
   }
 }
 
-/* A relay said HELLO, ready in its stage. A data node counts it there at
- * once (data_share, every_stage_served, placement), kept for three HELLO
- * periods across directory refreshes that do not list it yet, rather than
- * from the lookup that finds its record: in the grid's homo-churn10 runs a
- * relay restarted into the narrowest stage was ready at an iteration's
- * start and counted 1.5 s later, and the iteration ran its microbatches in
- * two waves meanwhile. Data nodes hear stages 1 and S as neighbours; the
- * leader hears every stage (rebalance_hello_leader). Nothing is trusted on
- * it: who may send what to us reads the directory of other stages alone
- * (peer_is_member, dir_only), and the capacity counts up to our own, so a
- * relay that lies about either widens our iteration to what we want, no
- * further. */
-static void heard_relay(train_peer *p, int stage, const gw_id *id, uint32_t capacity) {
-  uint32_t k = heard_slot(p, id);
-  int was = p->heard[k].stage;
-  if (was != stage && was >= 1 && was <= p->cfg.n_stages && was != p->stage) {
-    peer_stage_view *old = peer_stage(p, was); /* it moved: not heard there any more */
-    for (size_t i = 0; old && i < old->n; i++)
-      if (gw_id_eq(&old->v[i].id, id) && old->v[i].heard) {
-        old->v[i] = old->v[--old->n];
-        break;
-      }
-  }
-  p->heard[k].stage = stage;
-  p->heard[k].capacity = capacity < p->cfg.capacity ? capacity : p->cfg.capacity;
-  p->heard[k].at_ms = p->now;
-  p->heard[k].vouched_ms = 0;
-  p->heard[k].listed = false;
-  member_add(p, stage, id, p->heard[k].capacity, 0, true);
-}
-
 /* Marks which peers heard by HELLO the directory lists now for our stage
  * (ours included: kept across refreshes, see train_peer_set_members). */
 static void mark_listed(train_peer *p, const peer_stage_view *v) {
@@ -600,9 +569,6 @@ static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h
   if (p->stage >= 0 && h->stage == p->stage) {
     heard_member(p, from, h->capacity);
     agg_member_joining(p, from, h->joining);
-  } else if (p->cfg.role == TRAIN_DATA && h->stage >= 1 && h->stage <= p->cfg.n_stages && !h->joining &&
-             !trust_banned(p, from)) {
-    heard_relay(p, h->stage, from, h->capacity);
   }
   stage0_on_hello(p, from, h); /* the run's iteration, for a data node restoring stage 0 */
   if (h->stage != p->stage || h->joining || p->state != PEER_READY || p->aggregating) return;

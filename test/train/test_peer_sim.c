@@ -414,37 +414,6 @@ static uint32_t max_in_flight_with_one_route(int relays_per_stage, uint32_t rela
   return max;
 }
 
-/* A ready relay the data node's directory does not list (its record has
- * not reached the data node's lookups: a relay restarted into a stage a
- * moment ago) still counts in its stage's capacity, from its HELLO: the
- * data node starts its whole share at once. From iteration 1 on, one of
- * the two relays of every stage is missing from the data node's directory
- * (2 slots each: the directory alone shows a share of 2). Before, the
- * iteration ran 2 at a time, in two waves. */
-static void test_hello_counts_a_relay_the_directory_lacks(void **state) {
-  (void)state;
-  h_harness h;
-  int d = build(&h, 6, 2, M / 2);
-  h.nodes[d].routes = 1;
-  while (train_peer_iteration(h.nodes[d].tp) < 1 && sim_now(h.s) < 60000) h_run_for(&h, 1);
-  bool hidden[STAGES + 1] = {false};
-  for (int i = 0; i < h.n_nodes; i++) {
-    h_node *n = &h.nodes[i];
-    if (n->role != TRAIN_RELAY || n->stage < 1 || hidden[n->stage]) continue;
-    n->hidden_from[d] = true;
-    hidden[n->stage] = true;
-  }
-  for (int s = 1; s <= STAGES; s++) assert_true(hidden[s]);
-  h_refresh(&h);
-  h.nodes[d].max_in_flight = 0;
-  assert_true(h_run_until_finished(&h, 120000));
-  assert_int_equal(h.nodes[d].max_in_flight, M);
-  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
-  assert_int_equal(C(&h, d)->deferred_microbatches, 0);
-  assert_agree(&h, ITERS);
-  h_free(&h);
-}
-
 /* Two data nodes with one route each share one relay per stage. */
 static uint32_t max_in_flight_of_two(uint32_t relay_cap) {
   h_harness h;
@@ -1533,7 +1502,6 @@ int main(void) {
       cmocka_unit_test(test_relay_no_hop_yet_waits),
       cmocka_unit_test(test_repair_into_unlisted_stage_waits),
       cmocka_unit_test(test_starts_up_to_its_share),
-      cmocka_unit_test(test_hello_counts_a_relay_the_directory_lacks),
       cmocka_unit_test(test_widens_when_a_stage_grows),
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),
       cmocka_unit_test(test_slow_data_node_wraps_up),
