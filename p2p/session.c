@@ -1,11 +1,14 @@
+/* p2p/session.c — see p2p/session.h: one encrypted session, from the
+ * connect or accept through the handshake and Hello to sealed frames both
+ * ways, its write queue and shaping, the reassembly budget, and the API.
+ * Its companion session_legs.c (state in p2p/session_internal.h) holds the
+ * other uses of a session: relay legs, punched connections, held reads. */
 #include "p2p/session.h"
+#include "p2p/session_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "p2p/punch.h"
-#include "p2p/relay.h"
 #include "p2p/sockaddr.h"
 #include "proto/gwtf.pb-c.h"
 #include "proto/p2p.pb-c.h"
@@ -23,13 +26,8 @@
 /* Relay legs read in slices of this size, each handed on whole (no copy). */
 #define PIPE_READ_BYTES ((size_t)64 << 10)
 
-/* S_PREFACE: a relay leg waiting for the relay's status (p2p/relay.h).
- * S_PIPE: a relay leg on the relay itself: raw bytes in and out. */
-/* S_PUNCH: a punched connection waiting for the peer's punch preface (p2p/punch.h). */
-enum state { S_CONNECTING, S_PREFACE, S_PUNCH, S_HANDSHAKE, S_HEADER, S_HELLO, S_UP, S_PIPE, S_CLOSING };
-
 /* One sealed frame (or raw handshake bytes) waiting for the socket. */
-typedef struct txframe {
+struct txframe {
   struct txframe *next;
   uint8_t *buf;
   size_t len;
@@ -37,78 +35,13 @@ typedef struct txframe {
   size_t done;   /* written */
   uint64_t start_ns;
   p2p_span span; /* shaped sends: when each byte may go */
-} txframe;
+};
 
 typedef struct txreq {
   uv_write_t req;
   txframe *f;
   size_t n;
 } txreq;
-
-struct p2p_session {
-  uv_tcp_t tcp;
-  uv_timer_t timer; /* connect, handshake and goodbye deadlines */
-  uv_timer_t pump;  /* shaped sends */
-  uv_connect_t connect_req;
-  uv_shutdown_t shutdown_req;
-  int open_handles;
-  bool pump_ready;
-  int state;
-  bool finishing; /* goodbye queued: no more sends */
-  bool shut;      /* write side shut down after the goodbye */
-  p2p_end end;
-  int end_err;
-  const char *end_why;
-
-  p2p_session_config cfg;
-  p2p_session_cbs cbs;
-  void *ud;
-
-  p2p_handshake hs;
-  p2p_channel ch;
-  p2p_rx rx;
-  uint8_t *staging;
-  p2p_head pending; /* a head whose payload record is still coming */
-  bool has_pending;
-  uint64_t rx_frame_start_ns;
-  size_t rx_frame_wire; /* wire bytes of the frame being received */
-
-  txframe *txq_head, *txq_tail;
-  txframe *tx_unissued; /* shaped: first frame not fully handed to the socket */
-  bool above_low;
-  bool shaping;
-  p2p_shaper shaper;
-  uint64_t last_tx_done_ns;
-
-  p2p_session_info info;
-  p2p_session_stats stats;
-  int goodbye_reason_rx;
-  char addr_str[GW_ADDR_STRLEN];
-
-  /* Relay circuits (p2p/relay.h). */
-  bool via;         /* dialled through a relay: preface, status, then the handshake */
-  bool pipe;        /* became a relay pipe (stays true while closing) */
-  bool pipe_paused; /* pipe mode: reading stopped (backpressure, rate limit) */
-  uint8_t preface[P2P_RELAY_PREFACE_BYTES];
-
-  /* Hole punching (p2p/punch.h). */
-  bool punch;         /* a punched connection: preface both ways, then the handshake in a given role */
-  bool rx_held;       /* reading stopped, frames wait in the socket: hold_punch || hold_budget */
-  bool hold_punch;    /* p2p_session_hold_rx */
-  uint8_t *held;      /* bytes read before the hold and not yet fed (processed on release) */
-  size_t held_len;
-  uv_timer_t resume;  /* feeds `held` from the loop after a release */
-  bool resume_ready;
-
-  /* Limits (p2p/limits.h). */
-  size_t rx_charged;        /* receive-buffer bytes charged to the budget */
-  bool hold_budget;         /* a payload waits for budget: reading stopped */
-  uint64_t budget_since_ms;
-  uint64_t prog_ms;         /* slow-sender window: its start ... */
-  uint64_t prog_bytes;      /* ... and bytes_rx then */
-};
-
-static void session_close_now(p2p_session *s, p2p_end end, int err, const char *why);
 
 /* ---- small helpers ---- */
 
@@ -186,7 +119,7 @@ static void pump(p2p_session *s) {
   uv_timer_start(&s->pump, on_pump, ms, 0);
 }
 
-static int enqueue(p2p_session *s, uint8_t *buf, size_t len, bool shape) {
+int session_enqueue(p2p_session *s, uint8_t *buf, size_t len, bool shape) {
   txframe *f = calloc(1, sizeof(*f));
   if (!f) {
     free(buf);
@@ -220,11 +153,11 @@ static int enqueue(p2p_session *s, uint8_t *buf, size_t len, bool shape) {
   return 0;
 }
 
-static int enqueue_copy(p2p_session *s, const uint8_t *data, size_t len) {
+int session_enqueue_copy(p2p_session *s, const uint8_t *data, size_t len) {
   uint8_t *buf = malloc(len);
   if (!buf) return GW_ENOMEM;
   memcpy(buf, data, len);
-  return enqueue(s, buf, len, false);
+  return session_enqueue(s, buf, len, false);
 }
 
 static void frame_written(p2p_session *s, txframe *f) {
@@ -243,7 +176,7 @@ static void frame_written(p2p_session *s, txframe *f) {
   free(f);
 }
 
-static void on_shutdown(uv_shutdown_t *req, int status) {
+void session_on_shutdown(uv_shutdown_t *req, int status) {
   (void)req, (void)status; /* the peer's EOF (or the goodbye timer) ends the session */
 }
 
@@ -270,7 +203,7 @@ static void on_write(uv_write_t *req, int status) {
    * so that our last frames are read rather than reset away. */
   if (s->finishing && !s->txq_head && !s->shut && s->state != S_CLOSING) {
     s->shut = true;
-    if (uv_shutdown(&s->shutdown_req, (uv_stream_t *)&s->tcp, on_shutdown) != 0)
+    if (uv_shutdown(&s->shutdown_req, (uv_stream_t *)&s->tcp, session_on_shutdown) != 0)
       session_close_now(s, P2P_END_CLOSED, 0, "goodbye");
   }
 }
@@ -280,12 +213,10 @@ static int seal_and_queue(p2p_session *s, const p2p_msg *msg, bool final, size_t
   size_t len = 0;
   int rc = p2p_frame_seal(&s->ch, &s->cfg.me->id, msg, final, max_frame, &buf, &len);
   if (rc != 0) return rc;
-  return enqueue(s, buf, len, true);
+  return session_enqueue(s, buf, len, true);
 }
 
 /* ---- closing ---- */
-
-static void rx_sync(p2p_session *s);
 
 static void free_session(p2p_session *s) {
   for (txframe *f = s->txq_head, *next; f; f = next) {
@@ -321,7 +252,7 @@ static void log_rejected(const p2p_session *s) {
           role_name(s), s->end_why ? s->end_why : "-", gw_strerror(s->end_err));
 }
 
-static void session_close_now(p2p_session *s, p2p_end end, int err, const char *why) {
+void session_close_now(p2p_session *s, p2p_end end, int err, const char *why) {
   if (s->state == S_CLOSING) return;
   s->state = S_CLOSING;
   s->end = end;
@@ -336,7 +267,7 @@ static void session_close_now(p2p_session *s, p2p_end end, int err, const char *
 
 void p2p_session_close(p2p_session *s, p2p_end end, int err, const char *why) { session_close_now(s, end, err, why); }
 
-static void on_timer(uv_timer_t *t) {
+void session_on_timer(uv_timer_t *t) {
   p2p_session *s = t->data;
   if (s->finishing) {
     session_close_now(s, P2P_END_CLOSED, GW_ETIMEDOUT, "goodbye-timeout");
@@ -373,20 +304,17 @@ static int send_hello(p2p_session *s) {
   return seal_and_queue(s, &m, false, P2P_MAX_FRAME_MIN);
 }
 
-static bool relay_preface(p2p_session *s, const uint8_t *rec);
-static bool punch_preface_in(p2p_session *s, const uint8_t *rec);
-
 static void handshake_step(p2p_session *s, const uint8_t *rec) {
   uint8_t out[P2P_HS_MAX_MSG_BYTES];
   size_t out_len = 0;
-  if (relay_preface(s, rec) || punch_preface_in(s, rec)) return;
+  if (session_relay_preface(s, rec) || session_punch_preface_in(s, rec)) return;
   int rc = p2p_hs_read(&s->hs, rec, out, &out_len);
   if (rc != 0) {
     s->info.peer_id = s->hs.peer_id; /* who answered, when we got that far: for the log line */
     session_close_now(s, P2P_END_REJECTED, rc, s->hs.why);
     return;
   }
-  if (out_len && (rc = enqueue_copy(s, out, out_len)) != 0) {
+  if (out_len && (rc = session_enqueue_copy(s, out, out_len)) != 0) {
     session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
     return;
   }
@@ -398,7 +326,7 @@ static void handshake_step(p2p_session *s, const uint8_t *rec) {
   memcpy(s->info.session_hash, s->hs.session_hash, sizeof(s->info.session_hash));
   uint8_t header[P2P_STREAM_HEADER_BYTES];
   p2p_channel_init_tx(&s->ch, s->hs.tx_key, header);
-  rc = enqueue_copy(s, header, sizeof(header));
+  rc = session_enqueue_copy(s, header, sizeof(header));
   if (rc == 0) rc = send_hello(s);
   if (rc != 0) {
     session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
@@ -468,7 +396,7 @@ static void got_goodbye(p2p_session *s, p2p_head *h) {
 /* ---- limits: the reassembly budget (p2p/limits.h) ---- */
 
 /* Keeps what the budget is charged equal to the buffer the reassembler holds. */
-static void rx_sync(p2p_session *s) {
+void session_rx_sync(p2p_session *s) {
   size_t cap = s->rx.big ? s->rx.big_cap : 0;
   if (cap == s->rx_charged || !s->cfg.limits) return;
   p2p_limits_rx_charge(s->cfg.limits, (long long)cap - (long long)s->rx_charged);
@@ -481,8 +409,6 @@ static bool budget_allows(const p2p_session *s, uint64_t plain) {
   return !s->cfg.limits || p2p_limits_rx_may_grow(s->cfg.limits, s->rx_charged, payload_buffer(plain));
 }
 
-static void rx_hold_update(p2p_session *s);
-
 /* The payload announced by the head just read does not fit the budget:
  * stop reading (the sender waits on TCP) until p2p_session_poll finds room. */
 static void budget_wait(p2p_session *s) {
@@ -493,7 +419,7 @@ static void budget_wait(p2p_session *s) {
   p2p_limit_counts lc;
   p2p_limits_counts(s->cfg.limits, NULL, &lc);
   p2p_limits_hit(s->cfg.limits, "rx-budget", &s->info.remote, lc.rx_used, now);
-  rx_hold_update(s);
+  session_rx_hold_update(s);
 }
 
 static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
@@ -518,7 +444,7 @@ static void got_head(p2p_session *s, uint8_t *rec, size_t len) {
     }
     if ((rc = p2p_rx_expect_payload(&s->rx, h.payload_bytes)) != 0)
       session_close_now(s, P2P_END_REJECTED, rc, rc == GW_ERANGE ? "oversize" : "out-of-memory");
-    rx_sync(s);
+    session_rx_sync(s);
     return; /* pending owns the envelope now */
   } else {
     deliver(s, &h, NULL);
@@ -543,16 +469,13 @@ static void got_payload(p2p_session *s, uint8_t *rec, size_t len) {
   if (s->state != S_CLOSING) p2p_rx_expect_head(&s->rx);
 }
 
-static void got_relay_status(p2p_session *s, const uint8_t *rec);
-static void got_punch_preface(p2p_session *s, const uint8_t *rec);
-
-static void got_record(p2p_session *s) {
+void session_got_record(p2p_session *s) {
   uint8_t *rec;
   size_t len;
   p2p_rx_record(&s->rx, &rec, &len);
   switch (s->state) {
-  case S_PREFACE: got_relay_status(s, rec); break;
-  case S_PUNCH: got_punch_preface(s, rec); break;
+  case S_PREFACE: session_got_relay_status(s, rec); break;
+  case S_PUNCH: session_got_punch_preface(s, rec); break;
   case S_HANDSHAKE: handshake_step(s, rec); break;
   case S_HEADER: got_stream_header(s, rec); break;
   case S_HELLO:
@@ -568,7 +491,7 @@ static void got_record(p2p_session *s) {
 
 /* ---- reading ---- */
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+void session_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   p2p_session *s = h->data;
   (void)suggested;
   uint8_t *p;
@@ -586,7 +509,7 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   *buf = uv_buf_init((char *)s->staging, s->staging ? (unsigned)STAGING_BYTES : 0);
 }
 
-static void on_eof(p2p_session *s, int err) {
+void session_on_eof(p2p_session *s, int err) {
   if (s->state == S_PIPE && !s->finishing) {
     session_close_now(s, P2P_END_LOST, err, err == UV_EOF ? "eof" : "read");
   } else if (s->state < S_UP) {
@@ -601,19 +524,15 @@ static void on_eof(p2p_session *s, int err) {
   }
 }
 
-static void pipe_read(p2p_session *s, ssize_t nread, const uv_buf_t *buf);
-static void pipe_leftover(p2p_session *s, const uint8_t *data, size_t n);
-static void hold_leftover(p2p_session *s, const uint8_t *data, size_t n);
-
-static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+void session_on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   p2p_session *s = stream->data;
-  if (s->state == S_PIPE) { /* the buffer came from the pipe branch of on_alloc */
-    pipe_read(s, nread, buf);
+  if (s->state == S_PIPE) { /* the buffer came from the pipe branch of session_on_alloc */
+    session_pipe_read(s, nread, buf);
     return;
   }
   if (s->state == S_CLOSING) return;
   if (nread < 0) {
-    on_eof(s, (int)nread);
+    session_on_eof(s, (int)nread);
     return;
   }
   if (nread == 0) return;
@@ -622,8 +541,8 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   s->stats.last_rx_ns = now;
   if ((uint8_t *)buf->base != s->staging) { /* read straight into the record */
     p2p_rx_commit(&s->rx, (size_t)nread);
-    if (s->rx.ready) got_record(s);
-    if (s->state != S_CLOSING) rx_sync(s);
+    if (s->rx.ready) session_got_record(s);
+    if (s->state != S_CLOSING) session_rx_sync(s);
     return;
   }
   size_t off = 0;
@@ -635,19 +554,20 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       return;
     }
     off += (size_t)used;
-    if (s->rx.ready) got_record(s);
+    if (s->rx.ready) session_got_record(s);
     if (s->state == S_PIPE) { /* bytes behind a relay preface belong to the pipe */
-      pipe_leftover(s, s->staging + off, (size_t)nread - off);
+      session_pipe_leftover(s, s->staging + off, (size_t)nread - off);
       return;
     }
   }
-  if (s->rx_held && s->state != S_CLOSING && off < (size_t)nread) hold_leftover(s, s->staging + off, (size_t)nread - off);
-  if (s->state != S_CLOSING) rx_sync(s);
+  if (s->rx_held && s->state != S_CLOSING && off < (size_t)nread)
+    session_hold_leftover(s, s->staging + off, (size_t)nread - off);
+  if (s->state != S_CLOSING) session_rx_sync(s);
 }
 
 /* ---- setup ---- */
 
-static int session_new(uv_loop_t *loop, const p2p_session_config *cfg, const p2p_session_cbs *cbs, void *ud,
+int session_new(uv_loop_t *loop, const p2p_session_config *cfg, const p2p_session_cbs *cbs, void *ud,
                        p2p_role role, p2p_session **out) {
   p2p_session *s = calloc(1, sizeof(*s));
   if (!s) return GW_ENOMEM;
@@ -671,19 +591,19 @@ static int session_new(uv_loop_t *loop, const p2p_session_config *cfg, const p2p
 }
 
 /* For a session that failed before anyone was told about it. */
-static void discard(p2p_session *s, int rc) {
+void session_discard(p2p_session *s, int rc) {
   s->cbs.closed = NULL;
   session_close_now(s, P2P_END_LOST, rc, "setup");
 }
 
-static int start_reading(p2p_session *s, uint32_t timeout_ms) {
+int session_start_reading(p2p_session *s, uint32_t timeout_ms) {
   struct sockaddr_storage local;
   int local_len = sizeof(local);
   if (uv_tcp_getsockname(&s->tcp, (struct sockaddr *)&local, &local_len) == 0)
     p2p_addr_from_sockaddr((struct sockaddr *)&local, &s->info.local);
   uv_tcp_nodelay(&s->tcp, 1); /* pings and control frames must not wait for Nagle */
-  uv_timer_start(&s->timer, on_timer, timeout_ms, 0);
-  return uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
+  uv_timer_start(&s->timer, session_on_timer, timeout_ms, 0);
+  return uv_read_start((uv_stream_t *)&s->tcp, session_on_alloc, session_on_read);
 }
 
 int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const p2p_session_cbs *cbs, void *ud,
@@ -692,7 +612,7 @@ int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const
   int rc = session_new(server->loop, cfg, cbs, ud, P2P_RESPONDER, &s);
   if (rc != 0) return rc;
   if ((rc = uv_accept(server, (uv_stream_t *)&s->tcp)) != 0) {
-    discard(s, rc);
+    session_discard(s, rc);
     return rc;
   }
   struct sockaddr_storage ss;
@@ -702,16 +622,13 @@ int p2p_session_accept(uv_stream_t *server, const p2p_session_config *cfg, const
   gw_addr_format(&s->info.remote, s->addr_str);
   p2p_hs_init(&s->hs, P2P_RESPONDER, cfg->me, NULL);
   p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
-  if ((rc = start_reading(s, cfg->handshake_timeout_ms)) != 0) {
-    discard(s, rc);
+  if ((rc = session_start_reading(s, cfg->handshake_timeout_ms)) != 0) {
+    session_discard(s, rc);
     return rc;
   }
   *out = s;
   return 0;
 }
-
-static void relay_connected(p2p_session *s);
-static void punch_connected(p2p_session *s);
 
 static void on_connect(uv_connect_t *req, int status) {
   p2p_session *s = req->data;
@@ -721,33 +638,33 @@ static void on_connect(uv_connect_t *req, int status) {
     return;
   }
   if (s->via) {
-    relay_connected(s);
+    session_relay_connected(s);
     return;
   }
   if (s->punch) {
-    punch_connected(s);
+    session_punch_connected(s);
     return;
   }
   s->state = S_HANDSHAKE;
   uint8_t msg1[P2P_HS_MSG1_BYTES];
   p2p_hs_start(&s->hs, msg1);
   p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
-  int rc = enqueue_copy(s, msg1, sizeof(msg1));
-  if (rc == 0) rc = start_reading(s, s->cfg.handshake_timeout_ms);
+  int rc = session_enqueue_copy(s, msg1, sizeof(msg1));
+  if (rc == 0) rc = session_start_reading(s, s->cfg.handshake_timeout_ms);
   if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
 }
 
 /* Starts the TCP connect of a dialled session, bounded by the connect
  * timeout; on failure the session is discarded. */
-static int start_connect(p2p_session *s, const struct sockaddr *to, const p2p_session_config *cfg,
+int session_start_connect(p2p_session *s, const struct sockaddr *to, const p2p_session_config *cfg,
                          p2p_session **out) {
   s->connect_req.data = s;
   int rc = uv_tcp_connect(&s->connect_req, &s->tcp, to, on_connect);
   if (rc != 0) {
-    discard(s, rc);
+    session_discard(s, rc);
     return rc;
   }
-  uv_timer_start(&s->timer, on_timer, cfg->connect_timeout_ms, 0);
+  uv_timer_start(&s->timer, session_on_timer, cfg->connect_timeout_ms, 0);
   *out = s;
   return 0;
 }
@@ -762,281 +679,8 @@ int p2p_session_dial(uv_loop_t *loop, const gw_addr *addr, const gw_id *expect, 
   s->info.remote = *addr;
   gw_addr_format(addr, s->addr_str);
   p2p_hs_init(&s->hs, P2P_INITIATOR, cfg->me, expect);
-  return start_connect(s, (const struct sockaddr *)&ss, cfg, out);
+  return session_start_connect(s, (const struct sockaddr *)&ss, cfg, out);
 }
-
-/* ---- relay legs (p2p/relay.h) ----
- *
- * Two uses of a session besides the ordinary one. On the relay, an
- * accepted connection whose first 40 bytes are a relay preface becomes a
- * pipe: no keys, no frames, raw bytes handed to the relay code and written
- * as they come. On the two ends of a circuit, a dial "via" a relay first
- * sends its preface and waits for the relay's status, and only then runs
- * the ordinary handshake, as initiator (the dialler) or responder (the
- * target connecting back). */
-
-static bool relay_preface(p2p_session *s, const uint8_t *rec) {
-  if (s->via || s->punch || s->info.role != P2P_RESPONDER || !s->cbs.preface || !p2p_relay_is_preface(rec))
-    return false;
-  s->state = S_PIPE;
-  s->pipe = true;
-  uv_timer_stop(&s->timer); /* the relay code owns this connection's deadlines now */
-  s->cbs.preface(s, rec);
-  return true;
-}
-
-static void relay_connected(p2p_session *s) {
-  s->state = S_PREFACE;
-  p2p_rx_expect_raw(&s->rx, P2P_RELAY_STATUS_BYTES);
-  int rc = enqueue_copy(s, s->preface, sizeof(s->preface));
-  /* The relay may wait for the target to connect back before it answers. */
-  if (rc == 0) rc = start_reading(s, s->cfg.connect_timeout_ms + s->cfg.handshake_timeout_ms);
-  if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
-}
-
-/* The handshake over a relay circuit or a punched connection, in the role
- * the session was given (TCP's roles say nothing there). */
-static void handshake_in_role(p2p_session *s) {
-  s->state = S_HANDSHAKE;
-  if (s->info.role == P2P_INITIATOR) {
-    uint8_t msg1[P2P_HS_MSG1_BYTES];
-    p2p_hs_start(&s->hs, msg1);
-    int rc = enqueue_copy(s, msg1, sizeof(msg1));
-    if (rc != 0) {
-      session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
-      return;
-    }
-  }
-  p2p_rx_expect_raw(&s->rx, p2p_hs_want(&s->hs));
-}
-
-static void got_relay_status(p2p_session *s, const uint8_t *rec) {
-  int status = p2p_relay_status_parse(rec);
-  if (status < 0) {
-    session_close_now(s, P2P_END_LOST, GW_EPROTO, "relay-bad-status");
-    return;
-  }
-  if (status != 0) {
-    session_close_now(s, P2P_END_LOST, GW_EPERM, p2p_relay_status_name(status));
-    return;
-  }
-  uv_timer_start(&s->timer, on_timer, s->cfg.handshake_timeout_ms, 0);
-  handshake_in_role(s);
-}
-
-static void pipe_read(p2p_session *s, ssize_t nread, const uv_buf_t *buf) {
-  if (nread > 0 && s->cbs.pipe_data) {
-    s->stats.bytes_rx += (uint64_t)nread;
-    s->stats.last_rx_ns = gw_clock_mono_ns();
-    s->cbs.pipe_data(s, (uint8_t *)buf->base, (size_t)nread); /* the buffer is the callee's now */
-    return;
-  }
-  free(buf->base);
-  if (nread == UV_ENOBUFS)
-    session_close_now(s, P2P_END_LOST, GW_ENOMEM, "out-of-memory");
-  else if (nread < 0)
-    on_eof(s, (int)nread);
-}
-
-static void pipe_leftover(p2p_session *s, const uint8_t *data, size_t n) {
-  if (n == 0 || !s->cbs.pipe_data) return;
-  uint8_t *copy = malloc(n);
-  if (!copy) {
-    session_close_now(s, P2P_END_LOST, GW_ENOMEM, "out-of-memory");
-    return;
-  }
-  memcpy(copy, data, n);
-  s->stats.bytes_rx += n;
-  s->cbs.pipe_data(s, copy, n);
-}
-
-int p2p_session_dial_via(uv_loop_t *loop, const gw_addr *relay, const uint8_t *preface,
-                         p2p_role role, const gw_id *expect, const p2p_session_config *cfg, const p2p_session_cbs *cbs,
-                         void *ud, p2p_session **out) {
-  struct sockaddr_storage ss;
-  if (p2p_addr_to_sockaddr(relay, &ss) != 0) return GW_EINVAL;
-  p2p_session *s;
-  int rc = session_new(loop, cfg, cbs, ud, role, &s);
-  if (rc != 0) return rc;
-  s->state = S_CONNECTING;
-  s->via = true;
-  s->info.relayed = true;
-  s->info.remote = *relay;
-  memcpy(s->preface, preface, sizeof(s->preface));
-  gw_addr_format(relay, s->addr_str);
-  p2p_hs_init(&s->hs, role, cfg->me, role == P2P_INITIATOR ? expect : NULL);
-  return start_connect(s, (const struct sockaddr *)&ss, cfg, out);
-}
-
-int p2p_session_pipe_write(p2p_session *s, uint8_t *buf, size_t len) {
-  if (s->state != S_PIPE || s->finishing) {
-    free(buf);
-    return GW_ECLOSED;
-  }
-  return enqueue(s, buf, len, false);
-}
-
-void p2p_session_pipe_end(p2p_session *s) {
-  if (s->state != S_PIPE || s->finishing) return;
-  s->finishing = true;
-  uv_timer_start(&s->timer, on_timer, s->cfg.goodbye_timeout_ms, 0);
-  p2p_session_pipe_pause(s, false); /* read on, to see the other side's EOF */
-  if (!s->txq_head) {
-    s->shut = true;
-    if (uv_shutdown(&s->shutdown_req, (uv_stream_t *)&s->tcp, on_shutdown) != 0)
-      session_close_now(s, P2P_END_CLOSED, 0, "closed");
-  }
-}
-
-void p2p_session_pipe_pause(p2p_session *s, bool pause) {
-  if (s->state != S_PIPE || pause == s->pipe_paused) return;
-  s->pipe_paused = pause;
-  int rc = pause ? uv_read_stop((uv_stream_t *)&s->tcp) : uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
-  if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "read");
-}
-
-bool p2p_session_is_pipe(const p2p_session *s) { return s->pipe; }
-
-/* ---- punched connections (p2p/punch.h) ----
- *
- * Both ends dial each other from their listen (or punch) port at the same
- * moment. What results is one TCP connection that either both ends see as
- * their own connect (simultaneous open) or one end accepted on its
- * listener. Either way each end sends the same 40-byte preface (the punch's
- * id) and reads the other's, then the handshake runs in the roles the punch
- * code decided (the lower node ID initiates), not in the roles TCP gave. */
-
-static void punch_connected(p2p_session *s) {
-  s->state = S_PUNCH;
-  p2p_rx_expect_raw(&s->rx, P2P_PUNCH_PREFACE_BYTES);
-  int rc = enqueue_copy(s, s->preface, sizeof(s->preface));
-  if (rc == 0) rc = start_reading(s, s->cfg.handshake_timeout_ms);
-  if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "connect");
-}
-
-static void got_punch_preface(p2p_session *s, const uint8_t *rec) {
-  if (memcmp(rec, s->preface, sizeof(s->preface)) != 0) {
-    session_close_now(s, P2P_END_LOST, GW_EPROTO, "punch-preface");
-    return;
-  }
-  handshake_in_role(s);
-}
-
-static bool punch_preface_in(p2p_session *s, const uint8_t *rec) {
-  if (s->via || s->punch || s->info.role != P2P_RESPONDER || !s->cbs.punch || !p2p_punch_is_preface(rec))
-    return false;
-  s->punch = true;
-  memcpy(s->preface, rec, sizeof(s->preface));
-  s->cbs.punch(s, rec); /* p2p_session_punch_accept, or a close */
-  return true;
-}
-
-int p2p_session_punch_accept(p2p_session *s, p2p_role role, const gw_id *expect) {
-  if (!s->punch || s->state != S_HANDSHAKE) return GW_ECLOSED;
-  s->info.role = role;
-  p2p_hs_wipe(&s->hs);
-  p2p_hs_init(&s->hs, role, s->cfg.me, role == P2P_INITIATOR ? expect : NULL);
-  int rc = enqueue_copy(s, s->preface, sizeof(s->preface));
-  if (rc != 0) {
-    session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
-    return rc;
-  }
-  handshake_in_role(s);
-  return 0;
-}
-
-int p2p_session_dial_punch(uv_loop_t *loop, const gw_addr *local, const gw_addr *remote, const uint8_t *preface,
-                           p2p_role role, const gw_id *expect, const p2p_session_config *cfg,
-                           const p2p_session_cbs *cbs, void *ud, p2p_session **out) {
-  struct sockaddr_storage ls, rs;
-  if (p2p_addr_to_sockaddr(local, &ls) != 0 || p2p_addr_to_sockaddr(remote, &rs) != 0) return GW_EINVAL;
-  p2p_session *s;
-  int rc = session_new(loop, cfg, cbs, ud, role, &s);
-  if (rc != 0) return rc;
-  s->state = S_CONNECTING;
-  s->punch = true;
-  s->info.remote = *remote;
-  memcpy(s->preface, preface, sizeof(s->preface));
-  gw_addr_format(remote, s->addr_str);
-  p2p_hs_init(&s->hs, role, cfg->me, role == P2P_INITIATOR ? expect : NULL);
-  /* The socket shares the port with our listener (or punch anchor). */
-  int fd = p2p_punch_socket(local->family);
-  if (fd < 0) rc = fd;
-  if (rc == 0 && (rc = uv_tcp_open(&s->tcp, fd)) != 0) close(fd);
-  if (rc == 0) rc = uv_tcp_bind(&s->tcp, (struct sockaddr *)&ls, 0);
-  if (rc != 0) {
-    discard(s, rc);
-    return rc;
-  }
-  return start_connect(s, (const struct sockaddr *)&rs, cfg, out);
-}
-
-/* ---- holding reads (the migration from a relay, p2p/punch.h) ---- */
-
-static void hold_leftover(p2p_session *s, const uint8_t *data, size_t n) {
-  uint8_t *nb = realloc(s->held, s->held_len + n);
-  if (!nb) {
-    session_close_now(s, P2P_END_LOST, GW_ENOMEM, "out-of-memory");
-    return;
-  }
-  memcpy(nb + s->held_len, data, n);
-  s->held = nb;
-  s->held_len += n;
-}
-
-static void on_resume(uv_timer_t *t) {
-  p2p_session *s = t->data;
-  if (s->state == S_CLOSING || s->rx_held) return;
-  uint8_t *buf = s->held;
-  size_t n = s->held_len, off = 0;
-  s->held = NULL;
-  s->held_len = 0;
-  uint64_t now = gw_clock_mono_ns();
-  while (off < n && s->state != S_CLOSING && !s->rx_held) {
-    if (s->rx.kind == P2P_RX_HEAD && s->rx.in_len && s->rx.len_have == 0) s->rx_frame_start_ns = now;
-    long used = p2p_rx_feed(&s->rx, buf + off, n - off);
-    if (used < 0) {
-      session_close_now(s, P2P_END_REJECTED, (int)used, used == GW_ERANGE ? "oversize" : "bad-length");
-      break;
-    }
-    off += (size_t)used;
-    if (s->rx.ready) got_record(s);
-  }
-  if (s->rx_held && s->state != S_CLOSING && off < n) hold_leftover(s, buf + off, n - off);
-  free(buf);
-  if (s->state != S_CLOSING) rx_sync(s);
-  if (s->state != S_CLOSING && !s->rx_held) {
-    int rc = uv_read_start((uv_stream_t *)&s->tcp, on_alloc, on_read);
-    if (rc != 0) session_close_now(s, P2P_END_LOST, rc, "read");
-  }
-}
-
-void p2p_session_hold_rx(p2p_session *s, bool hold) {
-  if (s->state == S_CLOSING || s->pipe || hold == s->hold_punch) return;
-  s->hold_punch = hold;
-  rx_hold_update(s);
-}
-
-/* Reading stops while anyone holds it (the punch migration, the budget)
- * and resumes, first with what was read past the hold, when nobody does. */
-static void rx_hold_update(p2p_session *s) {
-  bool hold = s->hold_punch || s->hold_budget;
-  if (s->state == S_CLOSING || hold == s->rx_held) return;
-  s->rx_held = hold;
-  if (hold) {
-    uv_read_stop((uv_stream_t *)&s->tcp);
-    return;
-  }
-  if (!s->resume_ready) {
-    uv_timer_init(s->tcp.loop, &s->resume);
-    s->resume.data = s;
-    s->resume_ready = true;
-    s->open_handles++;
-  }
-  uv_timer_start(&s->resume, on_resume, 0, 0); /* from the loop: callbacks never run inside this call */
-}
-
-bool p2p_session_is_punched(const p2p_session *s) { return s->punch; }
 
 /* ---- API ---- */
 
@@ -1076,7 +720,7 @@ void p2p_session_goodbye(p2p_session *s, int reason) {
     return;
   }
   s->finishing = true;
-  uv_timer_start(&s->timer, on_timer, s->cfg.goodbye_timeout_ms, 0);
+  uv_timer_start(&s->timer, session_on_timer, s->cfg.goodbye_timeout_ms, 0);
 }
 
 void p2p_session_poll(p2p_session *s, uint64_t now_ms) {
@@ -1094,8 +738,8 @@ void p2p_session_poll(p2p_session *s, uint64_t now_ms) {
         session_close_now(s, P2P_END_LOST, rc, "out-of-memory");
         return;
       }
-      rx_sync(s);
-      rx_hold_update(s);
+      session_rx_sync(s);
+      session_rx_hold_update(s);
     } else if (now_ms >= s->budget_since_ms + lc->rx_wait_ms) {
       session_close_now(s, P2P_END_LOST, GW_EFULL, "rx-budget");
     }
@@ -1106,7 +750,7 @@ void p2p_session_poll(p2p_session *s, uint64_t now_ms) {
     free(s->rx.big);
     s->rx.big = NULL;
     s->rx.big_cap = 0;
-    rx_sync(s);
+    session_rx_sync(s);
   }
   /* Slow senders: only while a frame is on its way (a head started, or a
    * payload announced) and we are reading. */

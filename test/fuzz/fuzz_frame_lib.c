@@ -17,7 +17,7 @@ void fuzz_frame_key(uint8_t key[32]) { memset(key, 0x5a, 32); }
 
 void fuzz_frame_peer(uint8_t id[32]) { memset(id, 0x42, 32); }
 
-/* ---- the session's receive steps (p2p/session.c got_record and friends) ---- */
+/* ---- the session's receive steps (p2p/session.c session_got_record and friends) ---- */
 
 typedef enum { R_HEADER, R_HELLO, R_UP, R_DONE } rx_state;
 
@@ -112,7 +112,7 @@ static void got_record(rx_session *s) {
 }
 
 /* The bytes arrive in reads of `chunk` bytes; a read goes straight into the
- * record when p2p_rx offers its window (session.c on_alloc/on_read). */
+ * record when p2p_rx offers its window (session.c session_on_alloc/session_on_read). */
 static void receive(const uint8_t *wire, size_t n, size_t chunk) {
   rx_session s;
   memset(&s, 0, sizeof(s));
