@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/peer_internal.h"
+#include "train/peer_agg.h"
 #include "util/err.h"
 
 uint32_t train_agg_trim_count(uint32_t m, double trim) {

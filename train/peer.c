@@ -6,6 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_admit.h"
+#include "train/peer_agg.h"
+#include "train/peer_data.h"
+#include "train/peer_join.h"
+#include "train/peer_leader.h"
+#include "train/peer_liveness.h"
+#include "train/peer_repair.h"
+#include "train/peer_replica.h"
+#include "train/peer_trust.h"
+#include "train/peer_wire.h"
 #include "util/err.h"
 
 void train_tunables_default(train_tunables *t) {

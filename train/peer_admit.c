@@ -18,7 +18,7 @@
  * A peer presents its certificate before the first message it sends to
  * another in a session (admit_before_send), so members never see each
  * other refused in practice. Cryptography is in train/member.c. */
-#include "train/peer_internal.h"
+#include "train/peer_admit.h"
 
 #include <sodium.h>
 #include <stdio.h>

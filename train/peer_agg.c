@@ -23,13 +23,15 @@
  * already applied an average answers late contributors with it, so every live
  * member ends the round with the same weights. Who aggregates, and whose
  * average a member takes, is train/peer_agg_who.c. */
-#include "train/peer_internal.h"
+#include "train/peer_agg.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "train/agg_robust.h"
+#include "train/peer_join.h"
+#include "train/peer_trust.h"
 #include "util/err.h"
 
 static size_t chunk_floats(const train_peer *p) {

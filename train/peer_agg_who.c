@@ -10,8 +10,9 @@
  * which average a member applies: its chosen aggregator's, a vouched lower
  * ID's (a split healed), its source's while it joins, and a joiner's
  * stage-mate whose view does not have it yet. */
-#include "train/peer_internal.h"
+#include "train/peer_agg.h"
 
+#include "train/peer_join.h"
 #include "util/err.h"
 
 bool agg_is_failed(const peer_agg *a, const gw_id *id) { return id_in(a->failed, a->n_failed, id); }

@@ -5,11 +5,14 @@
  * healed by fetching the lowest aggregator's weights; a joiner's note of a
  * round that ended while it fetched. The round itself (who aggregates,
  * BEGIN_AGG, collecting, finishing) is train/peer_agg.c. */
-#include "train/peer_internal.h"
+#include "train/peer_agg.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "train/peer_join.h"
+#include "train/peer_trust.h"
 
 /* If we contributed, the average must list our contribution with the hash
  * of what we sent: one that lists a different hash was not made from our

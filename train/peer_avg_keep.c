@@ -16,7 +16,7 @@
  * a download that took more rounds than that is fetched again, as before.
  * The memory is PEER_KEEP_AVGS averages of the stage's parameters at most,
  * and none once nobody we served is catching up. */
-#include "train/peer_internal.h"
+#include "train/peer_agg.h"
 
 #include <stdlib.h>
 #include <string.h>

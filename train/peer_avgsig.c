@@ -22,7 +22,7 @@
  * Anything else is refused (agg.forged peer=... reason=...), and the member
  * keeps waiting for the average, or gives up on its aggregator at the
  * deadline and takes the next one, as when no average comes. */
-#include "train/peer_internal.h"
+#include "train/peer_agg.h"
 
 #include <string.h>
 

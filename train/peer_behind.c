@@ -36,7 +36,10 @@
  * it is given up: we carry on from our weights past the rounds we missed,
  * into the one that began if a BEGIN_AGG told us of it
  * (`weights.catch_up_failed`). */
-#include "train/peer_internal.h"
+#include "train/peer_trust.h"
+
+#include "train/peer_agg.h"
+#include "train/peer_join.h"
 
 /* offers this long in a row before we act: a member that only missed the
  * round resyncs through its stage-mates well before */

@@ -7,11 +7,14 @@
  * last stage and the loss, the trip deadline, the backward's end at stage 0).
  * The hop machinery both roles share is train/peer_mb.c, a relay's side of
  * a hop train/peer_relay.c; repairs are train/peer_repair.c. */
-#include "train/peer_internal.h"
+#include "train/peer_data.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_leader.h"
+#include "train/peer_repair.h"
+#include "train/peer_wire.h"
 #include "util/err.h"
 
 /* ---- data node: one iteration ---- */

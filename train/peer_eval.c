@@ -25,7 +25,7 @@
  *     complete one's.
  * The losses are summed in validation-index order (in double), so the
  * result does not depend on the order microbatches came home in. */
-#include "train/peer_internal.h"
+#include "train/peer_data.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -6,11 +6,16 @@
  * them against the hash that member announced, restores them, and starts
  * taking microbatches. A member that is aggregating serves the request once
  * its weights are final for the iteration. */
-#include "train/peer_internal.h"
+#include "train/peer_join.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_admit.h"
+#include "train/peer_agg.h"
+#include "train/peer_leader.h"
+#include "train/peer_replica.h"
+#include "train/peer_trust.h"
 #include "util/err.h"
 
 #define JOIN_RETRY_MS 2000

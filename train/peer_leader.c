@@ -2,10 +2,12 @@
  * lowest node ID. Data nodes report ITER_DONE to it and to each other (the
  * others then wrap up); when every live data node has reported, it starts
  * the aggregation (agg_on_begin, train/peer_agg.c). */
-#include "train/peer_internal.h"
+#include "train/peer_leader.h"
 
 #include <string.h>
 
+#include "train/peer_agg.h"
+#include "train/peer_trust.h"
 #include "util/err.h"
 
 /* ---- the leader ---- */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "train/agg_robust.h"
+#include "train/peer_data.h"
 #include "util/err.h"
 
 /* Per-microbatch gradients an aggregator holds at most (each n_params

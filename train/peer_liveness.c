@@ -19,7 +19,7 @@
  *
  * Every step is one log line: peer.suspected, peer.probe_answered,
  * peer.probe_unanswered. */
-#include "train/peer_internal.h"
+#include "train/peer_liveness.h"
 
 #include <math.h>
 #include <string.h>

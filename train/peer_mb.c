@@ -20,6 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_data.h"
+#include "train/peer_liveness.h"
+#include "train/peer_repair.h"
+#include "train/peer_wire.h"
 #include "util/err.h"
 
 /* ---- bookkeeping ---- */

@@ -13,11 +13,13 @@
  * stage exactly as a placed joiner: it restores the newest replica
  * (peer_replica.c) or reports the stage lost. Only a relay whose driver can
  * switch its compute to another stage takes a move (cfg.movable). */
-#include "train/peer_internal.h"
+#include "train/peer_join.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_agg.h"
+#include "train/peer_trust.h"
 #include "util/err.h"
 
 /* An empty stage waits this long for a joiner before a member is moved:

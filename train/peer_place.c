@@ -6,10 +6,13 @@
  * capacity; an empty stage first), candidates by capacity, highest with
  * highest. It also says when a stage that trained has no live member left:
  * the next joiner goes there and restores the stage's newest replica. */
-#include "train/peer_internal.h"
+#include "train/peer_join.h"
 
 #include <math.h>
 #include <stdlib.h>
+
+#include "train/peer_leader.h"
+#include "train/peer_trust.h"
 
 #define PLACEMENT_PERIOD_MS 500
 #define PENDING_PLACEMENT_MS 30000 /* a placed peer counts this long before it shows up in the directory */

@@ -32,12 +32,14 @@
  * speed (--byzantine lying-costs) makes its stage look at most four times
  * faster, and one slowed by its first job's warm-up at most four times
  * slower. */
-#include "train/peer_internal.h"
+#include "train/peer_leader.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_join.h"
+#include "train/peer_trust.h"
 #include "util/err.h"
 
 /* A HELLO's compute time counts this long (HELLOs come every 2 s). */

@@ -19,6 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_trust.h"
+#include "train/peer_wire.h"
+
 /* ---- forward ---- */
 
 static bool accept_iteration(train_peer *p, const Gwtf__TrainMicrobatch *m, bool *queue, const char **why) {

@@ -17,7 +17,7 @@
  * sends the microbatch through the whole pipeline again when its trip
  * deadline passes with no gradient back (or at once, when it was the origin's
  * own backward hop that failed: that it sees for itself). */
-#include "train/peer_internal.h"
+#include "train/peer_repair.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -22,11 +22,13 @@
  * the DHT (REPLICA_REQ); the holder answers in REPLICA_CHUNKs, taken only from
  * the holder asked (join_on_chunk). The restored weights must hash to what
  * the stage logged for them, else the next holder is asked. */
-#include "train/peer_internal.h"
+#include "train/peer_replica.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_join.h"
+#include "train/peer_trust.h"
 #include "util/err.h"
 
 /* A push that stalls this long is given up (its slot may be taken). */

@@ -22,9 +22,11 @@
  *   - trained and no replica after STAGE0_REPLICA_WAIT_MS: `stage.lost
  *     stage=0`, and the node stops (exit 3): it never trains stage 0 from
  *     fresh weights against relays that hold trained ones. */
-#include "train/peer_internal.h"
+#include "train/peer_replica.h"
 
 #include <string.h>
+
+#include "train/peer_join.h"
 
 #define STAGE0_SOURCE_WAIT_MS 3000
 #define STAGE0_REPLICA_WAIT_MS 20000

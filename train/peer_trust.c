@@ -45,12 +45,15 @@
  * a private run, a peer without a valid membership certificate is refused
  * everything but the admission messages, before its circle is looked at
  * (admit_check). */
-#include "train/peer_internal.h"
+#include "train/peer_trust.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_admit.h"
+#include "train/peer_agg.h"
+#include "train/peer_join.h"
 #include "util/err.h"
 
 /* A peer whose contributions were rejected this many times is banned ... */

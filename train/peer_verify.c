@@ -22,9 +22,11 @@
  * stale before it is used).
  * Members of another iteration are not counted: the join code fetches
  * again when the stage aggregated meanwhile. */
-#include "train/peer_internal.h"
+#include "train/peer_join.h"
 
 #include <string.h>
+
+#include "train/peer_trust.h"
 
 static bool zero_hash(const uint8_t *h) {
   for (int i = 0; i < 32; i++)

@@ -21,7 +21,7 @@
  * step of the row's scale (int8). The rotated formats (rot4/3/2,
  * train/wire_rot.h) rely on the same argument: their error is spread over
  * the row by the rotation and is about 1-12 % of the row's energy. */
-#include "train/peer_internal.h"
+#include "train/peer_wire.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,21 @@
+/* train/peer_repair.h — repairing a backward pass broken by a crash (GWTF
+ * §V-D; train/peer_repair.c): RECOVER to the origin, which walks the
+ * stored path to re-send around the gap; or, with TRAIN_RECOVER_RESTART
+ * (SWARM), the microbatch restarted. Internal to train/. */
+#ifndef GWTF_TRAIN_PEER_REPAIR_H
+#define GWTF_TRAIN_PEER_REPAIR_H
+
+#include "train/peer_internal.h"
+
+/* peer_repair.c */
+void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecover *r);
+void repair_begin(train_peer *p, peer_mb *mb, int suspect_stage, const gw_id *target);
+void repair_on_probe(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a);
+void repair_on_probe_reply(train_peer *p, const gw_id *from, const Gwtf__TrainProbeReply *r);
+void repair_on_repair(train_peer *p, const gw_id *from, const Gwtf__TrainRepair *r);
+void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m);
+void repair_tick(train_peer *p);
+void repair_report(train_peer *p, peer_mb *mb);
+void repair_restart_timed_out(train_peer *p, peer_mb *mb);
+
+#endif
