@@ -151,7 +151,7 @@ static bool wanted_stage(const train_rt *rt, int s) {
 /* Stops dialling k the way we do now (directly, or through relays[via]). */
 static void known_undial(train_rt *rt, known_peer *k) {
   if (k->via < 0)
-    p2p_host_forget(rt->host, &k->addr);
+    p2p_host_forget(rt->host, &k->addr, &k->id);
   else
     p2p_host_forget_via(rt->host, &k->relays[k->via].addr, &k->id);
 }

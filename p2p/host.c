@@ -135,7 +135,13 @@ static void dial_failed(p2p_host *h, target *t, int err, const char *why) {
     return;
   }
   t->failures++;
-  uint32_t delay = backoff_ms(h, t->failures);
+  /* Another node proved (by its signature) that it holds this address: the
+   * one we expect is not there, most often an old identity of a node that
+   * restarted on its port. Its record may still name the address, so the
+   * target stays, but it retries at the slowest rate at once: every such
+   * dial costs the node there a handshake. */
+  bool someone_else = why && strcmp(why, "unexpected-id") == 0;
+  uint32_t delay = backoff_ms(h, someone_else ? UINT32_MAX : t->failures);
   t->next_ms = host_now_ms() + delay;
   GW_INFO(h->cfg.log, "peer.dial_failed", "addr=%s attempt=%u reason=%s err=\"%s\" retry_ms=%u", addr, t->failures,
           why ? why : "-", gw_strerror(err), delay);
@@ -657,16 +663,32 @@ int p2p_host_new(uv_loop_t *loop, const p2p_host_config *cfg, const p2p_host_cbs
 
 gw_addr p2p_host_listen_addr(const p2p_host *h) { return h->bound; }
 
+/* The direct target at addr for expect (NULL: any at addr). An address
+ * can be named for more than one node ID: a node that restarted with a
+ * fresh identity on its old port stays in directories under the old one
+ * until its record expires. One target per address, whose expectation the
+ * last caller overwrote, kept dialling the dead ID and never the live one
+ * (two members of a stage could not reach each other for a whole
+ * aggregation round, and the stage split), so each ID gets its own. */
+static target *direct_target(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
+  target *open = NULL; /* one that does not know whom it reaches yet */
+  for (target *t = h->targets; t; t = t->next) {
+    if (t->via || !gw_addr_eq(&t->addr, addr)) continue;
+    if (!expect || target_is(t, expect)) return t;
+    if (gw_id_is_zero(&t->expect) && gw_id_is_zero(&t->learned)) open = t;
+  }
+  return open;
+}
+
 int p2p_host_connect(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
   if (h->closing) return GW_ECLOSED;
   if (!addr->family || !addr->port) return GW_EINVAL;
-  for (target *t = h->targets; t; t = t->next)
-    if (!t->via && gw_addr_eq(&t->addr, addr)) {
-      if (expect) t->expect = *expect;
-      return 0;
-    }
-  target *t = calloc(1, sizeof(*t));
-  if (!t) return GW_ENOMEM;
+  target *t = direct_target(h, addr, expect);
+  if (t) {
+    if (expect) t->expect = *expect;
+    return 0;
+  }
+  if (!(t = calloc(1, sizeof(*t)))) return GW_ENOMEM;
   t->addr = *addr;
   if (expect) t->expect = *expect;
   t->next = h->targets;
@@ -675,12 +697,11 @@ int p2p_host_connect(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
   return 0;
 }
 
-void p2p_host_forget(p2p_host *h, const gw_addr *addr) {
-  for (target *t = h->targets; t; t = t->next)
-    if (!t->via && gw_addr_eq(&t->addr, addr)) {
-      host_free_target(h, t);
-      return;
-    }
+void p2p_host_forget(p2p_host *h, const gw_addr *addr, const gw_id *expect) {
+  for (target *t = h->targets, *next; t; t = next) {
+    next = t->next;
+    if (!t->via && gw_addr_eq(&t->addr, addr) && (!expect || target_is(t, expect))) host_free_target(h, t);
+  }
 }
 
 int p2p_host_disconnect(p2p_host *h, const gw_id *id) {

@@ -116,10 +116,12 @@ gw_addr p2p_host_listen_addr(const p2p_host *h);
 
 /* Keeps a session to addr: dials now and redials with backoff whenever it
  * is down, until p2p_host_disconnect/forget. expect (may be NULL) is the
- * node ID we mean to reach; anyone else answering is rejected. */
+ * node ID we mean to reach; anyone else answering is rejected. Each
+ * expected ID at an address is dialled on its own: an old identity's
+ * failures do not stop the dials of the one there now. */
 int p2p_host_connect(p2p_host *h, const gw_addr *addr, const gw_id *expect);
-/* Stops redialling addr (an open session stays). */
-void p2p_host_forget(p2p_host *h, const gw_addr *addr);
+/* Stops redialling addr for expect (NULL: for anyone); an open session stays. */
+void p2p_host_forget(p2p_host *h, const gw_addr *addr, const gw_id *expect);
 /* Says goodbye to a peer and stops redialling it. GW_ENOENT when not connected. */
 int p2p_host_disconnect(p2p_host *h, const gw_id *id);
 

@@ -333,6 +333,64 @@ static void test_reconnect_after_leave(void **state) {
   drain_loop(&loop);
 }
 
+/* A node that restarted with a fresh identity on its old port is named at
+ * that address under both IDs while directories keep its old record. The
+ * dials for the old ID fail (unexpected-id); those for the live one must
+ * not be stopped by them. With one target per address, whose expectation
+ * each call overwrote, the interleaving below (a refresh that names the
+ * live ID, then the stale one again) kept every redial expecting the
+ * stale ID: c never reached a. */
+static bool c_up(void *ud) { return ((tnode *)ud)->ups > 0; }
+
+/* The shortest retry_ms of the unexpected-id dial failures logged since
+ * line `from` (UINT32_MAX: none). */
+static unsigned min_stale_retry_ms(size_t from) {
+  unsigned best = UINT32_MAX;
+  for (size_t i = from; i < rec.n; i++) {
+    const char *r = strstr(rec.lines[i], "retry_ms=");
+    unsigned ms;
+    if (strncmp(rec.lines[i], "peer.dial_failed\t", 17) == 0 && strstr(rec.lines[i], "reason=unexpected-id") && r &&
+        sscanf(r, "retry_ms=%u", &ms) == 1 && ms < best)
+      best = ms;
+  }
+  return best;
+}
+
+static void test_old_and_new_identity_at_one_address(void **state) {
+  (void)state;
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  tnode a, c;
+  p2p_identity gone;
+  p2p_identity_generate(&gone);
+  node_start(&a, &loop, "a", 0, NULL);
+  node_start(&c, &loop, "c", 0, NULL);
+  gw_addr aa = addr_of(&a);
+  size_t from = rec.n;
+  assert_int_equal(p2p_host_connect(c.h, &aa, &gone.id), 0);
+  assert_int_equal(p2p_host_connect(c.h, &aa, &a.id.id), 0);
+  assert_int_equal(p2p_host_connect(c.h, &aa, &gone.id), 0);
+  assert_true(run_until(&loop, c_up, &c, WAIT_MS));
+  assert_true(p2p_host_is_connected(c.h, &a.id.id));
+  assert_true(run_until(&loop, dial_failed, "reason=unexpected-id", WAIT_MS));
+  /* Someone else answering for the old ID sends it to the slowest retry
+   * (backoff_max 400 ms, jittered to 200..400) at once, not after doublings. */
+  unsigned retry = min_stale_retry_ms(from);
+  assert_true(retry >= 200 && retry <= 400);
+  /* Forgetting the old ID leaves the live one's redials alone: a leaves
+   * and comes back on its port, and c dials it again. */
+  p2p_host_forget(c.h, &aa, &gone.id);
+  p2p_identity ida = a.id;
+  node_stop(&a);
+  assert_true(run_until(&loop, got_left, &c, WAIT_MS));
+  node_start(&a, &loop, "a2", aa.port, &ida);
+  assert_true(run_until(&loop, got_back, &c, WAIT_MS));
+  assert_true(p2p_host_is_connected(c.h, &ida.id));
+  node_stop(&a);
+  node_stop(&c);
+  drain_loop(&loop);
+}
+
 static bool got_lost(void *ud) { return ((tnode *)ud)->downs_lost > 0; }
 static bool is_up(void *ud) { return ((tnode *)ud)->ups > 0; }
 
@@ -523,6 +581,7 @@ static void test_hostile_peers(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_connect_and_exchange), cmocka_unit_test(test_wrong_expected_key),
+      cmocka_unit_test(test_old_and_new_identity_at_one_address),
       cmocka_unit_test(test_simultaneous_dial),    cmocka_unit_test(test_reconnect_after_leave),
       cmocka_unit_test(test_lost_on_crash),        cmocka_unit_test(test_hostile_peers),
   };
