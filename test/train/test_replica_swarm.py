@@ -66,8 +66,11 @@ def kill_stage(tmp, scenario="kill_stage", spares=2):
         # (the kill's own iteration may finish no microbatch: its loss is null)
         ls = [x["loss"] for x in s["iterations"]]
         after = known(ls[KILL_AT + 1:])
-        check(after and ls[KILL_AT - 1] is not None and min(after) < ls[KILL_AT - 1] and ls[-1] is not None and
-              ls[-1] < ls[0] - 0.5, f"losses {ls}")
+        # (and one iteration's loss can spike and heal the next: the last
+        # three's best, as test_outage_swarm.py; TRAINING.md, Known limits)
+        last = known(ls[-3:])
+        check(after and last and ls[KILL_AT - 1] is not None and min(after) < ls[KILL_AT - 1] and
+              min(last) < ls[0] - 0.5, f"losses {ls}")
         moves = ev(events, "stage.move")
         if spares:
             # a spare normally gets there first; on a slow machine the leader may

@@ -372,7 +372,10 @@ def churn_soak(tmp):
     check_common(s, n)
     check(s["crashes"] >= 3, f"only {s['crashes']} crashes")
     ls = [x for x in losses(s) if x is not None]
-    check(sum(ls[-5:]) / 5 < sum(ls[:5]) / 5 - 0.5, f"loss did not fall: {ls}")
+    # medians, not means: at lr 1e-3 one iteration's loss can spike and heal
+    # the next (8.23 at iteration 26 of 30 in a fresh clone's run; TRAINING.md,
+    # Known limits), and churn decides which iteration of which run does
+    check(sorted(ls[-5:])[2] < sorted(ls[:5])[2] - 0.5, f"loss did not fall: {ls}")
     print(f"churn soak: {s['crashes']} crashes, {s['forward_reroutes']} re-routes, "
           f"{s['backward_recoveries']} recoveries, loss {ls[0]:.3f} -> {ls[-1]:.3f}")
 
