@@ -101,9 +101,14 @@ peer *host_find_peer(const p2p_host *h, const gw_id *id);
 void host_conn_link(p2p_host *h, conn *c); /* the host owns c from here */
 void host_handshake_over(p2p_host *h, conn *c);
 void host_apply_links(p2p_host *h, peer *p, p2p_session *s); /* link emulation for p's session */
+
+/* host_targets.c: targets and redials */
+bool host_target_is(const target *t, const gw_id *id); /* expects or reached id */
 bool host_target_satisfied(const p2p_host *h, const target *t);
 void host_dial(p2p_host *h, target *t);
 void host_free_target(p2p_host *h, target *t);
+void host_dial_failed(p2p_host *h, target *t, int err, const char *why); /* backs off; "self" frees t */
+void host_schedule_redial(p2p_host *h, const gw_id *id);               /* the peer went away */
 
 /* host_listen.c: binds and listens on cfg.listen, accepting within the caps */
 int host_start_listening(p2p_host *h);
