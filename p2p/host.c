@@ -96,6 +96,8 @@ void host_conn_link(p2p_host *h, conn *c) {
   h->n_conns++;
 }
 
+/* ---- peer up / down ---- */
+
 void host_apply_links(p2p_host *h, peer *p, p2p_session *s) {
   if (!h->cfg.links) return;
   p2p_link_params lp;

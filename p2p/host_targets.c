@@ -97,8 +97,6 @@ void host_schedule_redial(p2p_host *h, const gw_id *id) {
     }
 }
 
-/* ---- peer up / down ---- */
-
 /* The direct target at addr for expect (NULL: any at addr). An address
  * can be named for more than one node ID: a node that restarted with a
  * fresh identity on its old port stays in directories under the old one
