@@ -49,7 +49,7 @@ void cmd_train_ref_help(void) {
          "activations in ACT, their gradients in GRAD, e.g. rot4/lr8), as a swarm whose\n"
          "peers all use it does.\n"
          "--grad-clip N clips each stage's gradient to L2 norm N before its step, as the\n"
-         "run record's grad_clip makes every peer do (default 0: off).\n"
+         "run record's grad_clip makes every peer do (default 1; 0: off).\n"
          "--deterministic trains as a swarm of `gwtf node --deterministic` peers does: each\n"
          "microbatch's gradient on its own, summed per stage in microbatch-ID order and\n"
          "divided by their number (docs/TRAINING.md, \"Exactly once\"). --replay FILE then\n"
@@ -477,6 +477,7 @@ int cmd_train_ref(int argc, char **argv) {
   r.run.batch = 4;
   r.run.seq = 64;
   r.run.lr = 1e-3;
+  r.run.grad_clip = TRAIN_RUN_GRAD_CLIP_DEFAULT;
   r.run.seed = 1;
   r.wire = r.wire_grad = TRAIN_F32;
   int c;

@@ -134,10 +134,8 @@ int swarm_child_args(const swarm_opts *o, const swarm_paths *paths, const swarm_
     ARG("%d", o->seq);
     ARG("--lr");
     ARG("%g", o->lr);
-    if (o->grad_clip > 0) {
-      ARG("--grad-clip");
-      ARG("%.17g", o->grad_clip);
-    }
+    ARG("--grad-clip"); /* always: 0 (off) is not the node's default */
+    ARG("%.17g", o->grad_clip);
     ARG("--seed");
     ARG("%llu", (unsigned long long)o->seed);
   } else {

@@ -9,6 +9,7 @@
 #include "node/cmd.h"
 #include "node/swarm_web.h"
 #include "train/peer.h"
+#include "train/run.h"
 #include "train/wire_codec.h"
 
 void cmd_swarm_help(void) {
@@ -66,7 +67,7 @@ void cmd_swarm_help(void) {
       "--checkpoint-every N makes every peer write its stage's checkpoint every N\n"
       "iterations into its data dir under --workdir (default 0: none), for gwtf export.\n"
       "--grad-clip N goes into the run record: every peer clips its stage's gradient to\n"
-      "L2 norm N before each step (default 0: off; see gwtf help node).\n"
+      "L2 norm N before each step (default 1; 0: off; see gwtf help node).\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
       "and their gradients between stages compressed where the receiver accepts it\n"
       "(" WIRE_DTYPE_LIST "; ACT/GRAD: activations in ACT,\n"
@@ -188,7 +189,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
                     .routing = "gwtf", .log_level = "info", .device = "cpu", .seed = 1, .capacity = 4,
                     .microbatches = 4, .batch = 4, .seq = 64, .threads = 1, .base_port = 27000, .lr = 1e-3,
-                    .restart_after = 1, .flow_tick = 100, .hop_timeout = 2000, .slowdown = 1.0,
+                    .grad_clip = TRAIN_RUN_GRAD_CLIP_DEFAULT, .restart_after = 1, .flow_tick = 100,
+                    .hop_timeout = 2000, .slowdown = 1.0,
                     .eval_every = -1, .replicate_every = -1, .replace_after_ms = 2000,
                     .rebalance_after = 0};
   int c;

@@ -42,6 +42,7 @@ void train_node_opts_default(train_node_opts *o) {
   o->batch = 4;
   o->seq = 64;
   o->lr = 1e-3;
+  o->grad_clip = TRAIN_RUN_GRAD_CLIP_DEFAULT;
   o->seed = 1;
   o->threads = 0; /* all the cores this process may use: a home node uses the machine */
   o->checkpoint_every = 10;

@@ -224,7 +224,7 @@ void train_node_print_help(void) {
          "  --batch B --seq T          microbatch shape (default 4 x 64)\n"
          "  --lr X                     AdamW learning rate (default 1e-3)\n"
          "  --grad-clip N              clip each stage's gradient to L2 norm N before its step\n"
-         "                             (default 0: off; 1.0 is llm.c's and GPT-2's global norm)\n"
+         "                             (default 1; 0: off; llm.c and GPT-2 clip the whole model to 1)\n"
          "  --seed S                   weight init seed (default 1)\n");
 }
 

@@ -15,6 +15,11 @@
 
 #define TRAIN_RUN_NAME_MAX 64
 #define TRAIN_RUN_MAX_STAGES 64
+/* The gradient clip a new run gets unless told otherwise (--grad-clip 0:
+ * off). llm.c, nanoGPT and GPT-2 clip the whole model's gradient to norm
+ * 1; here each stage clips its own (docs/TRAINING.md, "Gradient clipping"),
+ * which at the default lr keeps the tiny model's loss from spiking. */
+#define TRAIN_RUN_GRAD_CLIP_DEFAULT 1.0
 
 typedef struct train_run {
   char name[TRAIN_RUN_NAME_MAX + 1];

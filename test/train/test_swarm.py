@@ -154,6 +154,10 @@ def fault_free(tmp):
               f"iteration {it['iteration']}: {it['microbatches_done']} done, {it['microbatches_deferred']} deferred")
     ls = losses(s)
     check(ls[-1] < ls[0] - 0.5, f"loss did not fall: {ls}")
+    # gradients are clipped at norm 1 unless a run says otherwise, and the
+    # reference below clips the same by its own default
+    created = [e for e in ev if e["event"] == "run.created"]
+    check(created and float(created[0]["f"]["grad_clip"]) == 1.0, f"default clip: run.created {created[:1]}")
     # the same run in one process, on the same microbatches
     ref = subprocess.run([GWTF, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(n),
                           "--data-seed", "1000", "--json"], stdout=subprocess.PIPE, text=True, check=True)
@@ -492,7 +496,7 @@ def deterministic(tmp):
     check(led["duplicates"] == led["missing"] == led["extra"] == led["inexact"] == 0, f"ledger {led}")
     got, want = final_hashes(ev, n), ref_hashes(tmp, n, seed, "--grad-clip", clip)
     check([got.get(i) for i in range(stages + 1)] == want, f"weights {got}, train-ref --deterministic {want}")
-    unclipped = ref_hashes(tmp, n, seed)
+    unclipped = ref_hashes(tmp, n, seed, "--grad-clip", "0")
     check(all(a != b for a, b in zip(want, unclipped)), f"clipping changed no stage: {want}")
     print(f"deterministic: stage weights {want} equal train-ref --deterministic --grad-clip {clip}'s bit for bit "
           f"(unclipped: {unclipped})")
