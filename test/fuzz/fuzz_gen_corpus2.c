@@ -20,7 +20,8 @@
  *   member_cert  certificates and revocation lists signed with that key,
  *                and field inputs for their round trips.
  * The committed corpus under test/fuzz/corpus was made by this program (and
- * may grow with the fuzzer's own finds). */
+ * may grow with the fuzzer's own finds). The train_msg part is in
+ * fuzz_gen_corpus2_train.c; the byte buffer all parts write with, fuzz_gen.h. */
 #include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,6 @@
 #include "flow/flow.h"
 #include "fuzz_flow.h"
 #include "fuzz_targets.h"
-#include "fuzz_train.h"
 #include "p2p/frame.h"
 #include "p2p/handshake.h"
 #include "proto/gwtf.pb-c.h"
@@ -43,80 +43,31 @@
 #include "train/safetensors.h"
 #include "util/rng.h"
 
-static const char *out_root;
-static unsigned n_written;
-
-static void write_file(const char *sub, const uint8_t *buf, size_t len) {
-  fuzz_corpus_write(out_root, sub, buf, len);
-  n_written++;
-}
-
-/* ---- a growable byte buffer ---- */
-
-typedef struct buf {
-  uint8_t *p;
-  size_t n, cap;
-} buf;
-
-static void put(buf *b, const void *src, size_t n) {
-  if (b->n + n > b->cap) {
-    b->cap = (b->n + n) * 2 + 64;
-    b->p = realloc(b->p, b->cap);
-    if (!b->p) exit(1);
-  }
-  if (n) memcpy(b->p + b->n, src, n);
-  b->n += n;
-}
-
-static void put8(buf *b, uint8_t v) { put(b, &v, 1); }
-
-static void put16(buf *b, uint16_t v) {
-  put8(b, (uint8_t)v);
-  put8(b, (uint8_t)(v >> 8));
-}
-
-static void put32(buf *b, uint32_t v) {
-  put16(b, (uint16_t)v);
-  put16(b, (uint16_t)(v >> 16));
-}
-
-static void put_msg(buf *b, const ProtobufCMessage *m) {
-  size_t n = protobuf_c_message_get_packed_size(m);
-  uint8_t *tmp = malloc(n ? n : 1);
-  protobuf_c_message_pack(m, tmp);
-  put(b, tmp, n);
-  free(tmp);
-}
-
-static void flush(const char *sub, buf *b) {
-  write_file(sub, b->p, b->n);
-  free(b->p);
-  memset(b, 0, sizeof(*b));
-}
+#include "fuzz_gen.h"
 
 /* ---- frame ---- */
 
-static void envelope(buf *out, uint32_t type, const ProtobufCMessage *body, const Gwtf__TensorHeader *th) {
+static void envelope(gen_buf *out, uint32_t type, const ProtobufCMessage *body, const Gwtf__TensorHeader *th) {
   Gwtf__Envelope env = GWTF__ENVELOPE__INIT;
   uint8_t peer[32];
   fuzz_frame_peer(peer);
   env.type = type;
   env.sender.data = peer;
   env.sender.len = 32;
-  buf bb = {0};
-  if (body) put_msg(&bb, body);
+  gen_buf bb = {0};
+  if (body) gen_put_msg(&bb, body);
   env.body.data = bb.p;
   env.body.len = bb.n;
   env.tensor = (Gwtf__TensorHeader *)th;
-  put_msg(out, &env.base);
+  gen_put_msg(out, &env.base);
   free(bb.p);
 }
 
 /* One record of a mode-1 script. */
-static void script_rec(buf *s, uint8_t kind, const buf *rec) {
-  put8(s, kind);
-  put16(s, (uint16_t)rec->n);
-  put(s, rec->p, rec->n);
+static void script_rec(gen_buf *s, uint8_t kind, const gen_buf *rec) {
+  gen_put8(s, kind);
+  gen_put16(s, (uint16_t)rec->n);
+  gen_put(s, rec->p, rec->n);
 }
 
 static void gen_frame(void) {
@@ -136,9 +87,9 @@ static void gen_frame(void) {
   uint8_t payload[24] = {1, 2, 3};
   /* Mode 1 scripts: HELLO, a ping, a tensor, goodbye; chunk sizes vary. */
   for (int variant = 0; variant < 4; variant++) {
-    buf s = {0}, r = {0};
-    put8(&s, 1);
-    put8(&s, (uint8_t)(variant * 60));
+    gen_buf s = {0}, r = {0};
+    gen_put8(&s, 1);
+    gen_put8(&s, (uint8_t)(variant * 60));
     envelope(&r, GWTF__MSG_TYPE__MSG_HELLO, &hello.base, NULL);
     script_rec(&s, 0, &r);
     r.n = 0;
@@ -154,18 +105,18 @@ static void gen_frame(void) {
     envelope(&r, 300, NULL, &th);
     script_rec(&s, 0, &r);
     r.n = 0;
-    put(&r, payload, sizeof(payload));
+    gen_put(&r, payload, sizeof(payload));
     script_rec(&s, 2, &r);
     r.n = 0;
     if (variant == 2) { /* bytes nobody sealed */
-      put(&r, payload, 8);
+      gen_put(&r, payload, 8);
       script_rec(&s, 3, &r);
       r.n = 0;
     }
     envelope(&r, GWTF__MSG_TYPE__MSG_GOODBYE, &bye.base, NULL);
     script_rec(&s, 1, &r);
     free(r.p);
-    flush("frame", &s);
+    gen_flush("frame", &s);
     th.offset = th.total = 0;
     shape[0] = 2;
     th.name = NULL;
@@ -177,15 +128,15 @@ static void gen_frame(void) {
   gw_id sender;
   memcpy(sender.b, peer, 32);
   for (int variant = 0; variant < 3; variant++) {
-    buf s = {0};
-    put8(&s, 0);
-    put8(&s, variant == 0 ? 255 : (uint8_t)(variant * 3));
+    gen_buf s = {0};
+    gen_put8(&s, 0);
+    gen_put8(&s, variant == 0 ? 255 : (uint8_t)(variant * 3));
     p2p_channel ch;
     uint8_t header[P2P_STREAM_HEADER_BYTES];
     p2p_channel_init_tx(&ch, key, header);
-    put(&s, header, sizeof(header));
-    buf hb = {0};
-    put_msg(&hb, &hello.base);
+    gen_put(&s, header, sizeof(header));
+    gen_buf hb = {0};
+    gen_put_msg(&hb, &hello.base);
     p2p_msg msgs[3];
     memset(msgs, 0, sizeof(msgs));
     msgs[0] = (p2p_msg){.type = GWTF__MSG_TYPE__MSG_HELLO, .body = hb.p, .body_len = hb.n};
@@ -197,12 +148,12 @@ static void gen_frame(void) {
       uint8_t *w;
       size_t wl;
       if (p2p_frame_seal(&ch, &sender, &msgs[k], k == 2, FUZZ_FRAME_MAX, &w, &wl) != 0) exit(1);
-      put(&s, w, wl);
+      gen_put(&s, w, wl);
       free(w);
     }
     if (variant == 2) s.n -= 5; /* cut mid-frame */
     free(hb.p);
-    flush("frame", &s);
+    gen_flush("frame", &s);
   }
   /* Mode 2: an honest msg1 for a responder; honest pairs (zero masks), one
    * with a flipped bit; a dialler reading zeros. */
@@ -214,384 +165,23 @@ static void gen_frame(void) {
   p2p_hs_init(&hs, P2P_INITIATOR, &id, NULL);
   uint8_t m1[P2P_HS_MSG1_BYTES];
   p2p_hs_start(&hs, m1);
-  buf s = {0};
-  put8(&s, 2);
-  put8(&s, 0);
-  put(&s, m1, sizeof(m1));
-  flush("frame", &s);
+  gen_buf s = {0};
+  gen_put8(&s, 2);
+  gen_put8(&s, 0);
+  gen_put(&s, m1, sizeof(m1));
+  gen_flush("frame", &s);
   for (int sub = 2; sub <= 3; sub++) {
-    put8(&s, 2);
-    put8(&s, (uint8_t)sub);
+    gen_put8(&s, 2);
+    gen_put8(&s, (uint8_t)sub);
     uint8_t zeros[P2P_HS_MSG1_BYTES + P2P_HS_MSG2_BYTES + P2P_HS_MSG3_BYTES] = {0};
     if (sub == 3) zeros[P2P_HS_MSG1_BYTES + 3] = 1; /* the version byte of msg2 */
-    put(&s, zeros, sizeof(zeros));
-    flush("frame", &s);
+    gen_put(&s, zeros, sizeof(zeros));
+    gen_flush("frame", &s);
   }
-  put8(&s, 2);
-  put8(&s, 1);
-  put(&s, m1, 8);
-  flush("frame", &s);
-}
-
-/* ---- train_msg ---- */
-
-/* A message op up to its tensor byte: [op][from][type - 300][len][body]. */
-static void t_msg_head(buf *s, int from, uint32_t type, const ProtobufCMessage *body) {
-  put8(s, FUZZ_TRAIN_OP_MSG);
-  put8(s, (uint8_t)from);
-  put8(s, (uint8_t)(type - 300));
-  buf bb = {0};
-  if (body) put_msg(&bb, body);
-  put16(s, (uint16_t)bb.n);
-  put(s, bb.p, bb.n);
-  free(bb.p);
-}
-
-static void t_msg(buf *s, int from, uint32_t type, const ProtobufCMessage *body, bool act) {
-  t_msg_head(s, from, type, body);
-  if (!act) {
-    put8(s, 0);
-    return;
-  }
-  put8(s, 1); /* F32 */
-  put8(s, 3);
-  put8(s, FUZZ_TRAIN_B), put8(s, FUZZ_TRAIN_T), put8(s, FUZZ_TRAIN_C);
-  put32(s, 0x3c23d70a); /* 0.01f */
-}
-
-/* An activation or gradient in a compressed wire format (fuzz_train_lib.c:
- * spec bit 0x40 picks Q8ROW R4ROW R3ROW R2ROW LR8 LR16 LR32 LR32R4 R5ROW LR16R4
- * by index),
- * its bytes the 4-byte pattern `fill` repeated. */
-static void t_msg_wire(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t index, uint8_t ndim,
-                       const uint8_t *shape, uint32_t fill) {
-  t_msg_head(s, from, type, body);
-  put8(s, (uint8_t)(0x40 | index));
-  put8(s, ndim);
-  for (uint8_t i = 0; i < ndim; i++) put8(s, shape[i]);
-  put32(s, fill);
-}
-
-/* A gradient or weights chunk: F32 over `total` floats, this chunk at offset. */
-/* fuzz_train.h's tensor byte for a chunk of `dtype` (0 raw, then the
- * gwtf.DType values): bit 7 set, bit 6 clear, and byte % 7 == dtype. Not
- * 0x80 | dtype: 0x81 % 7 is 3, so the "F32" seeds were BF16. */
-static uint8_t chunk_dtype_byte(uint8_t dtype) { return (uint8_t)(0x80 + (dtype + 7 - 0x80 % 7) % 7); }
-
-static void t_msg_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint8_t dtype, uint16_t nbytes,
-                        uint16_t offset, uint16_t total) {
-  t_msg_head(s, from, type, body);
-  put8(s, chunk_dtype_byte(dtype));
-  put8(s, 1);
-  put8(s, (uint8_t)(dtype == 1 ? total / 4 : total));
-  put16(s, nbytes);
-  put16(s, offset);
-  put16(s, total);
-  put32(s, 0x3c23d70a);
-}
-
-static void t_f32_chunk(buf *s, int from, uint32_t type, const ProtobufCMessage *body, uint16_t nbytes,
-                        uint16_t offset, uint16_t total) {
-  t_msg_chunk(s, from, type, body, 1, nbytes, offset, total);
-}
-
-static void t_op(buf *s, uint8_t op, int arg) {
-  put8(s, op);
-  if (arg >= 0) put8(s, (uint8_t)arg);
-}
-
-static void t_echo(buf *s, uint8_t slot, uint32_t type) {
-  put8(s, FUZZ_TRAIN_OP_ECHO);
-  put8(s, slot);
-  put8(s, type ? (uint8_t)(type - 300) : 0);
-  put8(s, 0), put8(s, 0);
-}
-
-static Gwtf__TrainMicrobatch mb_for(int origin, uint64_t id, ProtobufCBinaryData *path, size_t n_path) {
-  Gwtf__TrainMicrobatch m = GWTF__TRAIN_MICROBATCH__INIT;
-  m.id = id;
-  m.origin.data = (uint8_t *)fuzz_train_cast(origin)->b;
-  m.origin.len = 32;
-  m.n_path = n_path;
-  m.path = path;
-  return m;
-}
-
-static ProtobufCBinaryData idb(int i) { return (ProtobufCBinaryData){32, (uint8_t *)fuzz_train_cast(i)->b}; }
-
-static void gen_train(void) {
-  enum { D0 = 0, D1 = 1, R1A = 2, R1B = 3, R2A = 4, R2B = 5 };
-  ProtobufCBinaryData path[4] = {idb(D0), idb(R1A), idb(R2A)};
-  buf s = {0};
-  /* A relay of stage 1 carries a microbatch forward and back. */
-  for (int variant = 0; variant < 2; variant++) {
-    put8(&s, (uint8_t)(R1A + 6 * (variant ? 4 : 0)));
-    Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 1);
-    t_msg(&s, D0, 310, &m.base, true);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_echo(&s, 0, 329); /* the next hop has it */
-    t_echo(&s, 0, 311); /* and passed it on */
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 3);
-    t_echo(&s, 0, 313); /* the gradient comes back */
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_echo(&s, 0, 314);
-    if (variant) t_op(&s, FUZZ_TRAIN_OP_DOWN, R2A);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 200);
-    flush("train_msg", &s);
-  }
-  /* A private run: a relay of stage 1 takes a microbatch from d0 (a
-   * member) and is sent one by r2a (a stranger), a JOIN and a redeem. */
-  for (int variant = 0; variant < 2; variant++) {
-    put8(&s, (uint8_t)((variant ? D0 : R1A) + 6 * 32));
-    Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 1);
-    t_msg(&s, D0, 310, &m.base, true);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_msg(&s, R2A, 310, &m.base, true);
-    Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
-    j.capacity = 2;
-    t_msg(&s, R2B, 301, &j.base, false);
-    Gwtf__TrainRedeem rd = GWTF__TRAIN_REDEEM__INIT;
-    rd.token = (ProtobufCBinaryData){4, (uint8_t *)"\x0a\x02\x08\x01"};
-    t_msg(&s, R2B, 331, &rd.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 30);
-    flush("train_msg", &s);
-  }
-  /* Compressed tensors at a stage-1 relay: a valid rot3 activation (rows of
-   * a bf16 scale 1.0, a code byte, a padding byte with only its used bit),
-   * the same with a padding bit set, then an lr8 and an lr32r4 gradient of
-   * zeros (valid) and one of each whose means are Inf (refused). */
-  put8(&s, R1A);
-  {
-    Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 1);
-    const uint8_t r3[3] = {FUZZ_TRAIN_B, FUZZ_TRAIN_T, 4}; /* 2 + ceil(3 x 3 / 8) bytes a row */
-    t_msg_wire(&s, D0, 310, &m.base, 2, 3, r3, 0x015a3f80u);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    Gwtf__TrainMicrobatch m2 = mb_for(D0, 1, path, 1);
-    t_msg_wire(&s, D0, 310, &m2.base, 2, 3, r3, 0x815a3f80u);
-    Gwtf__TrainMicrobatch b = mb_for(D0, 0, path, 2);
-    const uint8_t l8[1] = {2 * FUZZ_TRAIN_C + (FUZZ_TRAIN_B * FUZZ_TRAIN_T + FUZZ_TRAIN_C) * 10};
-    t_msg_wire(&s, R2A, 313, &b.base, 4, 1, l8, 0);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_msg_wire(&s, R2A, 313, &b.base, 4, 1, l8, 0x7f807f80u);
-    /* lr32r4: factor rows of a bf16 scale and 16 code bytes */
-    const uint8_t l32r4[1] = {2 * FUZZ_TRAIN_C + (FUZZ_TRAIN_B * FUZZ_TRAIN_T + FUZZ_TRAIN_C) * 18};
-    t_msg_wire(&s, R2A, 313, &b.base, 7, 1, l32r4, 0);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_msg_wire(&s, R2A, 313, &b.base, 7, 1, l32r4, 0x7f807f80u);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 30);
-    flush("train_msg", &s);
-  }
-  /* The last relay (stage 2) sends back to the data node. */
-  put8(&s, R2A);
-  {
-    Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 2);
-    t_msg(&s, R1A, 310, &m.base, true);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_echo(&s, 0, 313);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    flush("train_msg", &s);
-  }
-  /* A data node starts an iteration, its microbatches go round. */
-  for (int variant = 0; variant < 2; variant++) {
-    put8(&s, (uint8_t)(D0 + 6 * (variant ? 8 : 0)));
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 2);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_echo(&s, 0, 329);
-    t_echo(&s, 0, 311);
-    t_echo(&s, 0, 310); /* back from the last stage: the loss */
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_echo(&s, 0, 313);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 40);
-    if (variant) t_echo(&s, 1, 312); /* DENY */
-    flush("train_msg", &s);
-  }
-  /* Aggregation at a relay: BEGIN_AGG, a member's gradient, the average. */
-  {
-    put8(&s, R1A);
-    Gwtf__TrainIteration it = GWTF__TRAIN_ITERATION__INIT;
-    t_msg(&s, D0, 321, &it.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
-    g.stage = 1;
-    g.count = 1;
-    g.total = 2;
-    t_msg_chunk(&s, R1B, 322, &g.base, 1, 4, 0, 8);
-    g.offset = 1;
-    t_msg_chunk(&s, R1B, 322, &g.base, 1, 4, 4, 8);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_echo(&s, 0, 323); /* an average that looks like ours */
-    ProtobufCBinaryData contrib[2] = {idb(R1A), idb(R1B)};
-    g.offset = 0;
-    g.n_contributors = 2;
-    g.contributors = contrib;
-    g.total_count = 2;
-    t_msg_chunk(&s, R1B, 323, &g.base, 1, 8, 0, 8);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    Gwtf__TrainAggDone ad = GWTF__TRAIN_AGG_DONE__INIT;
-    uint8_t hash[32];
-    memset(hash, 7, sizeof(hash));
-    ad.stage = 1;
-    ad.hash = (ProtobufCBinaryData){32, hash};
-    t_msg(&s, R1B, 324, &ad.base, false);
-    t_msg(&s, R2A, 325, &it.base, false);
-    it.iteration = 1;
-    t_msg(&s, R1B, 327, &it.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 60);
-    flush("train_msg", &s);
-  }
-  /* Signed averages (train/avg_sig.h): a relay in a round hears, from its
-   * aggregator, one with a real signature by a key outside the cast, one
-   * with its fields cut short, and one that claims a skipped step. */
-  {
-    put8(&s, R1B); /* r1a, the lower ID, aggregates: its averages pass the row */
-    Gwtf__TrainIteration it = GWTF__TRAIN_ITERATION__INIT;
-    t_msg(&s, D0, 321, &it.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    uint8_t seed[32], pk[32], sk[64], sig[64], hash[32], run[32] = {0};
-    memset(seed, 0x33, sizeof(seed));
-    crypto_sign_seed_keypair(pk, sk, seed);
-    float v[2] = {0.5f, -0.25f};
-    avg_sig_hash_floats(v, 2, hash);
-    gw_id ids[2] = {*fuzz_train_cast(R1A), *fuzz_train_cast(R1B)};
-    uint8_t hs[2][32];
-    memset(hs, 9, sizeof(hs));
-    avg_sig_fields f = {.run_id = run, .stage = 1, .iteration = 0, .total_count = 2, .n_floats = 2,
-                        .contributors = ids, .hashes = (const uint8_t(*)[32])hs, .n_contributors = 2,
-                        .avg_hash = hash};
-    avg_sig_sign(&f, sk, sig);
-    Gwtf__TrainGrad g = GWTF__TRAIN_GRAD__INIT;
-    ProtobufCBinaryData contrib[2] = {idb(R1A), idb(R1B)}, chash[2] = {{32, hs[0]}, {32, hs[1]}};
-    g.stage = 1;
-    g.total = 2;
-    g.total_count = 2;
-    g.n_contributors = 2;
-    g.contributors = contrib;
-    g.n_contributor_hashes = 2;
-    g.contributor_hashes = chash;
-    g.avg_key = (ProtobufCBinaryData){32, pk};
-    g.avg_hash = (ProtobufCBinaryData){32, hash};
-    g.avg_sig = (ProtobufCBinaryData){64, sig};
-    t_f32_chunk(&s, R1A, 323, &g.base, 8, 0, 8);
-    g.avg_sig.len = 63;
-    t_f32_chunk(&s, R1A, 323, &g.base, 8, 0, 8);
-    g.avg_sig.len = 64;
-    g.total = 0;
-    g.total_count = 0;
-    t_msg(&s, R1A, 323, &g.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 60);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    flush("train_msg", &s);
-  }
-  /* The leader (d0, if its ID is the lower) hears ITER_DONE, JOIN. */
-  for (int who = D0; who <= D1; who++) {
-    put8(&s, (uint8_t)who);
-    Gwtf__TrainIterDone idn = GWTF__TRAIN_ITER_DONE__INIT;
-    idn.done = 2;
-    idn.loss_sum = 3.0;
-    t_msg(&s, 1 - who, 320, &idn.base, false);
-    Gwtf__TrainJoin j = GWTF__TRAIN_JOIN__INIT;
-    j.capacity = 2;
-    j.device = "cpu";
-    t_msg(&s, R2B, 301, &j.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 20);
-    Gwtf__TrainLeader l = GWTF__TRAIN_LEADER__INIT;
-    l.leader = idb(1 - who);
-    t_msg(&s, 1 - who, 326, &l.base, false);
-    Gwtf__TrainHello h = GWTF__TRAIN_HELLO__INIT;
-    h.role = GWTF__TRAIN_ROLE__TRAIN_ROLE_DATA;
-    h.capacity = 2;
-    h.iteration = 1;
-    t_msg(&s, 1 - who, 300, &h.base, false);
-    flush("train_msg", &s);
-  }
-  /* A joiner: unassigned relay, the leader assigns it, it fetches weights. */
-  {
-    put8(&s, (uint8_t)(R2B + 6 * 3));
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 20);
-    Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
-    ProtobufCBinaryData peers[1] = {idb(R2A)};
-    a.stage = 2;
-    a.n_stage_peers = 1;
-    a.stage_peers = peers;
-    int leader = gw_id_cmp(fuzz_train_cast(D0), fuzz_train_cast(D1)) < 0 ? D0 : D1;
-    t_msg(&s, leader, 302, &a.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 2);
-    Gwtf__TrainWeightsChunk c = GWTF__TRAIN_WEIGHTS_CHUNK__INIT;
-    uint8_t hash[32] = {0};
-    c.stage = 2;
-    c.hash = (ProtobufCBinaryData){32, hash};
-    c.total = 16;
-    t_msg_chunk(&s, R2A, 304, &c.base, 6, 8, 0, 16);
-    c.offset = 8;
-    t_msg_chunk(&s, R2A, 304, &c.base, 6, 8, 8, 16);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 100);
-    flush("train_msg", &s);
-  }
-  /* A ready relay serves its weights. */
-  {
-    put8(&s, R2A);
-    Gwtf__TrainWeightsReq wr = GWTF__TRAIN_WEIGHTS_REQ__INIT;
-    wr.stage = 2;
-    t_msg(&s, R2B, 303, &wr.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 5);
-    flush("train_msg", &s);
-  }
-  /* Repairs: a relay reports, the origin probes, the last live peer repairs. */
-  {
-    put8(&s, D0);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 2);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    Gwtf__TrainRecover rc = GWTF__TRAIN_RECOVER__INIT;
-    rc.origin = idb(D0);
-    rc.suspect = idb(R2A);
-    rc.suspect_stage = 2;
-    rc.reporter = idb(R1A);
-    t_msg(&s, R1A, 315, &rc.base, false);
-    Gwtf__TrainProbeReply pr = GWTF__TRAIN_PROBE_REPLY__INIT;
-    pr.has_output = true;
-    pr.stage = 1;
-    t_msg(&s, R1A, 317, &pr.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 30);
-    flush("train_msg", &s);
-  }
-  {
-    put8(&s, R1A);
-    Gwtf__TrainMicrobatch m = mb_for(D0, 0, path, 1);
-    t_msg(&s, D0, 310, &m.base, true);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    Gwtf__TrainAck ack = GWTF__TRAIN_ACK__INIT;
-    ack.origin = idb(D0);
-    t_msg(&s, D0, 316, &ack.base, false);
-    Gwtf__TrainRepair rp = GWTF__TRAIN_REPAIR__INIT;
-    ProtobufCBinaryData avoid[1] = {idb(R2A)};
-    rp.origin = idb(D0);
-    rp.gap_first_stage = 2;
-    rp.gap_last_stage = 2;
-    rp.target = idb(D0);
-    rp.n_path = 2;
-    rp.path = path;
-    rp.n_avoid = 1;
-    rp.avoid = avoid;
-    t_msg(&s, D0, 318, &rp.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_JOBS, -1);
-    Gwtf__TrainMicrobatch rr = mb_for(D0, 0, path, 3);
-    rr.repair = true;
-    rr.repair_end_stage = 2;
-    rr.repair_target = idb(R1A);
-    t_msg(&s, R2B, 319, &rr.base, false);
-    t_op(&s, FUZZ_TRAIN_OP_TICK, 50);
-    flush("train_msg", &s);
-  }
-  /* Junk: an unknown type, a malformed body, a tensor the shape refuses. */
-  put8(&s, R1B);
-  put8(&s, 0), put8(&s, D0), put8(&s, 7), put16(&s, 3), put(&s, "abc", 3), put8(&s, 0);
-  put8(&s, 0), put8(&s, D0), put8(&s, 10), put16(&s, 2), put(&s, "\x0a\xff", 2), put8(&s, 0);
-  put8(&s, 0), put8(&s, D0), put8(&s, 10), put16(&s, 0), put8(&s, 1), put8(&s, 2), put8(&s, 200), put8(&s, 200);
-  put32(&s, 0x7fc00000); /* NaN */
-  flush("train_msg", &s);
+  gen_put8(&s, 2);
+  gen_put8(&s, 1);
+  gen_put(&s, m1, 8);
+  gen_flush("frame", &s);
 }
 
 /* ---- flow_msg: one node of a real swarm, recorded ---- */
@@ -655,10 +245,10 @@ static int count_kind(const qmsg *got, size_t n, int kind) {
  * how many messages to self were of oneof case `want` (0: none asked). */
 static int gen_flow_run(int self, int capacity, int rounds, int silent, int quiet_from, int want) {
   memset(&sw, 0, sizeof(sw));
-  buf s = {0};
+  gen_buf s = {0};
   qmsg got[512];
   size_t n_got = 0;
-  put8(&s, (uint8_t)(self + FUZZ_FLOW_CAST * (capacity - 1)));
+  gen_put8(&s, (uint8_t)(self + FUZZ_FLOW_CAST * (capacity - 1)));
   for (int i = 0; i < FUZZ_FLOW_CAST; i++) {
     sw.ctx[i] = i;
     gw_rng_seed(&sw.rng[i], FUZZ_FLOW_SEED(i));
@@ -672,13 +262,13 @@ static int gen_flow_run(int self, int capacity, int rounds, int silent, int quie
     now += 2000;
     for (int i = 0; i < FUZZ_FLOW_CAST; i++)
       if (!(quiet && i == silent)) flow_on_tick(sw.f[i], now);
-    put8(&s, 4), put8(&s, 19); /* self's tick: (19 + 1) * 100 ms */
+    gen_put8(&s, 4), gen_put8(&s, 19); /* self's tick: (19 + 1) * 100 ms */
     for (size_t k = 0; k < sw.nq && k < 4000; k++) {
       qmsg m = sw.q[k];
       gw_peer from = {.id = *fuzz_flow_cast(m.from)};
       if (quiet && m.from == silent) continue; /* freed below */
       if (m.to == self) {
-        put8(&s, 0), put8(&s, (uint8_t)m.from), put16(&s, (uint16_t)m.len), put(&s, m.p, m.len);
+        gen_put8(&s, 0), gen_put8(&s, (uint8_t)m.from), gen_put16(&s, (uint16_t)m.len), gen_put(&s, m.p, m.len);
         if (want && quiet && n_got < sizeof(got) / sizeof(got[0])) {
           got[n_got] = m;
           got[n_got].p = malloc(m.len ? m.len : 1);
@@ -692,7 +282,7 @@ static int gen_flow_run(int self, int capacity, int rounds, int silent, int quie
   }
   for (int i = 0; i < FUZZ_FLOW_CAST; i++) flow_free(sw.f[i]);
   free(sw.q);
-  flush("flow_msg", &s);
+  gen_flush("flow_msg", &s);
   int c = want ? count_kind(got, n_got, want) : 0;
   for (size_t k = 0; k < n_got; k++) free(got[k].p);
   return c;
@@ -714,12 +304,12 @@ static void gen_flow(void) {
     exit(1);
   }
   /* Junk: bytes that are no FlowMessage, from a peer and echoed. */
-  buf s = {0};
-  put8(&s, 2);
-  put8(&s, 0), put8(&s, 0), put16(&s, 3), put(&s, "\x08\x01\x12", 3);
-  put8(&s, 4), put8(&s, 19), put8(&s, 3), put8(&s, 0), put8(&s, 1), put8(&s, 0x40);
-  put8(&s, 5), put8(&s, 4), put8(&s, 0), put8(&s, 7), put8(&s, 0);
-  flush("flow_msg", &s);
+  gen_buf s = {0};
+  gen_put8(&s, 2);
+  gen_put8(&s, 0), gen_put8(&s, 0), gen_put16(&s, 3), gen_put(&s, "\x08\x01\x12", 3);
+  gen_put8(&s, 4), gen_put8(&s, 19), gen_put8(&s, 3), gen_put8(&s, 0), gen_put8(&s, 1), gen_put8(&s, 0x40);
+  gen_put8(&s, 5), gen_put8(&s, 4), gen_put8(&s, 0), gen_put8(&s, 7), gen_put8(&s, 0);
+  gen_flush("flow_msg", &s);
 }
 
 /* ---- safetensors ---- */
@@ -742,12 +332,12 @@ static void gen_safetensors(void) {
     uint8_t *head;
     size_t hl;
     if (st_writer_header(&wr, &head, &hl) != 0) exit(1);
-    buf b = {0};
-    put(&b, head, hl);
-    for (size_t i = 0; i < wr.n; i++) put(&b, wr.tensors[i].data, wr.tensors[i].bytes);
+    gen_buf b = {0};
+    gen_put(&b, head, hl);
+    for (size_t i = 0; i < wr.n; i++) gen_put(&b, wr.tensors[i].data, wr.tensors[i].bytes);
     free(head);
     st_writer_free(&wr);
-    flush("safetensors", &b);
+    gen_flush("safetensors", &b);
   }
   /* Hand-made headers the reader must refuse. */
   static const char *bad[] = {
@@ -758,12 +348,12 @@ static void gen_safetensors(void) {
       "{\"__metadata__\":{\"k\":1},\"a\":{\"dtype\":\"X9\",\"shape\":[],\"data_offsets\":[0,1]}}",
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-    buf b = {0};
+    gen_buf b = {0};
     uint64_t n = strlen(bad[i]);
-    for (int k = 0; k < 8; k++) put8(&b, (uint8_t)(n >> (8 * k)));
-    put(&b, bad[i], n);
-    put(&b, w, 8);
-    flush("safetensors", &b);
+    for (int k = 0; k < 8; k++) gen_put8(&b, (uint8_t)(n >> (8 * k)));
+    gen_put(&b, bad[i], n);
+    gen_put(&b, w, 8);
+    gen_flush("safetensors", &b);
   }
 }
 
@@ -790,12 +380,12 @@ static void gen_run(void) {
     }
     char *text = train_run_encode(&r);
     if (!text) exit(1);
-    write_file("run_record", (const uint8_t *)text, strlen(text));
+    gen_write("run_record", (const uint8_t *)text, strlen(text));
     free(text);
   }
   const char *bad[] = {"{\"version\":1}", "[1,2,3]", "{\"version\":1,\"name\":\"x\",\"model\":{},\"stages\":0}"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-    write_file("run_record", (const uint8_t *)bad[i], strlen(bad[i]));
+    gen_write("run_record", (const uint8_t *)bad[i], strlen(bad[i]));
 }
 
 /* ---- private runs ---- */
@@ -806,7 +396,7 @@ static void write_mode(const char *sub, uint8_t mode, const uint8_t *p, size_t n
   if (!b) exit(1);
   b[0] = mode;
   memcpy(b + 1, p, n);
-  write_file(sub, b, n + 1);
+  gen_write(sub, b, n + 1);
   free(b);
 }
 
@@ -868,7 +458,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: fuzz_gen_corpus2 OUT_DIR\n");
     return 2;
   }
-  out_root = argv[1];
+  const char *out_root = argv[1];
+  gen_set_out(out_root);
   const char *subs[] = {"frame", "train_msg", "flow_msg", "safetensors", "run_record", "member_token", "member_cert"};
   for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
     char path[4096];
@@ -878,11 +469,11 @@ int main(int argc, char **argv) {
   }
   p2p_crypto_init();
   gen_frame();
-  gen_train();
+  gen_train_corpus();
   gen_flow();
   gen_safetensors();
   gen_run();
   gen_member();
-  printf("fuzz_gen_corpus2: %u files written under %s\n", n_written, out_root);
+  printf("fuzz_gen_corpus2: %u files written under %s\n", gen_written(), out_root);
   return 0;
 }
