@@ -16,6 +16,10 @@
  *                           minus the compute spent on it along its path
  *   wasted_compute_s        compute on microbatches that were excluded from
  *                           aggregation or not part of the final path
+ *   wasted_compute_on_crashed_s  the part of it done by peers that then died
+ *                           (forwards whose backward they did not live to
+ *                           carry); the rest is the routing's (a bypassed
+ *                           peer's forward, a deferred microbatch)
  * and, apart, unaggregated_compute_s: compute whose gradient never reached an
  * aggregation (work lost with a crashed relay's accumulated gradient counts
  * here, though its microbatch was on its final path).
@@ -64,6 +68,7 @@ typedef struct scenario {
 
 typedef struct run_metrics {
   double time_per_mb_s, throughput, communication_s, wasted_s, unaggregated_s;
+  double wasted_crashed_s; /* the part of wasted_s done by peers that died */
   int crashes, reroutes, recoveries, lost, iterations;
   bool agree, ok;
   double flows_sum, optimal_sum;
@@ -269,6 +274,8 @@ static void read_metrics(json_t *s, run_metrics *m) {
   m->throughput = mean_over(iters, "microbatches_done", 1);
   m->communication_s = mean_over(iters, "communication_s", 1);
   m->wasted_s = json_number_value(json_object_get(s, "wasted_compute_s"));
+  json_t *wc = json_object_get(s, "wasted_compute_on_crashed_s");
+  m->wasted_crashed_s = json_is_number(wc) ? json_number_value(wc) : NAN;
   json_t *unagg = json_object_get(s, "unaggregated_compute_s");
   m->unaggregated_s = json_is_number(unagg) ? json_number_value(unagg) : NAN;
   m->crashes = (int)json_integer_value(json_object_get(s, "crashes"));
@@ -440,6 +447,7 @@ static double f_thr(const run_metrics *m) { return m->throughput; }
 static double f_comm(const run_metrics *m) { return m->communication_s; }
 static double f_waste(const run_metrics *m) { return m->wasted_s; }
 static double f_unagg(const run_metrics *m) { return m->unaggregated_s; }
+static double f_waste_crashed(const run_metrics *m) { return m->wasted_crashed_s; }
 
 static void stats(const run_metrics *ms, int n, field_fn f, double *mean, double *sd) {
   double s = 0, s2 = 0;
@@ -460,7 +468,8 @@ static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_
 static json_t *report(const scenario *sc, const char *routing, const run_metrics *ms, int n) {
   static const struct { const char *name; field_fn f; } fields[] = {
       {"time_per_microbatch_s", f_tpm}, {"throughput", f_thr}, {"communication_s", f_comm},
-      {"wasted_compute_s", f_waste}, {"unaggregated_compute_s", f_unagg}};
+      {"wasted_compute_s", f_waste}, {"wasted_compute_on_crashed_s", f_waste_crashed},
+      {"unaggregated_compute_s", f_unagg}};
   json_t *runs = json_array(), *mean = json_object(), *sd = json_object();
   for (int i = 0; i < n; i++) {
     const run_metrics *m = &ms[i];
@@ -470,6 +479,7 @@ static json_t *report(const scenario *sc, const char *routing, const run_metrics
                           m->crashes, "forward_reroutes", m->reroutes, "backward_recoveries", m->recoveries,
                           "lost_microbatches", m->lost, "stage_hashes_agree", m->agree, "completed", m->ok,
                           "iterations", m->iterations);
+    json_object_set_new(r, "wasted_compute_on_crashed_s", num_or_null(m->wasted_crashed_s));
     json_object_set_new(r, "unaggregated_compute_s", num_or_null(m->unaggregated_s));
     json_object_set_new(r, "flows", json_integer(m->flows));
     json_object_set_new(r, "flows_cost", num_or_null(m->flows_sum));
@@ -576,8 +586,8 @@ int cmd_experiment(int argc, char **argv) {
     json_t *mu = json_object_get(rep, "mean"), *sd = json_object_get(rep, "std");
     printf("%s / %s, %d repeat(s):\n", sc.name, routing, repeats);
     const char *keys[] = {"time_per_microbatch_s", "throughput", "communication_s", "wasted_compute_s",
-                          "unaggregated_compute_s"};
-    for (int k = 0; k < 5; k++)
+                          "wasted_compute_on_crashed_s", "unaggregated_compute_s"};
+    for (int k = 0; k < 6; k++)
       printf("  %-22s %.4f ± %.4f\n", keys[k], json_number_value(json_object_get(mu, keys[k])),
              json_number_value(json_object_get(sd, keys[k])));
   }

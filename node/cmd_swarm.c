@@ -307,6 +307,7 @@ static void kop_kill(void *ud, int i, bool restart, const char *reason) {
   uv_timer_stop(&p->kill_timer);
   p->kill_pending = false;
   sw->crashes++;
+  swarm_waste_peer_lost(sw->waste, p->node);
   swarm_say(sw, "%s: killing %s of stage %d (SIGKILL, %s)", reason, p->name, p->stage,
       restart ? "restarted later with a fresh identity" : "not restarted");
   char fields[96];
@@ -340,6 +341,7 @@ static void kill_cb(uv_timer_t *t) {
   if (!p->running || sw->stopping) return;
   p->killed_by_us = true;
   sw->crashes++;
+  swarm_waste_peer_lost(sw->waste, p->node);
   swarm_say(sw, "churn: killing %s (SIGKILL)", p->name);
   swarm_web_note(sw->web, p->name, "warn", "swarm.kill", "\"signal\":\"SIGKILL\",\"reason\":\"churn\"");
   uv_process_kill(&p->proc, SIGKILL);

@@ -130,10 +130,13 @@ void swarm_on_event(swarm *sw, peer_proc *p, json_t *ev) {
   if (!e) return;
   json_t *stage = json_object_get(ev, "stage");
   if (json_is_integer(stage)) p->stage = (int)json_integer_value(stage);
+  const char *node = json_string_value(json_object_get(ev, "node"));
+  if (node) snprintf(p->node, sizeof(p->node), "%s", node);
   if (!strcmp(e, "peer.ready")) p->ready = true;
   if (!strcmp(e, "debug.crash")) {
     p->crashed_itself = true;
     sw->crashes++;
+    swarm_waste_peer_lost(sw->waste, p->node);
   }
   if (!strcmp(e, "train.resync")) p->ready = false;
   if (!strcmp(e, "iteration.done")) {

@@ -43,6 +43,7 @@ struct peer_proc {
   char name[16];
   bool data;
   int generation; /* restarts with a fresh identity bump this */
+  char node[16];  /* its node ID as its log lines name it (this generation's) */
   int port;
   uv_process_t proc;
   peer_stream streams[2]; /* stdout, stderr */

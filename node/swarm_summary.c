@@ -80,6 +80,7 @@ static json_t *summary_json(swarm *sw, double *tokens_per_s) {
                                 "unchecked", (json_int_t)sw->ledger.unchecked, "recovered",
                                 (json_int_t)sw->ledger.recovered));
   json_object_set_new(root, "wasted_compute_s", json_real(swarm_waste_wasted_s(sw->waste)));
+  json_object_set_new(root, "wasted_compute_on_crashed_s", json_real(swarm_waste_on_lost_s(sw->waste)));
   json_object_set_new(root, "unaggregated_compute_s", json_real(sw->unaggregated_s));
   json_object_set_new(root, "compute_s", json_real(swarm_waste_total_s(sw->waste)));
   json_object_set_new(root, "throughput_tokens_per_s", json_real(*tokens_per_s));
@@ -121,8 +122,9 @@ int swarm_write_summary(swarm *sw) {
            "inexact %lld, re-runs %lld, recovered %lld, rounds without a ledger %lld\n",
            sw->ledger.counted, sw->ledger.rounds, sw->ledger.duplicates, sw->ledger.missing, sw->ledger.extra,
            sw->ledger.inexact, sw->ledger.reruns, sw->ledger.recovered, sw->ledger.unchecked);
-  printf("  wasted compute %.2f s (off the final paths), %.2f s never aggregated; throughput %.1f tokens/s\n",
-         swarm_waste_wasted_s(sw->waste), sw->unaggregated_s, tps);
+  printf("  wasted compute %.4f s (off the final paths; %.4f s of it by peers that died), %.2f s never aggregated; "
+         "throughput %.1f tokens/s\n",
+         swarm_waste_wasted_s(sw->waste), swarm_waste_on_lost_s(sw->waste), sw->unaggregated_s, tps);
   swarm_val_print(sw->val, stdout);
   swarm_kill_print(&sw->kill, stdout, sw->stage_lost);
   if (sw->hashes_agree)

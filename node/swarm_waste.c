@@ -23,6 +23,9 @@ struct swarm_waste {
   waste_rec *recs;
   size_t window, n, next;
   double total, useful;
+  char (*lost)[16]; /* peers that died (killed, or crashed themselves) */
+  size_t n_lost, cap_lost;
+  double evicted_lost; /* waste of records that left the window, on lost peers */
 };
 
 swarm_waste *swarm_waste_new(size_t window) {
@@ -40,7 +43,26 @@ swarm_waste *swarm_waste_new(size_t window) {
 void swarm_waste_free(swarm_waste *w) {
   if (!w) return;
   free(w->recs);
+  free(w->lost);
   free(w);
+}
+
+static bool peer_lost(const swarm_waste *w, const char *peer) {
+  for (size_t i = 0; i < w->n_lost; i++)
+    if (!strcmp(w->lost[i], peer)) return true;
+  return false;
+}
+
+void swarm_waste_peer_lost(swarm_waste *w, const char *peer) {
+  if (!w || !peer || !*peer || peer_lost(w, peer)) return;
+  if (w->n_lost == w->cap_lost) {
+    size_t cap = w->cap_lost ? 2 * w->cap_lost : 64;
+    char(*grown)[16] = realloc(w->lost, cap * sizeof(*grown));
+    if (!grown) return; /* the split is a diagnosis: without memory it undercounts */
+    w->lost = grown;
+    w->cap_lost = cap;
+  }
+  snprintf(w->lost[w->n_lost++], sizeof(w->lost[0]), "%s", peer);
 }
 
 static bool same_mb(const waste_rec *r, const char *origin, const char *mb) {
@@ -55,9 +77,11 @@ static waste_rec *find(swarm_waste *w, const char *peer, const char *origin, con
   return NULL;
 }
 
-/* A fresh record; the oldest one goes (its compute stays in the total). */
+/* A fresh record; the oldest one goes (its compute stays in the total, and
+ * in the lost peers' share when it was waste on one). */
 static waste_rec *add(swarm_waste *w, const char *peer, const char *origin, const char *mb, unsigned attempt) {
   waste_rec *r = &w->recs[w->next];
+  if (w->n == w->window && !r->counted && peer_lost(w, r->peer)) w->evicted_lost += r->secs;
   w->next = (w->next + 1) % w->window;
   if (w->n < w->window) w->n++;
   memset(r, 0, sizeof(*r));
@@ -99,4 +123,12 @@ double swarm_waste_wasted_s(const swarm_waste *w) {
   if (!w) return 0;
   double d = w->total - w->useful;
   return d > 0 ? d : 0;
+}
+
+double swarm_waste_on_lost_s(const swarm_waste *w) {
+  if (!w) return 0;
+  double s = w->evicted_lost;
+  for (size_t i = 0; i < w->n; i++)
+    if (!w->recs[i].counted && peer_lost(w, w->recs[i].peer)) s += w->recs[i].secs;
+  return s;
 }

@@ -35,7 +35,14 @@ void swarm_waste_compute(swarm_waste *w, const char *peer, const char *origin, c
 /* Data node `origin` completed microbatch `mb` on attempt `attempt`. */
 void swarm_waste_done(swarm_waste *w, const char *origin, const char *mb, unsigned attempt);
 
+/* `peer` died (killed, or crashed itself): the waste it did is its death's.
+ * A relay's forward of a microbatch whose backward it did not live to carry
+ * is lost with it, however fast the repair; waste elsewhere (a bypassed
+ * peer's forward, a deferred microbatch) is the routing's. */
+void swarm_waste_peer_lost(swarm_waste *w, const char *peer);
+
 double swarm_waste_total_s(const swarm_waste *w);  /* all compute seen */
 double swarm_waste_wasted_s(const swarm_waste *w); /* total minus the final paths' */
+double swarm_waste_on_lost_s(const swarm_waste *w); /* the part of it done by peers that died */
 
 #endif

@@ -93,6 +93,33 @@ static void test_crash_after_backward_is_not_waste(void **state) {
   swarm_waste_free(w);
 }
 
+/* The waste is split by who did it: r2 died after its forward (repaired
+ * through r4), r5 was bypassed alive (its forward of microbatch 2 a spare
+ * the re-route left behind). Only r2's second counts as a death's, also
+ * once its record has left the window; marking a peer twice changes
+ * nothing. */
+static void test_waste_of_peers_that_died(void **state) {
+  (void)state;
+  swarm_waste *w = swarm_waste_new(64);
+  to_loss(w, "1");
+  swarm_waste_compute(w, "r5", "D", "2", 0, "forward", 1);
+  trip(w, "2", 0, PATH_A, true);
+  static const char *const PATH_R[3] = {"r1", "r4", "r3"};
+  trip(w, "1", 0, PATH_R, false); /* the rebuilt path: r4 recomputes and carries the backward */
+  swarm_waste_done(w, "D", "1", 0);
+  swarm_waste_done(w, "D", "2", 0);
+  assert_float_equal(swarm_waste_on_lost_s(w), 0, EPS); /* nobody died yet */
+  swarm_waste_peer_lost(w, "r2");
+  swarm_waste_peer_lost(w, "r2");
+  swarm_waste_peer_lost(w, NULL); /* ignored */
+  assert_float_equal(swarm_waste_wasted_s(w), 2, EPS); /* r2's forward of 1, r5's of 2 */
+  assert_float_equal(swarm_waste_on_lost_s(w), 1, EPS);
+  for (int i = 0; i < 80; i++) swarm_waste_compute(w, "r1", "D", "3", 0, "forward", 0); /* push them out */
+  assert_float_equal(swarm_waste_on_lost_s(w), 1, EPS);
+  assert_float_equal(swarm_waste_wasted_s(w), 2, EPS);
+  swarm_waste_free(w);
+}
+
 /* A completion is credited once, and records that fell out of the window
  * stay in the total as waste. */
 static void test_window_and_duplicates(void **state) {
@@ -117,6 +144,7 @@ int main(void) {
       cmocka_unit_test(test_repair_wastes_only_the_lost_stage),
       cmocka_unit_test(test_crash_after_backward_is_not_waste),
       cmocka_unit_test(test_window_and_duplicates),
+      cmocka_unit_test(test_waste_of_peers_that_died),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,7 +17,7 @@ GWTF = os.environ.get("GWTF_BIN", "gwtf")
 SRC = os.environ.get("GWTF_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 SCENARIO = os.path.join(SRC, "data", "scenarios", "ci-tiny.json")
 METRICS = ("time_per_microbatch_s", "throughput", "communication_s", "wasted_compute_s",
-           "unaggregated_compute_s")
+           "wasted_compute_on_crashed_s", "unaggregated_compute_s")
 PORTS = {"gwtf": 22800, "swarm": 22900}  # below the ephemeral range, apart from test_swarm.py's
 
 
@@ -65,6 +65,7 @@ def check_report(routing, rep):
         check(number(rep["mean"][m]) and rep["mean"][m] == r[m], f"{routing}: mean {m} is not the one run's value")
         check(rep["std"][m] == 0, f"{routing}: std of one run must be 0")
     check(r["time_per_microbatch_s"] > 0 and r["throughput"] > 0, f"{routing}: nothing trained: {r}")
+    check(r["wasted_compute_on_crashed_s"] <= r["wasted_compute_s"] + 1e-9, f"{routing}: waste split {r}")
     # 2 microbatches per iteration, 1 data node: never more than that
     check(r["throughput"] <= 2, f"{routing}: throughput {r['throughput']} above the 2 microbatches per iteration")
 
