@@ -264,6 +264,10 @@ routing and the recovery differ (`--routing gwtf|swarm`).
 - Model: `data/models/eval-gpt6.json` (GPT, d_model 64, 6 layers, one per
   stage), microbatches of 4 × 64 tokens of Moby Dick, 4 per data node per
   iteration, 10 iterations per run (the first is warm-up and not counted).
+  Runs after 2026-11-27 (night) clip each stage's gradient at norm 1, the
+  new default (docs/TRAINING.md, "Gradient clipping"); the grid below was
+  unclipped. The metrics here are times, which clipping does not change
+  beyond one norm per step.
 - Links: the 8-city latency/bandwidth table of Yuan et al.
   (`data/links/cities8.json`), peers spread over the cities by a seeded
   shuffle, bandwidth divided by 32 as in the paper (activations 32× larger).
@@ -301,7 +305,11 @@ heterogeneous 10 % went from 1.55 s (commit 4bf863d) to 1.16–1.43 s.
   a relay that crashed or was bypassed, every attempt of a SWARM
   microbatch but the one that completed, a deferred microbatch. Compute on
   a completed microbatch counts as useful on the peers that carried its
-  backward (`node/swarm_waste.c`).
+  backward (`node/swarm_waste.c`). `gwtf experiment` and the swarm summary
+  also give the part of it done by peers that then died
+  (`wasted_compute_on_crashed_s`: a relay's forwards whose backward it did
+  not live to carry, lost with it however the routing repairs); the rest
+  is the routing's.
 - **Compute never aggregated** (not in the paper): compute whose gradient
   never reached a stage's aggregation. It adds what the crashed relays had
   accumulated since their last aggregation; that work was on the final
