@@ -11,7 +11,10 @@ unanswered, to forward.rerouted), how peers were declared failed, and
 how long a relay restarted under churn (a new identity: its data dir is not
 NAME.0) took from its start (node.listening) to finding the run
 (run.found), being placed (stage.assigned), ready (peer.ready) and its
-first forward (compute.done kind=forward).
+first forward (compute.done kind=forward). And how long a gradient waited at
+the peer after a gap (from its own backward, or a data node's loss, to
+backward.resumed; 0 when the gap was mended before it was due,
+backward.rebuilt_ahead): what a break cost the microbatch.
 
     scripts/churn_times.py DIR [DIR...]      # one line per DIR, and all of them
     scripts/churn_times.py --json DIR...
@@ -70,6 +73,7 @@ def scan(log):
     rejoins = {}
     parts = {"find_s": [], "rebuild_s": []}  # backward.recovered's breakdown (newer logs)
     started, resumed = {}, []  # (origin, mb) -> recovery_started; resumed after it (s)
+    due, held = {}, []  # (node, mb) -> its gradient ready to go upstream; how long it waited at a gap (s)
     iters = {}  # iteration -> the slowest data node's secs
     counts = {"presumed_dead": 0, "presumed_dead_probe": 0, "probes": 0, "probes_unanswered": 0, "peer_slow": 0,
               "fallbacks": 0, "deny_full": 0}
@@ -88,9 +92,15 @@ def scan(log):
                 for k in parts:
                     if k in a:
                         parts[k].append(float(a[k]))
+            elif ev == "compute.done" and a.get("kind") in ("backward", "loss"):
+                due[(node, a.get("mb", ""))] = t
+            elif ev == "backward.rebuilt_ahead":
+                held.append(0.0)
             elif ev == "backward.recovery_started" and "mb" in a:
                 started[(node, a["mb"])] = t
             elif ev == "backward.resumed":
+                if (node, a.get("mb", "")) in due:
+                    held.append((t - due[(node, a.get("mb", ""))]) / 1000.0)
                 k = (a.get("origin"), a.get("mb", ""))
                 if "origin" not in a:  # older logs: the latest repair of that microbatch id
                     ks = [x for x in started if x[1] == k[1] and started[x] <= t]
@@ -120,17 +130,18 @@ def scan(log):
     # seconds from the start to each step, of the restarts that got ready
     rejoin = {step: [(s[step] - s["start"]) / 1000.0 for s in rejoins.values() if step in s and "ready" in s]
               for step in ("found", "assigned", "ready", "work")}
-    return repairs, resumed, reroute_after, counts, list(iters.values()), parts, rejoin
+    return repairs, resumed, reroute_after, counts, list(iters.values()), parts, rejoin, held
 
 
 def summary(dirs):
-    repairs, resumes, reroutes, counts, its = [], [], [], {}, []
+    repairs, resumes, reroutes, counts, its, helds = [], [], [], {}, [], []
     parts = {"find_s": [], "rebuild_s": []}
     rejoin = {"found": [], "assigned": [], "ready": [], "work": []}
     for d in dirs:
         for log in sorted(glob.glob(os.path.join(d, "**", "swarm.log"), recursive=True)):
-            r, u, f, c, i, b, j = scan(log)
+            r, u, f, c, i, b, j, h = scan(log)
             its += i
+            helds += h
             for k in rejoin:
                 rejoin[k] += j[k]
             for k in parts:
@@ -153,6 +164,10 @@ def summary(dirs):
         "resumed": len(resumes),
         "resumed_median_s": pct(resumes, 0.5),
         "resumed_p95_s": pct(resumes, 0.95),
+        "held": len(helds),
+        "held_median_s": pct(helds, 0.5),
+        "held_p95_s": pct(helds, 0.95),
+        "held_mean_s": sum(helds) / len(helds) if helds else None,
         "reroutes_after_loss": len(reroutes),
         "reroute_median_ms": pct(reroutes, 0.5),
         "reroute_p95_ms": pct(reroutes, 0.95),
@@ -188,6 +203,8 @@ def main(argv):
                s["reroutes_after_loss"], fmt(s["reroute_median_ms"], "%.0f"), fmt(s["reroute_p95_ms"], "%.0f"),
                s["presumed_dead"], s["presumed_dead_probe"], s["probes"], s["probes_unanswered"], s["peer_slow"],
                s["fallbacks"], s["deny_full"]))
+        print("%s: gradients held at a gap %d, median %s s, p95 %s s, mean %s s" %
+              (d, s["held"], fmt(s["held_median_s"]), fmt(s["held_p95_s"]), fmt(s["held_mean_s"])))
         print("%s: rejoins %d, from the restart, median: run found %s s, placed %s s, ready %s s, first forward %s s" %
               (d, s["rejoins"], fmt(s["rejoin_found_median_s"], "%.2f"), fmt(s["rejoin_assigned_median_s"], "%.2f"),
                fmt(s["rejoin_ready_median_s"], "%.2f"), fmt(s["rejoin_work_median_s"], "%.2f")))

@@ -301,6 +301,8 @@ typedef struct train_tunables {
                                     round's median (10) */
   bool no_validation;            /* tests only: take contributions unchecked, to show what the checks save */
   bool no_widen;                 /* tests only: an iteration keeps the width it started with (peer_data.c) */
+  bool late_gap_report;          /* tests only: a relay reports a lost upstream peer only once its gradient
+                                    is due, as before 2026-11-27 (train/peer_repair.c) */
   train_aggregate aggregate;     /* how the aggregator combines the round's contributions (mean) */
   double trim_fraction;          /* trimmed mean: drop floor(f x m) of the m contributions at each end,
                                     per coordinate (0.2) */
@@ -513,6 +515,8 @@ typedef struct train_counters {
   uint64_t repairs_started; /* data: repairs begun (a microbatch may need more than one) */
   uint64_t repair_denies;   /* relays: a repair's re-sent forward we turned away (any reason) */
   uint64_t repair_reserve_used; /* relays: repairs we took with every flow slot held */
+  uint64_t gaps_reported_early; /* relays: the peer before us lost before our gradient was due */
+  uint64_t gaps_rebuilt_ahead;  /* relays: ... and replaced (REPAIR_READY) before it was */
   uint64_t microbatches_done;
   uint64_t microbatches_widened; /* data: started mid-iteration because the pipeline grew (peer_data.c) */
   double compute_seconds, wasted_seconds;

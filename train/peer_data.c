@@ -460,6 +460,7 @@ void data_job_done(train_peer *p, peer_mb *mb, train_job *job) {
     free(mb->in);
     mb->in = NULL;
     mb_send_backward(p, mb);
+    repair_take_pending(p, mb); /* a gap reported while the microbatch was out */
     break;
   case TRAIN_JOB_EMBED_BACKWARD:
     mb_log_compute(p, mb, "embed_backward", job->seconds);

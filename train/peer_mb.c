@@ -401,8 +401,17 @@ void mb_send_backward(train_peer *p, peer_mb *mb) {
   mb_fill_msg(&m, path, mb);
   m.repair = false;
   mb->grad_acked = mb->grad_received = false;
+  if (!mb->grad_due_ms) mb->grad_due_ms = p->now;
+  if (mb->gap_reported_early && !peer_alive(p, &mb->path[up])) {
+    /* The gap was reported early: the gradient waits for the replacement
+     * (REPAIR_READY sends it), as long as it would after a report made
+     * now (report_relay); then we report again. */
+    mb->bwd_deadline = mb->bwd_cap = p->now + 3 * p->cfg.tun.hop_timeout_ms;
+    return;
+  }
   mb->bwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
-  if (wire_send_act(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, mb->grad) != 0)
+  if (!peer_alive(p, &mb->path[up]) ||
+      wire_send_act(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, mb->grad) != 0)
     mb->bwd_deadline = mb->bwd_cap = p->now; /* session gone: report at the next tick */
   else
     mb->bwd_deadline = live_deadline(p, &mb->path[up], 0, mb->bwd_cap);
@@ -564,6 +573,8 @@ void mb_peer_down(train_peer *p, const gw_id *peer) {
     }
     if (awaits_backward_done(p, mb) && gw_id_eq(&mb->path[up], peer))
       mb->bwd_deadline = p->now; /* report at the next tick */
+    else if (mb->bwd == BWD_NONE && up >= 1 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], peer))
+      repair_report_early(p, mb); /* our gradient is not due yet: have the gap mended meanwhile */
   }
 }
 

@@ -39,6 +39,14 @@ typedef enum mb_bwd {
 
 typedef enum mb_end { MB_LIVE = 0, MB_COMPLETE, MB_DEFERRED, MB_LOST } mb_end;
 
+/* A RECOVER the origin holds back (peer_mb.reports): the suspect at
+ * `stage` of the path, and the peer after it that reported it. */
+typedef struct mb_report {
+  int stage;
+  gw_id suspect, reporter;
+} mb_report;
+#define PEER_MB_REPORTS 4 /* breaks of one microbatch held at once; the oldest goes (its reporter asks again) */
+
 typedef struct peer_mb {
   bool used;
   uint64_t key; /* hash of (origin, id): the compute state key */
@@ -96,6 +104,15 @@ typedef struct peer_mb {
   gw_id gap_target;          /* first live peer after the gap (holds the gradient) */
   uint64_t recover_started_ms;
   uint64_t first_taken_ms, repair_taken_ms; /* data: a REPAIR first and last taken on (breakdown) */
+  /* relay: we reported the peer before us lost before our gradient was
+   * due (repair_report_early), and no replacement has said REPAIR_READY */
+  bool gap_reported_early;
+  uint64_t grad_due_ms; /* when our gradient was first ready to go upstream (backward.resumed's held_s) */
+  /* data: a RECOVER we could not act on when it came: the microbatch was
+   * still out (its path unknown), or another break's walk was on. Acted
+   * on once the loss gradient is out, or that repair is taken on. */
+  mb_report reports[PEER_MB_REPORTS];
+  uint32_t n_reports;
   float *gpart; /* --deterministic: this microbatch's own gradient on us (train/peer_ledger.h) */
 } peer_mb;
 

@@ -16,6 +16,13 @@ void repair_on_repair(train_peer *p, const gw_id *from, const Gwtf__TrainRepair 
 void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m);
 void repair_tick(train_peer *p);
 void repair_report(train_peer *p, peer_mb *mb);
+/* Relay: the peer before us on mb's path is gone before our gradient was
+ * due: report the gap now (once). */
+void repair_report_early(train_peer *p, peer_mb *mb);
+/* Data node: a RECOVER held back (the microbatch was still out, or another
+ * break's walk was on) is acted on, if it still fits the path; called once
+ * the loss gradient is out and once a repair is taken on. */
+void repair_take_pending(train_peer *p, peer_mb *mb);
 void repair_restart_timed_out(train_peer *p, peer_mb *mb);
 
 #endif

@@ -181,6 +181,7 @@ const handlers = {
   'backward.recovered': (ev) => timeline('repair', ev, `${who(ev)} repaired the backward pass of ${ev.mb} (${ev.repairs} repair${ev.repairs === 1 ? '' : 's'})`),
   'backward.restarted': (ev) => timeline('repair', ev, `${who(ev)} restarted microbatch ${ev.mb} (attempt ${ev.attempt})`),
   'backward.resumed': (ev) => timeline('repair', ev, `${who(ev)} resumed the backward pass of ${ev.mb} via ${ev.via}`),
+  'backward.rebuilt_ahead': (ev) => timeline('repair', ev, `${who(ev)} had the gap before it mended ahead of the backward pass of ${ev.mb} (via ${ev.via})`),
   'peer.presumed_dead': (ev) => {
     const m = S.members.get(ev.peer);
     if (m) { down(m); S.dirty.stages = S.dirty.flows = true; }
