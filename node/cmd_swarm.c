@@ -423,15 +423,17 @@ static void finish_wait_cb(uv_timer_t *t) {
   swarm_stop_all(sw);
 }
 
-/* The first data node that ran its iterations ends the run. With the
- * validation loss on, the others still evaluate their final weights after
- * their last iteration: they get up to a trip (hop timeout x (stages + 2),
- * a data node's deadline for an eval microbatch) to report it. */
+/* The run ends when every data node ran its iterations. The first to
+ * finish does not end it: the others may still wait for their last round's
+ * average (the first is then that round's aggregator; its own round can end
+ * after the rest of the pipeline's, and stopping there lost the others' last
+ * iteration.done), or, with the validation loss on, evaluate their final
+ * weights. They get up to a trip (hop timeout x (stages + 2), a data node's
+ * deadline for an eval microbatch). */
 void swarm_finish_or_wait(swarm *sw, peer_proc *p) {
-  bool validating = (sw->o.val_fraction > 0 || sw->o.val_dataset) && sw->o.eval_every != 0;
-  if (validating && sw->finished_data_nodes < sw->o.data_nodes) {
+  if (sw->finished_data_nodes < sw->o.data_nodes) {
     if (sw->finished_data_nodes == 1) {
-      swarm_say(sw, "%s finished its iterations: waiting for the other data nodes' final evaluation", p->name);
+      swarm_say(sw, "%s finished its iterations: waiting for the other data nodes", p->name);
       uv_timer_start(&sw->stop_timer, finish_wait_cb, (uint64_t)sw->o.hop_timeout * (uint64_t)(sw->o.stages + 2), 0);
     }
     return;

@@ -632,7 +632,8 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_GRAD, Gwtf__TrainGrad, gwtf__train_grad, agg_on_grad(p, from, m, t))
     CASE(TRAIN_AVG, Gwtf__TrainGrad, gwtf__train_grad, agg_on_avg(p, from, m, t))
     CASE(TRAIN_AGG_DONE, Gwtf__TrainAggDone, gwtf__train_agg_done, agg_on_done_msg(p, from, m))
-    CASE(TRAIN_CAN_TAKE, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_can_take(p, from, m->iteration))
+    CASE(TRAIN_CAN_TAKE, Gwtf__TrainIteration, gwtf__train_iteration,
+         agg_on_can_take(p, from, m->iteration, m->pipeline_stepped))
     CASE(TRAIN_LEADER, Gwtf__TrainLeader, gwtf__train_leader, leader_on_leader(p, from, m))
     CASE(TRAIN_RESYNC, Gwtf__TrainIteration, gwtf__train_iteration, agg_on_resync(p, from, m->iteration))
     CASE(TRAIN_CERT, Gwtf__TrainCert, gwtf__train_cert, admit_on_cert(p, from, m))

@@ -44,7 +44,9 @@
  * member's BEGIN_AGG list: never a peer that only said HELLO), which averages them weighted by
  * microbatches (in node-ID order, so the result is bit-identical everywhere)
  * and sends the average back; every member steps its optimizer and logs its
- * weight hash. CAN_TAKE then flows back to front and the next iteration starts.
+ * weight hash, and tells the stage before it CAN_TAKE; the next iteration
+ * starts once stage 1 has stepped (a later stage still stepping holds its
+ * microbatches until it has).
  */
 #ifndef GWTF_TRAIN_PEER_H
 #define GWTF_TRAIN_PEER_H
@@ -303,6 +305,10 @@ typedef struct train_tunables {
   bool no_widen;                 /* tests only: an iteration keeps the width it started with (peer_data.c) */
   bool late_gap_report;          /* tests only: a relay reports a lost upstream peer only once its gradient
                                     is due, as before 2026-11-27 (train/peer_repair.c) */
+  bool place_by_flows;           /* tests only: the leader ranks stages by the flows through them alone, as
+                                    before 2026-11-28, not by the data nodes' demand (train/peer_place.c) */
+  bool can_take_waits_downstream; /* tests only: a relay says CAN_TAKE only once every stage after it has
+                                    stepped, as before 2026-11-28 (train/peer_agg.c) */
   train_aggregate aggregate;     /* how the aggregator combines the round's contributions (mean) */
   double trim_fraction;          /* trimmed mean: drop floor(f x m) of the m contributions at each end,
                                     per coordinate (0.2) */

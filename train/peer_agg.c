@@ -13,10 +13,10 @@
  * bits, and sends the average back with the list of what it averaged. Where
  * views differ, the lowest vouched aggregator's average wins: a higher one
  * defers and passes it on, a member split off resyncs from it. Every member
- * steps its optimizer with it and logs the hash of its weights. CAN_TAKE then
- * flows back to front: a peer sends it upstream once it has stepped and a
- * peer downstream is ready (the last stage does not wait), and data nodes
- * start the next iteration when a stage-1 peer is ready.
+ * steps its optimizer with it and logs the hash of its weights, and sends
+ * CAN_TAKE to the stage before it; data nodes start the next iteration when
+ * a stage-1 peer has stepped, and a stage further on that has not yet holds
+ * the new iteration's microbatches until it has.
  *
  * Members that crash are dropped from the round when their session goes; an
  * aggregator that crashes is replaced by the next-lowest ID, and a member that
@@ -573,21 +573,43 @@ void agg_apply_average(train_peer *p, const float *avg, uint32_t total_count) {
 
 /* ---- CAN_TAKE ---- */
 
+/* We stepped: the stage before us may send us the next iteration. We do not
+ * wait for the stages after us: a microbatch of the next iteration that
+ * reaches one of them before its own step waits there (FWD_QUEUED,
+ * peer_relay.c) and runs on the stepped weights. Waiting for the whole
+ * pipeline to step, and for CAN_TAKE to travel back to the front one hop at
+ * a time, left every stage idle at each iteration's boundary: in a
+ * hetero-churn10 run the data nodes started 0.9-1.0 s after stage 1 had
+ * stepped (docs/TRAINING.md, "The end of an iteration"). Once every stage
+ * after us has stepped too, we say so again (pipeline_stepped): a data node
+ * ends its run on that, not before the last stage's last step. */
+static bool pipeline_stepped(const train_peer *p, uint64_t j) {
+  return p->stage == p->cfg.n_stages || p->pipeline_ready >= j;
+}
+
+static void send_can_take(train_peer *p, uint64_t j, bool pipeline) {
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = j;
+  m.pipeline_stepped = pipeline;
+  peer_broadcast_stage(p, p->stage - 1, GWTF__TRAIN_MSG__TRAIN_CAN_TAKE, &m.base);
+  GW_DEBUG(&p->log, "can_take.sent", "iter=%llu pipeline_stepped=%d", (unsigned long long)j, pipeline);
+}
+
 void agg_try_can_take(train_peer *p) {
   if (p->aggregating || p->state != PEER_READY || p->cfg.role == TRAIN_DATA) return;
   uint64_t j = p->iteration;
-  if (p->can_take_sent > j) return;
-  if (p->stage != p->cfg.n_stages && p->downstream_ready < j) return;
+  bool pipeline = pipeline_stepped(p, j);
+  if (p->cfg.tun.can_take_waits_downstream && !pipeline) return;
+  if (p->can_take_sent > j && (p->pipeline_sent > j || !pipeline)) return;
   p->can_take_sent = j + 1;
-  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
-  m.iteration = j;
-  peer_broadcast_stage(p, p->stage - 1, GWTF__TRAIN_MSG__TRAIN_CAN_TAKE, &m.base);
-  GW_DEBUG(&p->log, "can_take.sent", "iter=%llu", (unsigned long long)j);
+  if (pipeline) p->pipeline_sent = j + 1;
+  send_can_take(p, j, pipeline);
 }
 
-void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration) {
+void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration, bool pipeline) {
   (void)from;
   if (iteration > p->downstream_ready) p->downstream_ready = iteration;
+  if (pipeline && iteration > p->pipeline_ready) p->pipeline_ready = iteration;
   agg_try_can_take(p);
 }
 
@@ -701,10 +723,8 @@ static void reflood(train_peer *p) {
     m.iteration = p->iteration - 1;
     peer_broadcast_stage(p, p->stage + 1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, &m.base);
   }
-  if (p->cfg.role == TRAIN_RELAY && p->can_take_sent > p->iteration) {
-    m.iteration = p->iteration;
-    peer_broadcast_stage(p, p->stage - 1, GWTF__TRAIN_MSG__TRAIN_CAN_TAKE, &m.base);
-  }
+  if (p->cfg.role == TRAIN_RELAY && p->can_take_sent > p->iteration)
+    send_can_take(p, p->iteration, p->pipeline_sent > p->iteration);
 }
 
 /* We took over a round whose aggregator died. It may have sent its average

@@ -59,7 +59,7 @@ bool agg_drop_unlisted_average(train_peer *p, const gw_id *from);
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d);
-void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration);
+void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration, bool pipeline_stepped);
 void agg_on_resync(train_peer *p, const gw_id *from, uint64_t iteration);
 void agg_try_can_take(train_peer *p);
 void agg_job_done(train_peer *p, train_job *job);

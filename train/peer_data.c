@@ -343,6 +343,7 @@ void data_tick(train_peer *p) {
   if (p->iteration > 0 && p->downstream_ready < p->iteration) return; /* no CAN_TAKE yet */
   if (eval_tick(p)) return; /* validation first, on the weights this iteration starts from */
   if (p->cfg.iterations && p->iteration >= p->cfg.iterations) {
+    if (p->pipeline_ready < p->iteration) return; /* a later stage's last step is still on */
     p->finished = true;
     GW_INFO(&p->log, "run.finished", "iterations=%llu", (unsigned long long)p->iteration);
     return;

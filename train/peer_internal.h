@@ -411,8 +411,10 @@ struct train_peer {
   uint64_t missed_agg;     /* a BEGIN_AGG seen while downloading (+1; 0 = none) */
   uint64_t resync_target;  /* the iteration the rest of the run is in, when we were behind */
   uint64_t begin_agg_seen; /* highest BEGIN_AGG iteration flooded (+1) */
-  uint64_t downstream_ready; /* highest CAN_TAKE iteration heard from downstream */
+  uint64_t downstream_ready; /* highest CAN_TAKE iteration heard from downstream: the next stage stepped */
+  uint64_t pipeline_ready;   /* ... whose CAN_TAKE said every stage after us stepped (pipeline_stepped) */
   uint64_t can_take_sent;    /* highest CAN_TAKE iteration sent upstream (+1) */
+  uint64_t pipeline_sent;    /* highest one sent with pipeline_stepped (+1) */
   uint64_t last_reflood_ms;
 
   peer_mb *mbs;

@@ -104,7 +104,7 @@ static void leave_stage(train_peer *p) {
   p->trust.n_claims = 0;
   p->bwd_count = 0;
   p->missed_agg = p->resync_target = p->begin_agg_seen = 0;
-  p->downstream_ready = p->can_take_sent = 0;
+  p->downstream_ready = p->pipeline_ready = p->can_take_sent = p->pipeline_sent = 0;
   p->rep.from_replica = false;
   p->rep.lost_logged = false;
 }

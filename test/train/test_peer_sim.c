@@ -6,7 +6,8 @@
  * hop yet waits for one (at the data node and at a relay); a data node
  * starts up to its share of the narrowest stage, widens when a stage grows,
  * waits for a slot in a full next stage and wraps up when it is behind; a
- * forward crash is re-routed. Crashes and repairs of the backward are in
+ * forward crash is re-routed; the next iteration starts once stage 1 has
+ * stepped, its microbatches waiting at a stage still in its round. Crashes and repairs of the backward are in
  * test_peer_repair.c; leader failover, joins and aggregation in
  * test_peer_membership.c; the helpers all three share in peer_sim_common.c. */
 #include "testutil.h"
@@ -459,6 +460,86 @@ static void test_forward_crash_reroutes(void **state) {
   h_free(&h);
 }
 
+/* The iteration's boundary (peer_agg.c, CAN_TAKE): every link 30 ms one
+ * way, and the last stage's round slow (its GRAD and AVG 150 ms). The data
+ * node starts the next iteration once stage 1 has stepped; its microbatches
+ * reach the last stage before that stage has stepped, wait there for its
+ * step (FWD_QUEUED) and run on the stepped weights: losses and weights equal
+ * the reference's, and the run ends sooner than when the data node waited
+ * for every stage to step and for CAN_TAKE to come back through each
+ * (can_take_waits_downstream), by more than the stage-by-stage way back. */
+typedef struct boundary_watch {
+  uint32_t early; /* FORWARDs sent to a relay of the last stage that had not stepped for them yet */
+} boundary_watch;
+
+static uint64_t slow_last_round(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  h_harness *h = ud;
+  (void)to, (void)len, (void)rng;
+  bool round = h->sending == GWTF__TRAIN_MSG__TRAIN_GRAD || h->sending == GWTF__TRAIN_MSG__TRAIN_AVG;
+  return round && h->nodes[from].stage == h->n_stages ? 150 : 30;
+}
+
+static void watch_forwards(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                           const train_tensor *t) {
+  boundary_watch *w = h->hook_ud;
+  (void)from, (void)t;
+  if (type != GWTF__TRAIN_MSG__TRAIN_FORWARD || h->nodes[to].stage != h->n_stages) return;
+  Gwtf__TrainMicrobatch *m = gwtf__train_microbatch__unpack(NULL, len, body);
+  if (!m) return;
+  w->early += m->iteration > train_peer_iteration(h->nodes[to].tp);
+  gwtf__train_microbatch__free_unpacked(m, NULL);
+}
+
+static bool relays_stepped(void *ud) {
+  h_harness *h = ud;
+  for (int i = 0; i < h->n_nodes; i++)
+    if (h->nodes[i].role == TRAIN_RELAY && train_peer_iteration(h->nodes[i].tp) < ITERS) return false;
+  return true;
+}
+
+static uint64_t run_with_slow_last_round(bool wait_downstream, uint32_t *early) {
+  h_harness h;
+  boundary_watch w = {0};
+  h_init(&h, STAGES, 5, verbose());
+  h.tun.can_take_waits_downstream = wait_downstream;
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  sim_set_delay_fn(h.s, slow_last_round, &h);
+  h.hook_ud = &w;
+  h.send_hook = watch_forwards;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(C(&h, d)->microbatches_done, (uint64_t)M * ITERS);
+  assert_int_equal(C(&h, d)->deferred_microbatches + C(&h, d)->lost_microbatches, 0);
+  ref_model rm;
+  assert_losses_match_reference(&h, d, &rm);
+  /* The run ends when every stage's aggregator has stepped; its stage-mates
+   * step as its average reaches them. */
+  uint64_t end = sim_now(h.s);
+  assert_true(sim_run_while_not(h.s, relays_stepped, &h, end + 10000));
+  for (int i = 0; i < h.n_nodes; i++)
+    for (int k = 0; k < H_NP; k++) assert_float_equal(h.nodes[i].w[k], rm.w[h.nodes[i].stage][k], 1e-6);
+  assert_agree(&h, ITERS);
+  *early = w.early;
+  h_free(&h);
+  return end;
+}
+
+static void test_next_iteration_starts_when_stage_one_stepped(void **state) {
+  (void)state;
+  uint32_t early_waiting, early;
+  uint64_t waiting = run_with_slow_last_round(true, &early_waiting);
+  uint64_t pipelined = run_with_slow_last_round(false, &early);
+  assert_int_equal(early_waiting, 0); /* every stage had stepped before the iteration began */
+  assert_true(early > 0);             /* the last stage's round was still on when they came */
+  /* per boundary, CAN_TAKE came back through the two stages after stage 1 */
+  uint64_t way_back = (uint64_t)(ITERS - 1) * 2 * 30;
+  if (pipelined + way_back > waiting)
+    fail_msg("the run ended at %llu ms, waiting for every stage at %llu ms", (unsigned long long)pipelined,
+             (unsigned long long)waiting);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_fault_free_matches_reference),
@@ -474,6 +555,7 @@ int main(void) {
       cmocka_unit_test(test_full_next_stage_waits_for_a_slot),
       cmocka_unit_test(test_slow_data_node_wraps_up),
       cmocka_unit_test(test_forward_crash_reroutes),
+      cmocka_unit_test(test_next_iteration_starts_when_stage_one_stepped),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
