@@ -2,10 +2,11 @@
  *
  * A relay without a stage sends JOIN (its capacity) to the leader (the
  * candidate's side is train/peer_join.c). The leader batches candidates and
- * places them: stages ranked by utilization (flows through the stage / its
- * capacity; an empty stage first), candidates by capacity, highest with
- * highest. It also says when a stage that trained has no live member left:
- * the next joiner goes there and restores the stage's newest replica. */
+ * places them: stages ranked by utilization (the flows through the stage,
+ * or the microbatches the data nodes start if more, over its capacity; an
+ * empty stage first), candidates by capacity, highest with highest. It also
+ * says when a stage that trained has no live member left: the next joiner
+ * goes there and restores the stage's newest replica. */
 #include "train/peer_join.h"
 
 #include <math.h>
@@ -86,6 +87,17 @@ static int cmp_candidate(const void *x, const void *y) {
   return gw_id_cmp(&a->id, &b->id);
 }
 
+/* What the data nodes start in an iteration: their microbatches (a data
+ * node's capacity), every one of which each stage must hold at once for the
+ * iteration to run in one wave. */
+static uint32_t pipeline_demand(train_peer *p) {
+  uint32_t demand = p->cfg.role == TRAIN_DATA ? p->cfg.capacity : 0;
+  peer_stage_view *v = &p->members[0];
+  for (size_t i = 0; i < v->n; i++)
+    if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id)) demand += v->v[i].capacity;
+  return demand;
+}
+
 /* §V-B: a stage's utilization is the flows through it over its capacity.
  * The flows through a relay are what its directory record announced, up to
  * a refresh old; but every complete flow of ours passes every stage, so a
@@ -95,9 +107,20 @@ static int cmp_candidate(const void *x, const void *y) {
  * the stages' speeds instead (the rebalancing's rates) was tried and undone:
  * on the grid's homogeneous stages the compute-time claims of a tiny model
  * on a loaded machine swing 3x, and joiners piled into one stage (6, 2
- * relays where 3, 3 were). */
+ * relays where 3, 3 were).
+ *
+ * The flows are not the load, though: a stage carries every microbatch the
+ * data nodes start, on flows or on the fallback, and one with fewer slots
+ * than that runs an iteration in waves. And a stage that loses a relay
+ * loses the flows through it too, so by flows it looked less utilized just
+ * when it most needed the next joiner: in homo-churn10 runs (seeds
+ * 110-114) a restarted relay was placed back into the stage that had lost
+ * one in 13 of 57 restarts, about chance (1 in 6), and a stage stayed
+ * short until chance filled it. So the load counted is at least the
+ * demand (pipeline_demand): a stage short of slots ranks first. */
 static void rank_stages(train_peer *p, stage_rank *ranks) {
   uint32_t ours = p->router.slots ? p->router.slots(p->router.ctx) : 0; /* our complete flows */
+  uint32_t demand = p->cfg.tun.place_by_flows ? 0 : pipeline_demand(p);
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     peer_stage_view *v = &p->members[s];
     uint32_t cap = 0, load = 0;
@@ -114,6 +137,7 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
           !peer_in_view(v, &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
         cap += p->placed[k].capacity;
     if (load < ours) load = ours;
+    if (load < demand) load = demand;
     ranks[s - 1].stage = s;
     ranks[s - 1].capacity = cap;
     ranks[s - 1].utilization = cap ? (double)load / cap : INFINITY;

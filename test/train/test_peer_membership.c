@@ -1,6 +1,6 @@
 /* The training protocol in one process, on the deterministic simulator:
  * membership and aggregation. A leader crash hands over; a joiner is placed,
- * downloads and trains, joins as soon as its session to the leader is up,
+ * downloads and trains, fills the stage short of slots after a loss, joins as soon as its session to the leader is up,
  * and is known to a member that does not list it by its HELLO; an
  * aggregator that first hears of a round from a gradient keeps it; an
  * aggregator crash, also after it sent its average to some members, leaves
@@ -70,6 +70,48 @@ static void test_join_mid_run(void **state) {
   for (int i = 0; i < h.n_nodes; i++)
     if (i != j && h.nodes[i].stage == 2) assert_memory_equal(h.nodes[i].w, h.nodes[j].w, sizeof(h.nodes[j].w));
   h_free(&h);
+}
+
+/* Two data nodes (4 microbatches each, one complete flow each) and two
+ * relays per stage, each announcing two flows through it. A stage-2 relay
+ * dies in iteration 1, and its flows with it (its stage-mate announces one).
+ * A joiner then goes to stage 2: by the flows alone stage 2 looked the
+ * least used (1 flow over 4 slots, against 4 over 8), but every stage must
+ * hold the 8 microbatches the data nodes start, and stage 2 has 4 slots
+ * left. Placed by the flows (place_by_flows, as before) it went to stage 1. */
+static int joiner_stage_after_a_loss(bool by_flows) {
+  h_harness h;
+  h_init(&h, STAGES, 8, verbose());
+  h.tun.place_by_flows = by_flows;
+  int d[2], r[2 * STAGES];
+  for (int k = 0; k < 2; k++) {
+    d[k] = h_add(&h, TRAIN_DATA, 0, M, 4, true);
+    h.nodes[d[k]].routes = 1;
+  }
+  for (int i = 0; i < 2 * STAGES; i++) {
+    r[i] = h_add(&h, TRAIN_RELAY, 1 + i / 2, M, 0, true);
+    h.nodes[r[i]].dir_load = 2;
+  }
+  for (int k = 0; k < 2; k++) h_start(&h, d[k]);
+  for (int i = 0; i < 2 * STAGES; i++) h_start(&h, r[i]);
+  while (train_peer_iteration(h.nodes[d[0]].tp) < 1) h_run_for(&h, 10);
+  h_crash(&h, r[2]);
+  h.nodes[r[3]].dir_load = 1;
+  h_refresh(&h);
+  int j = h_add(&h, TRAIN_RELAY, -1, M, 0, false);
+  h_start(&h, j);
+  while (h.nodes[j].stage < 1 && sim_now(h.s) < 60000) h_run_for(&h, 10);
+  int stage = h.nodes[j].stage;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_agree(&h, 4);
+  h_free(&h);
+  return stage;
+}
+
+static void test_joiner_fills_the_stage_short_of_slots(void **state) {
+  (void)state;
+  assert_int_equal(joiner_stage_after_a_loss(false), 2);
+  assert_int_equal(joiner_stage_after_a_loss(true), 1);
 }
 
 /* A joiner whose session to the leader comes up 500 ms after it started:
@@ -337,6 +379,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_leader_crash_hands_over),
       cmocka_unit_test(test_join_mid_run),
+      cmocka_unit_test(test_joiner_fills_the_stage_short_of_slots),
       cmocka_unit_test(test_join_when_leader_session_up),
       cmocka_unit_test(test_joiner_known_by_hello),
       cmocka_unit_test(test_gradient_before_begin_agg_is_kept),
