@@ -36,6 +36,7 @@
 #define STAGES 2
 #define SLOW_ONE_ROUND_MS 100 /* S's state this late: S ends one round meanwhile */
 #define SLOW_PAST_KEEPING_MS 1500 /* ... more rounds than S keeps averages of (PEER_KEEP_AVGS) */
+#define AGG_TIMEOUT_MS 2000       /* the harness's tunable */
 
 static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
 
@@ -218,45 +219,34 @@ static void test_stage_left_behind_moves_on(void **state) {
 
 /* Stage 2 is S (lowest ID), B and a joiner J. J's state comes slowly: S
  * ends a round meanwhile, and J, ready a round behind, asks S for that
- * round's average (weights.catch_up). S dies before the answer reaches J.
- * The next iteration runs through B alone (no microbatch reaches J), and B
- * dies as it begins that iteration's round, whose BEGIN_AGG reached J too.
- * J is now its stage's only member, the averages it lacks died with S and
- * B, nobody is ahead of it, and no microbatch of a later iteration comes to
- * show it is behind: the data node waits for a CAN_TAKE only J's stage can
- * send. J gives the catch-up up (weights.catch_up_failed): it carries on
- * from its weights in the round that began (the steps between lost), and
- * the run finishes. Before, J waited for the average for ever and the run
- * stalled (a homo-churn10 run of the evaluation, 2026-11-27: every member
- * of stage 5 died within one iteration while a joiner caught up). */
-typedef struct left_alone {
-  scene *sc;
-  int b;
-  uint64_t round; /* crash B as it begins this round */
-} left_alone;
-
-static bool crash_b_in_round(h_harness *h, h_node *n, const train_job *job, int *crash) {
-  const left_alone *la = h->hook_ud;
-  if (n->index != la->b || job->kind != TRAIN_JOB_GRAD_EXPORT || train_peer_iteration(n->tp) != la->round)
-    return false;
-  *crash = la->b;
-  return true;
-}
-
-static void test_catch_up_left_alone_moves_on(void **state) {
-  (void)state;
-  scene sc = {.slow_chunks_ms = SLOW_ONE_ROUND_MS, .lose_catch_up_answers = true};
-  left_alone la = {.sc = &sc, .b = -1};
+ * round's average (weights.catch_up). S dies before the answer reaches J;
+ * with `with_b`, B dies at the same moment. J's source is gone, so J acts
+ * at once, not after the aggregation timeout it gave the answer: with B
+ * alive (and ahead) it resyncs from B; alone, nobody is ahead of it and
+ * the averages it lacks died with S, so it gives the catch-up up
+ * (weights.catch_up_failed), carries on from its weights (the steps
+ * between lost) and the run finishes. Before, J waited out the timeout
+ * either way (a restarted relay whose source died as it asked entered, in
+ * that time, a round the stage had already ended and waited there alone:
+ * it held the run 20 s in a homo-churn10 run, 2026-11-28); before that,
+ * alone, it waited for ever and the run stalled
+ * (2026-11-27: every member of stage 5 died within one iteration while a
+ * joiner caught up). */
+static void run_catch_up_source_gone(bool with_b, train_counters *cj_out, uint64_t *acted_ms) {
+  scene sc = {0};
+  sc.slow_chunks_ms = SLOW_ONE_ROUND_MS;
+  sc.lose_catch_up_answers = true;
+  int b = -1;
   for (uint64_t seed = 31;; seed++) {
     h_init(&sc.h, STAGES, seed, verbose());
     sc.d = h_add(&sc.h, TRAIN_DATA, 0, M, ITERS, true);
     for (int k = 0; k < 2; k++) h_add(&sc.h, TRAIN_RELAY, 1, M, 0, true);
     sc.s = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
-    la.b = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
+    b = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
     sc.j1 = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, false);
     sc.j2 = -1;
     const gw_id *s_id = &sc.h.nodes[sc.s].peer.id;
-    if (gw_id_cmp(s_id, &sc.h.nodes[la.b].peer.id) < 0 && gw_id_cmp(s_id, &sc.h.nodes[sc.j1].peer.id) < 0) break;
+    if (gw_id_cmp(s_id, &sc.h.nodes[b].peer.id) < 0 && gw_id_cmp(s_id, &sc.h.nodes[sc.j1].peer.id) < 0) break;
     h_free(&sc.h);
   }
   sc.h.nodes[sc.j1].hidden_from[sc.s] = true; /* as in scene_build: S's directory lags */
@@ -267,31 +257,42 @@ static void test_catch_up_left_alone_moves_on(void **state) {
   uint64_t deadline = sim_now(sc.h.s) + 60000;
   while (counters(&sc, sc.j1)->downloads_caught_up == 0 && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
   assert_int_equal(counters(&sc, sc.j1)->downloads_caught_up, 1);
-  uint64_t behind = train_peer_iteration(sc.h.nodes[sc.j1].tp);
+  uint64_t crashed = sim_now(sc.h.s);
   h_crash(&sc.h, sc.s); /* the average J asked for dies with S */
-  /* stage 1 does not know J yet (its directory lags): the next iteration
-   * runs through B alone, and B dies as it begins that iteration's round */
-  for (int i = 0; i < sc.s; i++)
-    if (sc.h.nodes[i].stage == 1) sc.h.nodes[sc.j1].hidden_from[i] = true;
+  if (with_b) h_crash(&sc.h, b);
   h_refresh(&sc.h);
-  la.round = behind + 1;
-  sc.h.hook = crash_b_in_round;
-  sc.h.hook_ud = &la;
-  while (!sc.h.hook_fired && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
-  assert_true(sc.h.hook_fired);
-  for (int i = 0; i < sc.s; i++) sc.h.nodes[sc.j1].hidden_from[i] = false;
-  h_refresh(&sc.h);
+  const train_counters *cj = counters(&sc, sc.j1);
+  while (cj->resyncs + cj->iterations_skipped == 0 && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
+  *acted_ms = sim_now(sc.h.s) - crashed;
   assert_true(h_run_until_finished(&sc.h, 600000));
   assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
-  const train_counters *cj = counters(&sc, sc.j1);
-  if (verbose())
-    fprintf(stderr, "joiner at %llu when it asked: %llu asks, %llu skipped, %llu resyncs\n",
-            (unsigned long long)behind, (unsigned long long)cj->downloads_caught_up,
-            (unsigned long long)cj->iterations_skipped, (unsigned long long)cj->resyncs);
-  assert_true(cj->iterations_skipped >= 1);
-  assert_int_equal(cj->resyncs, 0); /* nobody was left to resync from */
   assert_true(sc.h.nodes[sc.j1].ready);
+  if (verbose())
+    fprintf(stderr, "with B dead %d: acted %llu ms after S died; %llu skipped, %llu resyncs\n", with_b,
+            (unsigned long long)*acted_ms, (unsigned long long)cj->iterations_skipped,
+            (unsigned long long)cj->resyncs);
+  *cj_out = *cj;
   h_free(&sc.h);
+}
+
+static void test_catch_up_source_gone_resyncs_from_a_mate(void **state) {
+  (void)state;
+  train_counters cj;
+  uint64_t acted;
+  run_catch_up_source_gone(false, &cj, &acted);
+  assert_int_equal(cj.resyncs, 1);
+  assert_int_equal(cj.iterations_skipped, 0);
+  assert_true(acted < AGG_TIMEOUT_MS / 4); /* not the timeout the answer was given */
+}
+
+static void test_catch_up_left_alone_moves_on(void **state) {
+  (void)state;
+  train_counters cj;
+  uint64_t acted;
+  run_catch_up_source_gone(true, &cj, &acted);
+  assert_true(cj.iterations_skipped >= 1);
+  assert_int_equal(cj.resyncs, 0); /* nobody was left to resync from */
+  assert_true(acted < AGG_TIMEOUT_MS / 4);
 }
 
 /* S's directory does not list the joiner J (in_view false: S's view lags),
@@ -395,6 +396,7 @@ int main(void) {
       cmocka_unit_test(test_joiner_catches_up_with_one_missed_average),
       cmocka_unit_test(test_joiner_on_a_slow_link_catches_up),
       cmocka_unit_test(test_stage_left_behind_moves_on),
+      cmocka_unit_test(test_catch_up_source_gone_resyncs_from_a_mate),
       cmocka_unit_test(test_catch_up_left_alone_moves_on),
       cmocka_unit_test(test_round_waits_for_a_heard_member_with_work),
       cmocka_unit_test(test_round_does_not_wait_for_a_peer_waiting_for_our_state),
