@@ -373,9 +373,18 @@ void repair_on_probe_reply(train_peer *p, const gw_id *from, const Gwtf__TrainPr
     /* The gradient already got past the peer we suspected: nothing is
      * broken. Release the reporter from its wait on our behalf. */
     mb->recovering = false;
-    if (!gw_id_eq(&mb->gap_target, &p->cfg.self))
-      mb_ack(p, &mb->gap_target, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
     GW_INFO(&p->log, "backward.recovery_cancelled", "mb=%llx reason=already_past", (unsigned long long)mb->id);
+    if (!gw_id_eq(&mb->gap_target, &p->cfg.self)) {
+      mb_ack(p, &mb->gap_target, GWTF__TRAIN_MSG__TRAIN_BACKWARD_DONE, mb, NULL);
+    } else if (!mb->grad_acked) {
+      /* We reported ourselves: the last relay took our loss gradient,
+       * passed its own on and died before its BACKWARD_DONE. Our wait is
+       * over. Before, our deadline fired again at the next tick, and four
+       * such repairs of one break lost the microbatch (a homo-churn10
+       * run, 2026-11-28). */
+      mb->grad_acked = true;
+      data_backward_confirmed(p, mb);
+    }
     return;
   }
   if (r->has_output) {
