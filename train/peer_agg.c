@@ -210,6 +210,11 @@ void agg_on_begin(train_peer *p, const gw_id *from, const Gwtf__TrainIteration *
       trust_claim_ahead(p, from, iteration, "begin_agg");
     return;
   }
+  /* Catching up, this round already ended (we asked for its average): a
+   * late reflood. Entered, we waited alone for stage-mates long past it, as
+   * its aggregator when ours is the lowest ID (a restarted relay held a
+   * homo-churn10 run 10 s so, 2026-11-28). */
+  if (p->dl.catch_up && iteration < p->dl.avg_of) return;
   agg_begin_round(p, true);
 }
 

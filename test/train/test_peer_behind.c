@@ -217,6 +217,34 @@ static void test_stage_left_behind_moves_on(void **state) {
   h_free(&sc.h);
 }
 
+/* Stage 2 is S (lowest ID), B and the joiner J (sc->j1), S's catch-up
+ * answers to J lost; runs until J has asked S for a missed average.
+ * Returns B. */
+static int scene_build_catch_up(scene *sc) {
+  int b = -1;
+  for (uint64_t seed = 31;; seed++) {
+    h_init(&sc->h, STAGES, seed, verbose());
+    sc->d = h_add(&sc->h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int k = 0; k < 2; k++) h_add(&sc->h, TRAIN_RELAY, 1, M, 0, true);
+    sc->s = h_add(&sc->h, TRAIN_RELAY, 2, M, 0, true);
+    b = h_add(&sc->h, TRAIN_RELAY, 2, M, 0, true);
+    sc->j1 = h_add(&sc->h, TRAIN_RELAY, 2, M, 0, false);
+    sc->j2 = -1;
+    const gw_id *s_id = &sc->h.nodes[sc->s].peer.id;
+    if (gw_id_cmp(s_id, &sc->h.nodes[b].peer.id) < 0 && gw_id_cmp(s_id, &sc->h.nodes[sc->j1].peer.id) < 0) break;
+    h_free(&sc->h);
+  }
+  sc->h.nodes[sc->j1].hidden_from[sc->s] = true; /* as in scene_build: S's directory lags */
+  sim_set_delay_fn(sc->h.s, scene_delay, sc);
+  for (int i = 0; i < sc->j1; i++) h_start(&sc->h, i);
+  while (train_peer_iteration(sc->h.nodes[sc->d].tp) < 2) h_run_for(&sc->h, 10);
+  h_start(&sc->h, sc->j1);
+  uint64_t deadline = sim_now(sc->h.s) + 60000;
+  while (counters(sc, sc->j1)->downloads_caught_up == 0 && sim_now(sc->h.s) < deadline) h_run_for(&sc->h, 1);
+  assert_int_equal(counters(sc, sc->j1)->downloads_caught_up, 1);
+  return b;
+}
+
 /* Stage 2 is S (lowest ID), B and a joiner J. J's state comes slowly: S
  * ends a round meanwhile, and J, ready a round behind, asks S for that
  * round's average (weights.catch_up). S dies before the answer reaches J;
@@ -233,30 +261,9 @@ static void test_stage_left_behind_moves_on(void **state) {
  * (2026-11-27: every member of stage 5 died within one iteration while a
  * joiner caught up). */
 static void run_catch_up_source_gone(bool with_b, train_counters *cj_out, uint64_t *acted_ms) {
-  scene sc = {0};
-  sc.slow_chunks_ms = SLOW_ONE_ROUND_MS;
-  sc.lose_catch_up_answers = true;
-  int b = -1;
-  for (uint64_t seed = 31;; seed++) {
-    h_init(&sc.h, STAGES, seed, verbose());
-    sc.d = h_add(&sc.h, TRAIN_DATA, 0, M, ITERS, true);
-    for (int k = 0; k < 2; k++) h_add(&sc.h, TRAIN_RELAY, 1, M, 0, true);
-    sc.s = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
-    b = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, true);
-    sc.j1 = h_add(&sc.h, TRAIN_RELAY, 2, M, 0, false);
-    sc.j2 = -1;
-    const gw_id *s_id = &sc.h.nodes[sc.s].peer.id;
-    if (gw_id_cmp(s_id, &sc.h.nodes[b].peer.id) < 0 && gw_id_cmp(s_id, &sc.h.nodes[sc.j1].peer.id) < 0) break;
-    h_free(&sc.h);
-  }
-  sc.h.nodes[sc.j1].hidden_from[sc.s] = true; /* as in scene_build: S's directory lags */
-  sim_set_delay_fn(sc.h.s, scene_delay, &sc);
-  for (int i = 0; i < sc.j1; i++) h_start(&sc.h, i);
-  while (train_peer_iteration(sc.h.nodes[sc.d].tp) < 2) h_run_for(&sc.h, 10);
-  h_start(&sc.h, sc.j1);
+  scene sc = {.slow_chunks_ms = SLOW_ONE_ROUND_MS, .lose_catch_up_answers = true};
+  int b = scene_build_catch_up(&sc);
   uint64_t deadline = sim_now(sc.h.s) + 60000;
-  while (counters(&sc, sc.j1)->downloads_caught_up == 0 && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
-  assert_int_equal(counters(&sc, sc.j1)->downloads_caught_up, 1);
   uint64_t crashed = sim_now(sc.h.s);
   h_crash(&sc.h, sc.s); /* the average J asked for dies with S */
   if (with_b) h_crash(&sc.h, b);
@@ -293,6 +300,33 @@ static void test_catch_up_left_alone_moves_on(void **state) {
   assert_true(cj.iterations_skipped >= 1);
   assert_int_equal(cj.resyncs, 0); /* nobody was left to resync from */
   assert_true(acted < AGG_TIMEOUT_MS / 4);
+}
+
+/* The scene above with S alive (its answers to J's catch-up still lost): a
+ * late BEGIN_AGG of the round J is catching up on, as a stage-1 peer's
+ * reflood, reaches J. That round ended; J does not enter it (it would wait
+ * there alone, as its aggregator, for stage-mates long past it) and, its
+ * answer not coming, resyncs from S, which is ahead. */
+static void test_catch_up_ignores_an_ended_round(void **state) {
+  (void)state;
+  scene sc = {.slow_chunks_ms = SLOW_ONE_ROUND_MS, .lose_catch_up_answers = true};
+  (void)scene_build_catch_up(&sc);
+  int j = sc.j1, from = -1;
+  for (int i = 0; i < sc.h.n_nodes && from < 0; i++)
+    if (sc.h.nodes[i].stage == 1) from = i;
+  uint64_t rounds = counters(&sc, j)->aggregations;
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = train_peer_iteration(sc.h.nodes[j].tp);
+  uint8_t buf[64];
+  size_t len = gwtf__train_iteration__pack(&m, buf);
+  assert_int_equal(h_inject(&sc.h, from, j, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, buf, len, NULL), 0);
+  uint64_t deadline = sim_now(sc.h.s) + 60000;
+  while (counters(&sc, j)->resyncs == 0 && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
+  assert_int_equal(counters(&sc, j)->resyncs, 1);
+  assert_int_equal(counters(&sc, j)->aggregations, rounds); /* no round entered alone meanwhile */
+  assert_true(h_run_until_finished(&sc.h, 600000));
+  assert_int_equal(train_peer_iteration(sc.h.nodes[sc.d].tp), ITERS);
+  h_free(&sc.h);
 }
 
 /* S's directory does not list the joiner J (in_view false: S's view lags),
@@ -398,6 +432,7 @@ int main(void) {
       cmocka_unit_test(test_stage_left_behind_moves_on),
       cmocka_unit_test(test_catch_up_source_gone_resyncs_from_a_mate),
       cmocka_unit_test(test_catch_up_left_alone_moves_on),
+      cmocka_unit_test(test_catch_up_ignores_an_ended_round),
       cmocka_unit_test(test_round_waits_for_a_heard_member_with_work),
       cmocka_unit_test(test_round_does_not_wait_for_a_peer_waiting_for_our_state),
       cmocka_unit_test(test_gradient_to_a_joining_peer_goes_elsewhere),
