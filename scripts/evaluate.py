@@ -432,6 +432,7 @@ from the file's folder, and every key but `name` has a default:
 | `links`, `links_bw_scale` | a links file (docs/LINKS.md) and its bandwidth factor | none, 1 |
 | `seed` | repeat r uses seed + r (weights, data, churn, placement over regions) | 1 |
 | `flow_tick_ms`, `hop_timeout_ms` | protocol timing | 100, 2000 |
+| `rebalance_after` | live rebalancing: the leader moves a relay into the bottleneck stage after it stayed one this many iterations (docs/TRAINING.md, Live rebalancing; the bundled scenarios leave it off) | 0 (off) |
 
 ## Reproduce
 

@@ -567,6 +567,7 @@ static void forget_moved(train_peer *p, const gw_id *id) {
 static void on_hello(train_peer *p, const gw_id *from, const Gwtf__TrainHello *h) {
   if (p->stage >= 0 && h->stage >= 0 && h->stage != p->stage && peer_is_member(p, p->stage, from, false))
     forget_moved(p, from);
+  mb_peer_moved(p, from, h->stage);
   if (wire_on_hello(p, from, h)) {
     if (p->stage >= 0)
       peer_hello_to(p, from);

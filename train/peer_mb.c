@@ -562,20 +562,35 @@ void mb_tick(train_peer *p) {
   }
 }
 
-void mb_peer_down(train_peer *p, const gw_id *peer) {
+/* The peer is gone for our microbatches: for those it was to carry on
+ * (lost_next) and for those whose gradient it was to take (lost_up). */
+static void mb_peer_gone(train_peer *p, const gw_id *peer, bool lost_next, bool lost_up, const char *why) {
   int up = mb_upstream_stage(p);
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;
-    if (mb->fwd == FWD_SENT && gw_id_eq(&mb->next, peer)) {
-      reroute_from_lost(p, mb, "peer_lost");
+    if (lost_next && mb->fwd == FWD_SENT && gw_id_eq(&mb->next, peer)) {
+      reroute_from_lost(p, mb, why);
       continue;
     }
+    if (!lost_up) continue;
     if (awaits_backward_done(p, mb) && gw_id_eq(&mb->path[up], peer))
       mb->bwd_deadline = p->now; /* report at the next tick */
     else if (mb->bwd == BWD_NONE && up >= 1 && (uint32_t)up < mb->path_len && gw_id_eq(&mb->path[up], peer))
       repair_report_early(p, mb); /* our gradient is not due yet: have the gap mended meanwhile */
   }
+}
+
+void mb_peer_down(train_peer *p, const gw_id *peer) { mb_peer_gone(p, peer, true, true, "peer_lost"); }
+
+/* A relay the leader moved says HELLO from its new stage right after it
+ * left (peer_move.c); its session stays up, so without this what we had
+ * sent it waited for the hop's deadline and then for pings it answered. */
+void mb_peer_moved(train_peer *p, const gw_id *peer, int stage) {
+  int S = p->cfg.n_stages;
+  int next = p->cfg.role == TRAIN_DATA ? 1 : (p->stage == S ? 0 : p->stage + 1);
+  if (stage < 0 || p->stage < 0) return;
+  mb_peer_gone(p, peer, stage != next, stage != mb_upstream_stage(p), "peer_moved");
 }
 
 void mb_abandon_iteration(train_peer *p, uint64_t iteration) {

@@ -150,6 +150,9 @@ void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainA
 void mb_job_done(train_peer *p, train_job *job);
 void mb_tick(train_peer *p);
 void mb_peer_down(train_peer *p, const gw_id *peer);
+/* peer said (HELLO) it serves `stage`: where it held one of ours for
+ * another stage, it left that stage (a move) and is gone for it. */
+void mb_peer_moved(train_peer *p, const gw_id *peer, int stage);
 void mb_send_forward(train_peer *p, peer_mb *mb);
 void mb_send_backward(train_peer *p, peer_mb *mb);
 void mb_abandon_iteration(train_peer *p, uint64_t iteration);
@@ -158,6 +161,8 @@ void mb_abandon_iteration(train_peer *p, uint64_t iteration);
 void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 /* Microbatches of the next iteration that waited for our aggregation. */
 void relay_release_queued(train_peer *p);
+/* Leaving our stage: what we hold and have not passed on goes back upstream. */
+void relay_hand_back(train_peer *p, const char *reason);
 void relay_no_route(train_peer *p, peer_mb *mb);
 void relay_forward_through(train_peer *p, peer_mb *mb);
 void relay_drop_spare(train_peer *p, peer_mb *mb);

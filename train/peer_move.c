@@ -134,6 +134,7 @@ static void try_move(train_peer *p) {
   uint64_t iteration = r->move_iteration > p->iteration ? r->move_iteration : p->iteration;
   gw_id told[3 * PEER_MAX_CONTRIB];
   size_t n_told = old_area(p, told, sizeof(told) / sizeof(told[0]));
+  relay_hand_back(p, "moving");
   leave_stage(p);
   p->state = PEER_UNASSIGNED;
   Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;

@@ -32,6 +32,10 @@ static bool accept_iteration(train_peer *p, const Gwtf__TrainMicrobatch *m, bool
   /* Upstream already started the next iteration: hold it until our own
    * aggregation has updated the weights it must run on. */
   if (m->iteration == p->iteration + 1) *queue = true;
+  /* A relay the leader moves once this round is done would only carry the
+   * next iteration's microbatches away with it: the sender picks another. */
+  if (p->rep.move_pending && m->iteration >= p->rep.move_after && !p->cfg.tun.move_drops_held)
+    return (*why = "moving"), false;
   return true;
 }
 
@@ -112,6 +116,25 @@ void relay_release_queued(train_peer *p) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used || mb->fwd != FWD_QUEUED || mb->iteration != p->iteration) continue;
     if (!submit_forward(p, mb)) mb_free(p, mb);
+  }
+}
+
+/* We leave our stage (a move, peer_move.c): every microbatch we hold and
+ * have not passed on goes back to the peer before us, which re-routes it at
+ * once (a DENY after FORWARD_RECEIVED counts while it holds its output).
+ * Dropped silently, each waited at its sender for the hop's deadline and
+ * then for pings we answered: in a homo-churn10 run two of a data node's
+ * microbatches stalled an iteration for 16 s. One we passed on is the next
+ * peer's now; its gradient finds us gone and the gap is repaired. */
+void relay_hand_back(train_peer *p, const char *reason) {
+  if (p->cfg.tun.move_drops_held) return;
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (!mb->used || !(mb->fwd == FWD_QUEUED || mb->fwd == FWD_COMPUTE || mb->fwd == FWD_WAIT)) continue;
+    Gwtf__TrainMicrobatch m;
+    ProtobufCBinaryData path[PEER_MAX_PATH];
+    mb_fill_msg(&m, path, mb);
+    mb_deny(p, &mb->prev, &m, reason);
   }
 }
 

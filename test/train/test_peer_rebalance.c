@@ -20,6 +20,7 @@
 #include <math.h>
 
 #include "peer_harness.h"
+#include "train.pb-c.h"
 
 #define M 4
 
@@ -33,9 +34,11 @@ typedef struct moves {
 
 /* One data node; per[s] relays in stage s (job_ms: each relay's compute
  * time per job, 0: the harness's). Returns the data node's index. */
-static int build(h_harness *h, int stages, const int *per, const uint64_t *job_ms, uint64_t iters, uint32_t after) {
+static int build_dropping(h_harness *h, int stages, const int *per, const uint64_t *job_ms, uint64_t iters,
+                          uint32_t after, bool drops_held) {
   h_init(h, stages, 33, verbose());
   h->movable = true;
+  h->tun.move_drops_held = drops_held;
   h->tun.rebalance_after = after;
   h->tun.rebalance_margin = 0.2;
   h->tun.hello_period_ms = 50; /* speeds reach the leader within the first iteration (0.1 s here) */
@@ -49,6 +52,10 @@ static int build(h_harness *h, int stages, const int *per, const uint64_t *job_m
     }
   for (int i = 0; i < h->n_nodes; i++) h_start(h, i);
   return d;
+}
+
+static int build(h_harness *h, int stages, const int *per, const uint64_t *job_ms, uint64_t iters, uint32_t after) {
+  return build_dropping(h, stages, per, job_ms, iters, after, false);
 }
 
 /* Runs to the end, noting every relay's change of stage. */
@@ -261,8 +268,108 @@ static void test_join_stage_granted_only_when_told(void **state) {
   assert_int_equal(per[1] + per[2] + per[3], 3 + 4);
 }
 
+/* A relay moved after its round and the next iteration's microbatches:
+ * stage 2's round runs over 150 ms links (the rest 30 ms), so stage 1 steps
+ * first and sends them on to stage 2 (the router sends stage 2's traffic to
+ * the relay the leader moves, alone, until then), where they would wait for
+ * its step. Dropped as it left, they waited at stage 1 for the hop's
+ * deadline and then for pings the mover answered: the iteration took
+ * 1.96 s against 0.59 s settled. Now
+ *   - a relay whose move is decided refuses them (DENY "moving");
+ *   - one that took them before its TRAIN_MOVE came (`move_late`: the move
+ *     takes 300 ms to arrive) hands them back as it leaves;
+ *   - and where it leaves with them all the same (`drops_held`: an older
+ *     peer, tun.move_drops_held), its HELLO from the new stage tells
+ *     stage 1 it left. */
+typedef struct move_watch {
+  int mover;
+  bool move_late;
+  uint32_t denies;        /* DENYs the mover sent */
+  bool moved;              /* the leader sent its TRAIN_MOVE */
+  uint64_t move_iteration; /* the round it names */
+  uint32_t took_next;      /* FORWARD_RECEIVEDs it sent from stage 2 for a later iteration */
+} move_watch;
+
+static uint64_t slow_stage_two_round(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  h_harness *h = ud;
+  move_watch *w = h->hook_ud;
+  (void)to, (void)len, (void)rng;
+  if (w->move_late && h->sending == GWTF__TRAIN_MSG__TRAIN_MOVE) return 300;
+  bool round = h->sending == GWTF__TRAIN_MSG__TRAIN_GRAD || h->sending == GWTF__TRAIN_MSG__TRAIN_AVG;
+  return round && h->nodes[from].stage == 2 ? 150 : 30;
+}
+
+static void watch_mover(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                        const train_tensor *t) {
+  move_watch *w = h->hook_ud;
+  (void)t;
+  if (type == GWTF__TRAIN_MSG__TRAIN_MOVE && to == w->mover) {
+    Gwtf__TrainAssign *a = gwtf__train_assign__unpack(NULL, len, body);
+    if (a) w->move_iteration = a->iteration, w->moved = true;
+    gwtf__train_assign__free_unpacked(a, NULL);
+  }
+  if (from != w->mover) return;
+  w->denies += type == GWTF__TRAIN_MSG__TRAIN_DENY;
+  if (type == GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED && w->moved && h->nodes[from].stage == 2) {
+    Gwtf__TrainAck *a = gwtf__train_ack__unpack(NULL, len, body);
+    if (a) w->took_next += a->iteration > w->move_iteration;
+    gwtf__train_ack__free_unpacked(a, NULL);
+  }
+}
+
+static void run_move_with_queued(bool move_late, bool drops_held) {
+  h_harness h;
+  const uint64_t iters = 6;
+  int per[4] = {0, 2, 3, 1};
+  int d = build_dropping(&h, 3, per, NULL, iters, 1, drops_held);
+  int two[3];
+  assert_int_equal(h_by_id(&h, 2, two, 3), 3);
+  move_watch w = {.mover = two[2], .move_late = move_late}; /* equal speeds: the highest ID moves */
+  h.nodes[two[0]].unrouted_until = h.nodes[two[1]].unrouted_until = 600;
+  h.hook_ud = &w;
+  h.send_hook = watch_mover;
+  sim_set_delay_fn(h.s, slow_stage_two_round, &h);
+  moves mv;
+  run_noting_moves(&h, d, iters, &mv);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  assert_int_equal(mv.n, 1);
+  assert_int_equal(mv.who[0], w.mover);
+  assert_int_equal(mv.to[0], 3);
+  /* Told before they came, it refuses the next iteration's microbatches;
+   * told after, it took them and hands them back (or, dropping them, says
+   * nothing: its HELLO is all stage 1 hears). */
+  assert_int_equal(w.took_next > 0, move_late);
+  assert_int_equal(w.denies > 0, !drops_held);
+  const train_counters *c = train_peer_counters(h.nodes[d].tp);
+  assert_int_equal(c->deferred_microbatches + c->lost_microbatches, 0);
+  double steady = h.nodes[d].secs_of[iters - 1], at_move = h.nodes[d].secs_of[mv.at[0]];
+  if (at_move > 1.25 * steady)
+    fail_msg("iteration %llu (the move) took %.3f s, a settled one %.3f s", (unsigned long long)mv.at[0], at_move,
+             steady);
+  assert_stages_agree(&h, 3);
+  h_free(&h);
+}
+
+static void test_relay_to_move_refuses_the_next_iteration(void **state) {
+  (void)state;
+  run_move_with_queued(false, false);
+}
+
+static void test_moved_relay_hands_back_what_it_held(void **state) {
+  (void)state;
+  run_move_with_queued(true, false);
+}
+
+static void test_moved_relay_hello_frees_what_it_held(void **state) {
+  (void)state;
+  run_move_with_queued(true, true);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_relay_to_move_refuses_the_next_iteration),
+      cmocka_unit_test(test_moved_relay_hands_back_what_it_held),
+      cmocka_unit_test(test_moved_relay_hello_frees_what_it_held),
       cmocka_unit_test(test_skewed_swarm_evened_out),
       cmocka_unit_test(test_speed_counts_not_heads),
       cmocka_unit_test(test_no_move_that_only_shifts_the_bottleneck),
