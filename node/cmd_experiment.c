@@ -65,6 +65,7 @@ typedef struct scenario {
   double val_fraction; /* held-out fraction for the validation loss (0: none) */
   int eval_every;      /* iterations between evaluations (-1: the swarm's default) */
   int rebalance_after; /* the swarm's --rebalance-after (0: off, the swarm's default) */
+  int move_to_short;   /* the swarm's --move-to-short (default 0) */
 } scenario;
 
 typedef struct run_metrics {
@@ -147,14 +148,14 @@ static int load_scenario(const char *path, scenario *sc, char *err, size_t err_l
   sc->eval_every = -1;
   const char *about = NULL; /* free text for people reading the file */
   int rc = json_unpack_ex(o, &jerr, JSON_STRICT,
-                          "{s:s,s?s,s?i,s?i,s?i,s?o,s?o,s?F,s?i,s?s,s?i,s?i,s?i,s?F,s?s,s?F,s?s,s?I,s?i,s?i,s?F,s?i,s?i}", "name",
+                          "{s:s,s?s,s?i,s?i,s?i,s?o,s?o,s?F,s?i,s?s,s?i,s?i,s?i,s?F,s?s,s?F,s?s,s?I,s?i,s?i,s?F,s?i,s?i,s?b}", "name",
                           &name, "about", &about, "data_nodes", &sc->data_nodes, "stages", &sc->stages, "relays",
                           &sc->relays, "capacities", &caps, "slowdowns", &slows, "churn", &sc->churn, "iterations",
                           &sc->iterations, "model", &model, "microbatches", &sc->microbatches, "batch", &sc->batch,
                           "seq", &sc->seq, "lr", &sc->lr, "links", &links, "links_bw_scale", &sc->links_bw_scale,
                           "dataset", &dataset, "seed", &seed, "flow_tick_ms", &sc->flow_tick_ms, "hop_timeout_ms",
                           &sc->hop_timeout_ms, "val_fraction", &sc->val_fraction, "eval_every", &sc->eval_every,
-                          "rebalance_after", &sc->rebalance_after);
+                          "rebalance_after", &sc->rebalance_after, "move_to_short", &sc->move_to_short);
   if (rc != 0) {
     snprintf(err, err_len, "%s: %s", path, jerr.text);
     json_decref(o);
@@ -417,6 +418,7 @@ static int run_repeat(const char *exe, const scenario *sc, const char *routing, 
     add(argv, &n, store, "--rebalance-after");
     add(argv, &n, store, "%d", sc->rebalance_after);
   }
+  if (sc->move_to_short) add(argv, &n, store, "--move-to-short");
   if (sc->dataset[0]) {
     add(argv, &n, store, "--dataset");
     add(argv, &n, store, "%s", sc->dataset);

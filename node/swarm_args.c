@@ -191,6 +191,7 @@ int swarm_child_args(const swarm_opts *o, const swarm_paths *paths, const swarm_
   if (c->data) {
     ARG("--rebalance-after");
     ARG("%d", o->rebalance_after);
+    if (o->move_to_short) ARG("--move-to-short");
   }
   if (relay_join_stage(o, c) > 0) {
     ARG("--join-stage");

@@ -32,7 +32,8 @@ void cmd_swarm_help(void) {
       "                  [--kill-stage S --at-iteration N [--late-relays K]]\n"
       "                  [--kill-data-node --at-iteration N [--replace-after MS]]\n"
       "                  [--kill-fraction F --at-iteration N]\n"
-      "                  [--rebalance-after M | --no-rebalance] [--join-stages S1,S2,...]\n\n"
+      "                  [--rebalance-after M | --no-rebalance] [--move-to-short]\n"
+      "                  [--join-stages S1,S2,...]\n\n"
       "Runs a training swarm on this machine: D data nodes (the first creates the run)\n"
       "and N relays, each a separate `gwtf node` process on 127.0.0.1, their log\n"
       "streams merged on screen. With --churn P each relay is killed (SIGKILL) with\n"
@@ -92,6 +93,8 @@ void cmd_swarm_help(void) {
       "--rebalance-after M goes to the data nodes (see gwtf help node): the leader moves a\n"
       "relay into the bottleneck stage (stage.rebalance). Off in a swarm unless given\n"
       "(--no-rebalance, the default here, keeps the placement of the scenarios as before).\n"
+      "--move-to-short goes to the data nodes too: the leader moves a relay into a stage that a\n"
+      "death left with fewer slots than the microbatches started (off unless given).\n"
       "TEST TOOL: --join-stages S1,S2,... makes each relay (cycled) ask the leader for that\n"
       "stage when it first joins (gwtf node --join-stage; the data nodes get\n"
       "--grant-join-stages), to start a skewed swarm, e.g.\n"
@@ -128,6 +131,7 @@ enum {
   SW_KILL_FRACTION,
   SW_REBALANCE_AFTER,
   SW_NO_REBALANCE,
+  SW_MOVE_SHORT,
   SW_JOIN_STAGES,
 };
 
@@ -184,6 +188,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"kill-fraction", required_argument, 0, SW_KILL_FRACTION},
       {"rebalance-after", required_argument, 0, SW_REBALANCE_AFTER},
       {"no-rebalance", no_argument, 0, SW_NO_REBALANCE},
+      {"move-to-short", no_argument, 0, SW_MOVE_SHORT},
       {"join-stages", required_argument, 0, SW_JOIN_STAGES},
       {0}};
   *o = (swarm_opts){.relays = 6, .stages = 3, .data_nodes = 1, .iterations = 20, .model = "tiny",
@@ -269,6 +274,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_KILL_FRACTION: o->kill_fraction = atof(optarg); break;
     case SW_REBALANCE_AFTER: o->rebalance_after = atoi(optarg); break;
     case SW_NO_REBALANCE: o->rebalance_after = 0; break;
+    case SW_MOVE_SHORT: o->move_to_short = true; break;
     case SW_JOIN_STAGES: o->join_stages = optarg; break;
     case 'h': cmd_swarm_help(); return 1;
     default: cmd_swarm_help(); return 2;

@@ -45,6 +45,7 @@ typedef struct swarm_opts {
   int replace_after_ms;  /* ... --replace-after MS later (node/swarm_kill.h) */
   double kill_fraction;  /* --kill-fraction F: ceil(F x relays) relays at once at --at-iteration (0: none) */
   int rebalance_after;   /* data nodes' --rebalance-after (0, the default here: --no-rebalance) */
+  bool move_to_short;    /* data nodes' --move-to-short */
   const char *join_stages; /* test tool: each relay's --join-stage, cycled (NULL: the leader places) */
 } swarm_opts;
 

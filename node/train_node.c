@@ -224,6 +224,7 @@ static int start_peer(train_rt *rt) {
   cfg.movable = !data; /* train_rt_switch_stage */
   cfg.tun.rebalance_after = (uint32_t)o->rebalance_after;
   cfg.tun.rebalance_margin = o->rebalance_margin;
+  cfg.tun.move_to_short = o->move_to_short;
   cfg.join_stage = o->join_stage <= rt->run.stages ? o->join_stage : 0;
   cfg.grant_join_stage = o->grant_join_stages;
   for (int s = 1; s <= rt->run.stages && s < (int)(sizeof(cfg.stage_layers) / sizeof(cfg.stage_layers[0])); s++) {

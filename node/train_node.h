@@ -61,6 +61,7 @@ typedef struct train_node_opts {
   int replicas;           /* holders each push goes to (default 2) */
   int replica_max;        /* replicas of other stages this peer holds at most (default 4) */
   int rebalance_after;    /* the leader: live rebalancing after M iterations (default 3; 0: never) */
+  bool move_to_short;     /* the leader: move a relay into a stage short of slots (default: no) */
   double rebalance_margin; /* ... when a move beats the bottleneck by this fraction (default 0.2) */
   int join_stage;         /* relays, test tool: the stage asked for in JOIN (0: the leader's choice) */
   bool grant_join_stages; /* data nodes, test tool: as the leader, grant those wishes */

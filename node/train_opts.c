@@ -62,6 +62,7 @@ enum {
   T_REPLICA_MAX,
   T_REBAL_AFTER,
   T_NO_REBAL,
+  T_MOVE_SHORT,
   T_REBAL_MARGIN,
   T_JOIN_STAGE,
   T_GRANT_JOIN_STAGES,
@@ -115,6 +116,7 @@ const struct option train_node_options[] = {
     {"replica-max", required_argument, 0, T_REPLICA_MAX},
     {"rebalance-after", required_argument, 0, T_REBAL_AFTER},
     {"no-rebalance", no_argument, 0, T_NO_REBAL},
+    {"move-to-short", no_argument, 0, T_MOVE_SHORT},
     {"rebalance-margin", required_argument, 0, T_REBAL_MARGIN},
     {"join-stage", required_argument, 0, T_JOIN_STAGE},
     {"grant-join-stages", no_argument, 0, T_GRANT_JOIN_STAGES},
@@ -164,6 +166,10 @@ void train_node_print_help(void) {
          "                             iterations in a row; M more after a move (default 3;\n"
          "                             0: never); docs/TRAINING.md, Live rebalancing\n"
          "  --no-rebalance             the same as --rebalance-after 0\n"
+         "  --move-to-short            data nodes, as the leader: move a relay from a stage with slots\n"
+         "                             to spare into one that a death left holding fewer than the\n"
+         "                             microbatches the data nodes start, after its round (default off;\n"
+         "                             docs/TRAINING.md, Live rebalancing)\n"
          "  --rebalance-margin H       a move is worth making when it raises the bottleneck's rate\n"
          "                             (and leaves the donor's) above (1 + H) x the bottleneck's (0.2)\n"
          "  --join-stage S             TEST TOOL, relays: ask the leader for stage S when joining (to\n"
@@ -283,6 +289,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     o->routing = arg;
     return 0;
   case T_NO_REBAL: o->rebalance_after = 0; return 0;
+  case T_MOVE_SHORT: o->move_to_short = true; return 0;
   case T_GRANT_JOIN_STAGES: o->grant_join_stages = true; return 0;
   case T_REBAL_MARGIN: {
     char *end = NULL;

@@ -433,6 +433,7 @@ from the file's folder, and every key but `name` has a default:
 | `seed` | repeat r uses seed + r (weights, data, churn, placement over regions) | 1 |
 | `flow_tick_ms`, `hop_timeout_ms` | protocol timing | 100, 2000 |
 | `rebalance_after` | live rebalancing: the leader moves a relay into the bottleneck stage after it stayed one this many iterations (docs/TRAINING.md, Live rebalancing; the bundled scenarios leave it off) | 0 (off) |
+| `move_to_short` | `true`: the leader moves a relay into a stage a death left short of slots (`--move-to-short`; docs/TRAINING.md, Live rebalancing) | false |
 
 ## Reproduce
 

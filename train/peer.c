@@ -460,7 +460,10 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
   join_peer_down(p, peer);
   admit_peer_down(p, peer);
   hello_forgive(p, peer);
-  if (p->cfg.role == TRAIN_DATA) leader_check(p);
+  if (p->cfg.role == TRAIN_DATA) {
+    leader_check(p);
+    rebalance_short_stage(p); /* the relay that died may leave its stage short */
+  }
 }
 
 /* A session came up. Our HELLO goes at once (after our certificate, in a

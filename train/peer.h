@@ -309,6 +309,8 @@ typedef struct train_tunables {
                                     before 2026-11-28, not by the data nodes' demand (train/peer_place.c) */
   bool can_take_waits_downstream; /* tests only: a relay says CAN_TAKE only once every stage after it has
                                     stepped, as before 2026-11-28 (train/peer_agg.c) */
+  bool move_to_short;            /* the leader moves a relay into a stage that has fewer slots than the data
+                                    nodes' microbatches from one with slots to spare (train/peer_rebalance.c) */
   bool move_drops_held;          /* tests only: a moved relay leaves with what it holds, as before
                                     2026-11-28 (an older peer; train/peer_move.c, peer_relay.c) */
   train_aggregate aggregate;     /* how the aggregator combines the round's contributions (mean) */

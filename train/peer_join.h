@@ -23,6 +23,12 @@ void place_tick(train_peer *p);
 /* Leader: `id` was placed into `stage` (ASSIGN or MOVE): it counts there
  * until the directory shows it (PENDING_PLACEMENT_MS). */
 void join_note_placed(train_peer *p, const gw_id *id, int stage, uint32_t capacity);
+/* Leader: what the data nodes start in an iteration (their microbatches),
+ * which each stage must hold at once to run it in one wave. */
+uint32_t join_pipeline_demand(train_peer *p);
+/* Leader: the slots of the relays placed into stage s lately that its
+ * directory does not list yet. */
+uint32_t join_placed_slots(train_peer *p, int s);
 /* peer_join.c, the candidate: */
 void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a);
 void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r);

@@ -64,6 +64,7 @@ void data_report_iteration(train_peer *p) {
           p->iter_done, p->iter_deferred);
   send_iter_done(p);
   if (p->was_leader) {
+    rebalance_short_stage(p);
     rebalance_on_iteration(p); /* between rounds: a moved relay leaves after this aggregation */
     note_report(p, &p->cfg.self, p->iteration);
     leader_maybe_begin(p);

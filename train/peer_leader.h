@@ -22,6 +22,8 @@ void data_report_iteration(train_peer *p);
 void rebalance_on_hello(train_peer *p, const gw_id *from, int stage, double compute_ms, bool joining);
 void rebalance_hello_leader(train_peer *p, const Gwtf__TrainHello *h);
 void rebalance_on_iteration(train_peer *p);
+/* ... and a relay into a stage that lost slots under churn (tun.move_to_short) */
+void rebalance_short_stage(train_peer *p);
 /* A live relay said within_ms ago, in its HELLO, that it serves `stage`
  * (data nodes keep every relay's latest claim). */
 bool rebalance_heard_in_stage(train_peer *p, int stage, uint64_t within_ms);

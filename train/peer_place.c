@@ -90,12 +90,21 @@ static int cmp_candidate(const void *x, const void *y) {
 /* What the data nodes start in an iteration: their microbatches (a data
  * node's capacity), every one of which each stage must hold at once for the
  * iteration to run in one wave. */
-static uint32_t pipeline_demand(train_peer *p) {
+uint32_t join_pipeline_demand(train_peer *p) {
   uint32_t demand = p->cfg.role == TRAIN_DATA ? p->cfg.capacity : 0;
   peer_stage_view *v = &p->members[0];
   for (size_t i = 0; i < v->n; i++)
     if (!gw_id_eq(&v->v[i].id, &p->cfg.self) && peer_alive(p, &v->v[i].id)) demand += v->v[i].capacity;
   return demand;
+}
+
+uint32_t join_placed_slots(train_peer *p, int s) {
+  uint32_t cap = 0;
+  for (uint32_t k = 0; k < p->n_placed; k++)
+    if (p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
+        !peer_in_view(&p->members[s], &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
+      cap += p->placed[k].capacity;
+  return cap;
 }
 
 /* §V-B: a stage's utilization is the flows through it over its capacity.
@@ -117,10 +126,10 @@ static uint32_t pipeline_demand(train_peer *p) {
  * 110-114) a restarted relay was placed back into the stage that had lost
  * one in 13 of 57 restarts, about chance (1 in 6), and a stage stayed
  * short until chance filled it. So the load counted is at least the
- * demand (pipeline_demand): a stage short of slots ranks first. */
+ * demand (join_pipeline_demand): a stage short of slots ranks first. */
 static void rank_stages(train_peer *p, stage_rank *ranks) {
   uint32_t ours = p->router.slots ? p->router.slots(p->router.ctx) : 0; /* our complete flows */
-  uint32_t demand = p->cfg.tun.place_by_flows ? 0 : pipeline_demand(p);
+  uint32_t demand = p->cfg.tun.place_by_flows ? 0 : join_pipeline_demand(p);
   for (int s = 1; s <= p->cfg.n_stages; s++) {
     peer_stage_view *v = &p->members[s];
     uint32_t cap = 0, load = 0;
@@ -131,11 +140,7 @@ static void rank_stages(train_peer *p, stage_rank *ranks) {
       cap += v->v[i].capacity;
       load += v->v[i].load;
     }
-    /* and those we placed that have not announced themselves yet */
-    for (uint32_t k = 0; k < p->n_placed; k++)
-      if (p->placed[k].stage == s && p->now - p->placed[k].at_ms <= PENDING_PLACEMENT_MS &&
-          !peer_in_view(v, &p->placed[k].id) && peer_alive(p, &p->placed[k].id))
-        cap += p->placed[k].capacity;
+    cap += join_placed_slots(p, s); /* and those we placed that have not announced themselves yet */
     if (load < ours) load = ours;
     if (load < demand) load = demand;
     ranks[s - 1].stage = s;

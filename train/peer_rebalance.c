@@ -221,7 +221,8 @@ static rebal_move best_move(train_peer *p, const stage_rate *sr, int to, double 
   return best;
 }
 
-static void send_move(train_peer *p, const rebal_move *m, const stage_rate *sr) {
+/* TRAIN_MOVE to m->who: it leaves after this round; one move in flight. */
+static void move_relay(train_peer *p, const rebal_move *m) {
   peer_rebalance *r = &p->rebal;
   Gwtf__TrainAssign a = GWTF__TRAIN_ASSIGN__INIT;
   a.stage = m->to;
@@ -237,13 +238,6 @@ static void send_move(train_peer *p, const rebal_move *m, const stage_rate *sr) 
   a.n_stage_peers = n;
   a.stage_peers = ids;
   peer_send(p, m->who, GWTF__TRAIN_MSG__TRAIN_MOVE, &a.base, NULL);
-  char who[GW_ID_SHORT_LEN + 1];
-  peer_short(m->who, who);
-  GW_INFO(&p->log, "stage.rebalance",
-          "peer=%s from=%d to=%d reason=bottleneck iters=%u cap_from=%.2f cap_to=%.2f cap_from_after=%.2f "
-          "cap_to_after=%.2f members_from=%u members_to=%u iter=%llu",
-          who, m->from, m->to, r->streak, sr[m->from].rate, sr[m->to].rate, sr[m->from].rate - m->r,
-          sr[m->to].rate + m->r_to, sr[m->from].live, sr[m->to].live, (unsigned long long)p->iteration);
   uint32_t cap = 0;
   peer_stage_view *v = &p->members[m->from];
   for (size_t i = 0; i < v->n; i++)
@@ -255,6 +249,17 @@ static void send_move(train_peer *p, const rebal_move *m, const stage_rate *sr) 
   r->sent_ms = p->now;
   r->streak = 0;
   join_note_placed(p, m->who, m->to, cap); /* placement counts it in its new stage now */
+}
+
+static void send_move(train_peer *p, const rebal_move *m, const stage_rate *sr) {
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(m->who, who);
+  GW_INFO(&p->log, "stage.rebalance",
+          "peer=%s from=%d to=%d reason=bottleneck iters=%u cap_from=%.2f cap_to=%.2f cap_from_after=%.2f "
+          "cap_to_after=%.2f members_from=%u members_to=%u iter=%llu",
+          who, m->from, m->to, p->rebal.streak, sr[m->from].rate, sr[m->to].rate, sr[m->from].rate - m->r,
+          sr[m->to].rate + m->r_to, sr[m->from].live, sr[m->to].live, (unsigned long long)p->iteration);
+  move_relay(p, m);
 }
 
 /* Nothing to decide now: a move in flight, the cooldown, a stage the refill
@@ -309,4 +314,86 @@ void rebalance_on_iteration(train_peer *p) {
   GW_DEBUG(&p->log, "stage.bottleneck", "bottleneck=%d cap=%.2f streak=%u of=%u donor=%d", b, sr[b].rate, r->streak,
            p->cfg.tun.rebalance_after, m.from);
   if (r->streak >= p->cfg.tun.rebalance_after) send_move(p, &m, sr);
+}
+
+/* ---- a stage short of slots (churn) ---- */
+
+/* A counted member of stage s by the directory alone (no speed needed):
+ * listed, live, not banned, its last HELLO (if any) from stage s. */
+static bool slot_member(train_peer *p, int s, const peer_member *m) {
+  if (m->heard || gw_id_eq(&m->id, &p->cfg.self) || !peer_alive(p, &m->id) || trust_banned(p, &m->id)) return false;
+  const peer_rate *e = rate_find(p, &m->id);
+  return !e || e->stage == s;
+}
+
+/* The slots stage s holds: its counted members' capacities, and those
+ * placed there that the directory does not list yet. */
+static uint32_t stage_slots(train_peer *p, int s, uint32_t *members) {
+  uint32_t cap = 0, n = 0;
+  peer_stage_view *v = &p->members[s];
+  for (size_t i = 0; i < v->n; i++)
+    if (slot_member(p, s, &v->v[i])) cap += v->v[i].capacity, n++;
+  if (members) *members = n;
+  return cap + join_placed_slots(p, s);
+}
+
+/* The member of another stage that fills the most of `to`'s shortfall
+ * `need` and leaves its own stage at least `demand` slots: never a stage's
+ * lowest ID (its aggregator), never a last member. Among equals, the one
+ * whose stage keeps the most to spare. who NULL: none. */
+static rebal_move short_donor(train_peer *p, int to, uint32_t need, uint32_t demand, uint32_t *fills) {
+  rebal_move best = {.to = to};
+  uint32_t best_fill = 0, best_left = 0;
+  for (int d = 1; d <= p->cfg.n_stages; d++) {
+    if (d == to) continue;
+    uint32_t live = 0, slots = stage_slots(p, d, &live);
+    if (live < 2 || slots <= demand) continue;
+    const gw_id *low = NULL;
+    peer_stage_view *v = &p->members[d];
+    for (size_t i = 0; i < v->n; i++)
+      if (slot_member(p, d, &v->v[i]) && (!low || gw_id_cmp(&v->v[i].id, low) < 0)) low = &v->v[i].id;
+    for (size_t i = 0; i < v->n; i++) {
+      const peer_member *m = &v->v[i];
+      if (!slot_member(p, d, m) || gw_id_eq(&m->id, low) || m->capacity == 0 || slots - m->capacity < demand) continue;
+      uint32_t fill = m->capacity < need ? m->capacity : need, left = slots - m->capacity;
+      if (!best.who || fill > best_fill || (fill == best_fill && left > best_left)) {
+        best = (rebal_move){.from = d, .to = to, .who = &m->id};
+        best_fill = fill, best_left = left;
+      }
+    }
+  }
+  *fills = best_fill;
+  return best;
+}
+
+/* Under churn a stage that lost a relay can hold fewer microbatches than
+ * the data nodes start (join_pipeline_demand) and runs each iteration in
+ * two waves until a joiner is placed there, an iteration or more later
+ * (docs/evaluation/changes.md, "Where churn's time goes"). A stage with
+ * slots to spare gives it a relay now: the relay finishes this round and
+ * moves (`stage.rebalance ... reason=short`). Not while a move is in
+ * flight, a joiner waits for placement (it goes to the short stage) or a
+ * stage is empty (the refill's job). */
+void rebalance_short_stage(train_peer *p) {
+  peer_rebalance *r = &p->rebal;
+  if (!p->was_leader || !p->cfg.tun.move_to_short || p->state != PEER_READY || p->iteration == 0) return;
+  if (r->pending && !peer_alive(p, &r->moving)) r->pending = false; /* it died on its way */
+  if ((r->pending && p->now - r->sent_ms < PENDING_MS) || p->n_candidates > 0) return;
+  uint32_t demand = join_pipeline_demand(p);
+  int short_stage = 0;
+  uint32_t need = 0;
+  for (int s = 1; s <= p->cfg.n_stages; s++) {
+    if (p->rep.empty_since[s]) return;
+    uint32_t slots = stage_slots(p, s, NULL);
+    if (slots < demand && demand - slots > need) short_stage = s, need = demand - slots;
+  }
+  if (!short_stage) return;
+  uint32_t fills = 0;
+  rebal_move m = short_donor(p, short_stage, need, demand, &fills);
+  if (!m.who) return;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(m.who, who);
+  GW_INFO(&p->log, "stage.rebalance", "peer=%s from=%d to=%d reason=short demand=%u short_by=%u fills=%u iter=%llu",
+          who, m.from, m.to, demand, need, fills, (unsigned long long)p->iteration);
+  move_relay(p, &m);
 }

@@ -365,11 +365,65 @@ static void test_moved_relay_hello_frees_what_it_held(void **state) {
   run_move_with_queued(true, true);
 }
 
+/* A relay of stage 3 (of 3, 2, 2 relays, 4 slots each) crashes; the data
+ * node starts 8 microbatches an iteration, so stage 3 is left with half
+ * the slots it needs and runs every iteration in two waves. With
+ * move_to_short the leader moves a relay of stage 1 (12 slots) there at
+ * once, whatever the rates say (the rate rule is off here); without it
+ * stage 3 stays short (the harness restarts nobody). */
+static uint64_t run_short_stage(bool on, moves *mv, uint64_t *crash_iteration) {
+  h_harness h;
+  const uint64_t iters = 10;
+  h_init(&h, 3, 33, verbose());
+  h.movable = true;
+  h.tun.rebalance_after = 0;
+  h.tun.move_to_short = on;
+  h.tun.hello_period_ms = 50;
+  int d = h_add(&h, TRAIN_DATA, 0, 2 * M, iters, true);
+  int per[4] = {0, 3, 2, 2};
+  for (int s = 1; s <= 3; s++)
+    for (int i = 0; i < per[s]; i++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  while (h.nodes[d].iterations_done < 3) h_run_for(&h, 5);
+  int three[2];
+  assert_int_equal(h_by_id(&h, 3, three, 2), 2);
+  *crash_iteration = train_peer_iteration(h.nodes[d].tp);
+  h_crash(&h, three[1]);
+  run_noting_moves(&h, d, iters, mv);
+  assert_int_equal(h.nodes[d].iterations_done, iters);
+  uint64_t end = sim_now(h.s);
+  assert_int_equal(count_in(&h, 1), on ? 2 : 3);
+  assert_int_equal(count_in(&h, 2), 2);
+  assert_int_equal(count_in(&h, 3), on ? 2 : 1);
+  const train_counters *c = train_peer_counters(h.nodes[d].tp);
+  assert_int_equal(c->lost_microbatches, 0);
+  assert_stages_agree(&h, 3);
+  h_free(&h);
+  return end;
+}
+
+static void test_short_stage_gets_a_relay_at_once(void **state) {
+  (void)state;
+  moves on, off;
+  uint64_t crashed_on, crashed_off;
+  uint64_t end_on = run_short_stage(true, &on, &crashed_on);
+  uint64_t end_off = run_short_stage(false, &off, &crashed_off);
+  assert_int_equal(off.n, 0);
+  assert_int_equal(on.n, 1);
+  assert_int_equal(on.from[0], 1);
+  assert_int_equal(on.to[0], 3);
+  assert_true(on.at[0] <= crashed_on + 1); /* it leaves after the round it was in */
+  if (end_on >= end_off)
+    fail_msg("with the move the run ended at %llu ms, short at %llu ms", (unsigned long long)end_on,
+             (unsigned long long)end_off);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_relay_to_move_refuses_the_next_iteration),
       cmocka_unit_test(test_moved_relay_hands_back_what_it_held),
       cmocka_unit_test(test_moved_relay_hello_frees_what_it_held),
+      cmocka_unit_test(test_short_stage_gets_a_relay_at_once),
       cmocka_unit_test(test_skewed_swarm_evened_out),
       cmocka_unit_test(test_speed_counts_not_heads),
       cmocka_unit_test(test_no_move_that_only_shifts_the_bottleneck),
