@@ -371,7 +371,7 @@ static void test_moved_relay_hello_frees_what_it_held(void **state) {
  * move_to_short the leader moves a relay of stage 1 (12 slots) there at
  * once, whatever the rates say (the rate rule is off here); without it
  * stage 3 stays short (the harness restarts nobody). */
-static uint64_t run_short_stage(bool on, moves *mv, uint64_t *crash_iteration) {
+static uint64_t run_short_stage(bool on, bool idle_donors, moves *mv, uint64_t *crash_iteration) {
   h_harness h;
   const uint64_t iters = 10;
   h_init(&h, 3, 33, verbose());
@@ -383,6 +383,9 @@ static uint64_t run_short_stage(bool on, moves *mv, uint64_t *crash_iteration) {
   int per[4] = {0, 3, 2, 2};
   for (int s = 1; s <= 3; s++)
     for (int i = 0; i < per[s]; i++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  int one[3];
+  assert_int_equal(h_by_id(&h, 1, one, 3), 3);
+  if (idle_donors) h.nodes[one[1]].unrouted = h.nodes[one[2]].unrouted = true; /* the flows pass them by */
   for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
   while (h.nodes[d].iterations_done < 3) h_run_for(&h, 5);
   int three[2];
@@ -406,16 +409,29 @@ static void test_short_stage_gets_a_relay_at_once(void **state) {
   (void)state;
   moves on, off;
   uint64_t crashed_on, crashed_off;
-  uint64_t end_on = run_short_stage(true, &on, &crashed_on);
-  uint64_t end_off = run_short_stage(false, &off, &crashed_off);
+  uint64_t end_on = run_short_stage(true, false, &on, &crashed_on);
+  uint64_t end_off = run_short_stage(false, false, &off, &crashed_off);
   assert_int_equal(off.n, 0);
   assert_int_equal(on.n, 1);
   assert_int_equal(on.from[0], 1);
   assert_int_equal(on.to[0], 3);
-  assert_true(on.at[0] <= crashed_on + 1); /* it leaves after the round it was in */
+  assert_true(on.at[0] <= crashed_on + 1); /* it leaves after the round it was in, at the latest */
   if (end_on >= end_off)
     fail_msg("with the move the run ended at %llu ms, short at %llu ms", (unsigned long long)end_on,
              (unsigned long long)end_off);
+}
+
+/* The same with stage 1's flows passing two of its relays by: the one
+ * moved carries nothing of the round and leaves at once, in the iteration
+ * of the crash, rather than after the round (an iteration later). */
+static void test_idle_relay_moves_at_once(void **state) {
+  (void)state;
+  moves mv;
+  uint64_t crashed;
+  run_short_stage(true, true, &mv, &crashed);
+  assert_int_equal(mv.n, 1);
+  assert_int_equal(mv.to[0], 3);
+  assert_int_equal(mv.at[0], crashed);
 }
 
 int main(void) {
@@ -424,6 +440,7 @@ int main(void) {
       cmocka_unit_test(test_moved_relay_hands_back_what_it_held),
       cmocka_unit_test(test_moved_relay_hello_frees_what_it_held),
       cmocka_unit_test(test_short_stage_gets_a_relay_at_once),
+      cmocka_unit_test(test_idle_relay_moves_at_once),
       cmocka_unit_test(test_skewed_swarm_evened_out),
       cmocka_unit_test(test_speed_counts_not_heads),
       cmocka_unit_test(test_no_move_that_only_shifts_the_bottleneck),
