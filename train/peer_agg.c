@@ -78,6 +78,7 @@ static void reset_round(peer_agg *a) {
   a->avg_total_count = 0;
   a->picked = a->asked_applied = a->contributed = a->pass_on = false;
   a->n_pass_on = 0;
+  a->n_sent_to = 0;
   a->pend.sig.have = false;
 }
 
@@ -273,6 +274,8 @@ static void send_mine(train_peer *p) {
   gw_id_hash(a->mine, n * sizeof(float), &h);
   memcpy(a->my_hash, h.b, 32);
   a->contributed = a->my_count > 0;
+  if (a->n_sent_to < sizeof(a->sent_to) / sizeof(a->sent_to[0]) && !id_in(a->sent_to, a->n_sent_to, &a->aggregator))
+    a->sent_to[a->n_sent_to++] = a->aggregator;
   send_vector_n(p, &a->aggregator, GWTF__TRAIN_MSG__TRAIN_GRAD, a->mine, n, a->my_count, NULL, NULL, 0, 0,
                 a->iteration, NULL);
   /* Twice the aggregator's own wait: it may spend all of its agg_timeout on

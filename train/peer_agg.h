@@ -51,6 +51,7 @@ bool agg_is_failed(const peer_agg *a, const gw_id *id);
 /* Finishes our round as its aggregator once every awaited member is in. */
 void agg_maybe_finish(train_peer *p);
 /* Whether `from` is the aggregator of our stage's current round for us. */
+bool agg_sent_grad_to(const train_peer *p, const gw_id *id);
 bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
 /* The average of a member that left us out of its round while we
  * aggregate it, unless we joined lately: dropped (true), and the member no

@@ -108,6 +108,16 @@ bool agg_drop_unlisted_average(train_peer *p, const gw_id *from) {
   return true;
 }
 
+/* We sent our gradient to `id` this round: it was our pick then, and a
+ * lower ID vouched for since made us send it again (agg_repick). The first
+ * one's average, made with our gradient, ends our round as well as the new
+ * one's would: refused, we waited twice the round's timeout for a joiner
+ * that had itself deferred to that average and passed nothing on to us (its
+ * list named us), a 9.5 s stall in a homo-churn10 run. */
+bool agg_sent_grad_to(const train_peer *p, const gw_id *id) {
+  return p->aggregating && id_in(p->agg.sent_to, p->agg.n_sent_to, id);
+}
+
 /* Only the aggregator we chose for the round may send us its average: one
  * TRAIN_AVG from anyone used to rewrite a whole stage. Before we picked
  * (our export is running, or the average overtook BEGIN_AGG) the one we
@@ -116,11 +126,13 @@ bool agg_drop_unlisted_average(train_peer *p, const gw_id *from) {
  * When we took a round over we asked every member for an average it
  * applied, and a member of our stage may answer with it. The member that
  * just served us its state sends its round's average to us too
- * (finish_round's `served`): it already chose our weights. */
+ * (finish_round's `served`): it already chose our weights. So may each
+ * aggregator our gradient went to this round (agg_sent_grad_to). */
 bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
   peer_agg *a = &p->agg;
   if (gw_id_eq(from, &p->cfg.self)) return false;
   if (p->aggregating && a->picked && gw_id_eq(from, &a->aggregator)) return true;
+  if (agg_sent_grad_to(p, from)) return true;
   if (p->aggregating && a->asked_applied && peer_is_member(p, p->stage, from, false)) return true;
   if (gw_id_eq(from, &p->dl.from) &&
       (p->state != PEER_READY || (p->dl.done_ms && p->iteration == p->dl.iteration &&

@@ -14,9 +14,9 @@
 #include "train/peer_join.h"
 #include "train/peer_trust.h"
 
-/* If we contributed, the average must list our contribution with the hash
- * of what we sent: one that lists a different hash was not made from our
- * gradient (refused, agg.forged). One that leaves us out is applied all the
+/* If we sent our gradient to its aggregator, the average must list our
+ * contribution with the hash of what we sent: one that lists a different
+ * hash was not made from our gradient (refused, agg.forged). One that leaves us out is applied all the
  * same (logged once it is whole and checked): the aggregator may have timed
  * out on us or rejected us, and a member that refused it would split from
  * its stage. */
@@ -26,7 +26,7 @@ static bool avg_lists_us_right(train_peer *p, const gw_id *from, const peer_avg_
   *left_out = false;
   /* not in a round yet: nothing of ours went anywhere (`contributed` is
    * the last round's until we enter one) */
-  if (!p->aggregating || !a->contributed || !gw_id_eq(from, &a->aggregator)) return true;
+  if (!p->aggregating || !a->contributed || !agg_sent_grad_to(p, from)) return true;
   for (size_t i = 0; i < g->n_contributors; i++) {
     gw_id id;
     id_from_bytes(&id, g->contributors[i]);

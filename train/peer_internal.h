@@ -93,6 +93,10 @@ typedef struct peer_agg {
   bool asked_applied; /* we took the round over and asked members for an average they applied */
   bool contributed;   /* our gradient went to `aggregator`, with hash my_hash */
   uint8_t my_hash[32];
+  /* every aggregator our gradient went to this round (a repick sends it
+   * again): each one's average was made with it, and is ours to apply */
+  gw_id sent_to[4];
+  uint32_t n_sent_to;
   gw_id failed[PEER_MAX_CONTRIB]; /* aggregators that did not answer */
   uint32_t n_failed;
   float *mine;

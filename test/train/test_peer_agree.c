@@ -20,7 +20,9 @@
  *   - members that picked their round's aggregator switch to a joiner of
  *     lower ID that a stage-mate's BEGIN_AGG names late, and a member keeps
  *     stage-mates its directory refresh lost while their HELLOs come: one
- *     aggregator per round, no split (the grid's last two). */
+ *     aggregator per round, no split (the grid's last two);
+ *   - a member that switches aggregator after its gradient went to the
+ *     first one applies the first one's average when it comes. */
 #include "testutil.h"
 
 #include <math.h>
@@ -528,6 +530,75 @@ static void test_joiner_known_to_one_mate(void **state) {
   h_free(&h);
 }
 
+/* Stage 2's highest member M (by ID) has sent its gradient to the
+ * aggregator A when a stage-mate's BEGIN_AGG vouches for a member S of
+ * lower ID (a joiner: here the connected stranger, which never answers),
+ * and M switches to it (aggregation.repicked) and sends it its gradient
+ * too. A's average, made with M's gradient, is M's round's average: M
+ * applies it when it comes. Before, M refused it as not its aggregator's
+ * (agg.forged not_aggregator) and waited twice the aggregation timeout for
+ * S; in a homo-churn10 run with rebalancing the joiner deferred to A's
+ * average, passed nothing on to M (A's list had it) and the stage stalled
+ * 9.5 s. */
+typedef struct late_vouch {
+  int m, a, c, s;
+  uint64_t iteration, sent_at;
+} late_vouch;
+
+static void vouch_after_grad(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                             const train_tensor *t) {
+  late_vouch *lv = h->hook_ud;
+  if (lv->sent_at || from != lv->m || to != lv->a || type != GWTF__TRAIN_MSG__TRAIN_GRAD || !t) return;
+  Gwtf__TrainGrad *g = gwtf__train_grad__unpack(NULL, len, body);
+  assert_non_null(g);
+  bool first = g->offset == 0 && g->iteration == lv->iteration;
+  gwtf__train_grad__free_unpacked(g, NULL);
+  if (!first) return;
+  lv->sent_at = sim_now(h->s);
+  hello_stage2(h, lv->s, lv->m);
+  uint8_t buf[256];
+  ProtobufCBinaryData ids[3] = {{GW_ID_BYTES, h->nodes[lv->c].peer.id.b},
+                                {GW_ID_BYTES, h->nodes[lv->s].peer.id.b},
+                                {GW_ID_BYTES, h->nodes[lv->m].peer.id.b}};
+  Gwtf__TrainIteration m = GWTF__TRAIN_ITERATION__INIT;
+  m.iteration = lv->iteration;
+  m.n_members = 3;
+  m.members = ids;
+  size_t n = gwtf__train_iteration__pack(&m, buf);
+  assert_int_equal(h_inject(h, lv->c, lv->m, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, buf, n, NULL), 0);
+}
+
+static void test_switch_after_sending_keeps_first_average(void **state) {
+  (void)state;
+  h_harness h;
+  int s, d = build(&h, &s, NULL), s2[8];
+  assert_int_equal(h_by_id(&h, 2, s2, 8), PER_STAGE);
+  late_vouch lv = {.m = s2[PER_STAGE - 1], .a = s2[0], .c = s2[1], .s = s, .iteration = 3};
+  h.hook_ud = &lv;
+  h.send_hook = vouch_after_grad;
+  h_node *m = &h.nodes[lv.m];
+  while (train_peer_iteration(m->tp) <= lv.iteration) {
+    h_run_for(&h, 10);
+    assert_true(sim_now(h.s) < 600000);
+  }
+  assert_true(lv.sent_at > 0);
+  double round_ms = (double)(sim_now(h.s) - lv.sent_at);
+  const train_counters *cm = train_peer_counters(m->tp);
+  if (verbose())
+    fprintf(stderr, "M: %llu repicks, %llu averages refused; round over %.0f ms after its gradient went\n",
+            (unsigned long long)cm->aggregator_repicks, (unsigned long long)cm->averages_forged, round_ms);
+  assert_int_equal(cm->aggregator_repicks, 1); /* the switch this test is about */
+  assert_true(h.nodes[s].grads_in > 0);
+  assert_int_equal(cm->averages_forged, 0);
+  assert_true(round_ms < (double)h.tun.agg_timeout_ms);
+  h.send_hook = NULL;
+  h_crash(&h, s); /* its vouch would make it M's pick next round: a joiner that died */
+  assert_true(h_run_until_finished(&h, 600000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stranger_with_lowest_id_does_not_aggregate),
@@ -539,6 +610,7 @@ int main(void) {
       cmocka_unit_test(test_member_blind_to_its_stage),
       cmocka_unit_test(test_refresh_keeps_live_members),
       cmocka_unit_test(test_joiner_known_to_one_mate),
+      cmocka_unit_test(test_switch_after_sending_keeps_first_average),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
