@@ -527,6 +527,9 @@ typedef struct train_counters {
   uint64_t repair_reserve_used; /* relays: repairs we took with every flow slot held */
   uint64_t gaps_reported_early; /* relays: the peer before us lost before our gradient was due */
   uint64_t gaps_rebuilt_ahead;  /* relays: ... and replaced (REPAIR_READY) before it was */
+  uint64_t forwards_at_risk;    /* relays: a next hop we had passed a microbatch on to lost before its backward;
+                                   data: such reports taken on */
+  uint64_t forwards_restarted;  /* data: at-risk microbatches that did not come back in time, sent again */
   uint64_t microbatches_done;
   uint64_t microbatches_widened; /* data: started mid-iteration because the pipeline grew (peer_data.c) */
   double compute_seconds, wasted_seconds;

@@ -443,6 +443,8 @@ struct train_peer {
   bool iter_wrap_up; /* another data node finished this iteration: start nothing new */
   uint64_t iter_started_ms, last_progress_ms, last_update_ms;
   uint32_t iter_sent, iter_done, iter_deferred;
+  uint64_t fwd_trips[8]; /* the last forward trips (stage 1 to our loss), ms: how long one may take */
+  uint32_t n_fwd_trips;
   double iter_loss_sum;
   uint64_t waiting_flows_since;
   bool flowless; /* data: the last iteration started on the fallback, no flow of ours having come */

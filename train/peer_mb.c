@@ -562,6 +562,13 @@ void mb_tick(train_peer *p) {
   }
 }
 
+/* We passed mb on to a peer now gone, and no backward came yet: the peer
+ * it passed mb to may be gone with it (repair_report_forward). */
+static void forward_at_risk(train_peer *p, peer_mb *mb) {
+  if (p->cfg.role == TRAIN_RELAY) repair_report_forward(p, mb);
+  else if (mb->fwd == FWD_FLIGHT && p->cfg.recovery == TRAIN_RECOVER_PATH) data_forward_at_risk(p, mb, 1);
+}
+
 /* The peer is gone for our microbatches: for those it was to carry on
  * (lost_next) and for those whose gradient it was to take (lost_up). */
 static void mb_peer_gone(train_peer *p, const gw_id *peer, bool lost_next, bool lost_up, const char *why) {
@@ -573,6 +580,7 @@ static void mb_peer_gone(train_peer *p, const gw_id *peer, bool lost_next, bool 
       reroute_from_lost(p, mb, why);
       continue;
     }
+    if (lost_next && mb->bwd == BWD_NONE && gw_id_eq(&mb->next, peer)) forward_at_risk(p, mb);
     if (!lost_up) continue;
     if (awaits_backward_done(p, mb) && gw_id_eq(&mb->path[up], peer))
       mb->bwd_deadline = p->now; /* report at the next tick */

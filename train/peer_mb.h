@@ -114,6 +114,11 @@ typedef struct peer_mb {
   mb_report reports[PEER_MB_REPORTS];
   uint32_t n_reports;
   float *gpart; /* --deterministic: this microbatch's own gradient on us (train/peer_ledger.h) */
+  /* data: its forward may be lost past stage at_risk_stage (a peer there
+   * died after passing it on, and nobody after it has said it holds it):
+   * the trip deadline is shortened (data_forward_at_risk). 0: not at risk */
+  int at_risk_stage;
+  uint64_t flight_ms; /* data: when it left stage 1 (FWD_FLIGHT) */
 } peer_mb;
 
 /* ---- peer_mb.c: the shared core ---- */
@@ -180,6 +185,12 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how);
 uint64_t data_trip_ms(const train_peer *p);
 void data_no_route(train_peer *p, peer_mb *mb);
 void data_forward_through(train_peer *p, peer_mb *mb);
+/* mb's forward may be lost past stage `stage` (a RECOVER with `forward`
+ * from the peer before it, or our own stage-1 hop gone): its trip deadline
+ * becomes a hop timeout plus the longest recent forward trip, and at that
+ * deadline it is sent again rather than deferred, unless a live peer after
+ * that stage has said it holds mb. */
+void data_forward_at_risk(train_peer *p, peer_mb *mb, int stage);
 /* A FORWARD reached the data node: one of its own microbatches came back. */
 void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 void data_on_backward(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);

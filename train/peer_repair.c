@@ -24,17 +24,34 @@
 
 static void short_of(const gw_id *id, char *out) { peer_short(id, out); }
 
-/* RECOVER to mb's origin: the peer at stage `up` of its path, before us, is
- * gone and we hold what comes after it. */
-static void send_recover(train_peer *p, const peer_mb *mb, int up) {
+/* RECOVER to mb's origin: `suspect`, at stage `stage` of its path, is gone;
+ * we hold what comes after it (or, `forward`, we passed mb on to it). */
+static void send_recover_of(train_peer *p, const peer_mb *mb, const gw_id *suspect, int stage, bool forward) {
   Gwtf__TrainRecover r = GWTF__TRAIN_RECOVER__INIT;
   r.id = mb->id;
   r.origin = id_bytes(&mb->origin);
   r.iteration = mb->iteration;
-  r.suspect = id_bytes(&mb->path[up]);
-  r.suspect_stage = up;
+  r.suspect = id_bytes(suspect);
+  r.suspect_stage = stage;
   r.reporter = id_bytes(&p->cfg.self);
+  r.forward = forward;
   peer_send(p, &mb->origin, GWTF__TRAIN_MSG__TRAIN_RECOVER, &r.base, NULL);
+}
+
+static void send_recover(train_peer *p, const peer_mb *mb, int up) {
+  send_recover_of(p, mb, &mb->path[up], up, false);
+}
+
+void repair_report_forward(train_peer *p, peer_mb *mb) {
+  if (p->cfg.role != TRAIN_RELAY || p->cfg.recovery != TRAIN_RECOVER_PATH || mb->eval || mb->repair ||
+      mb->fwd != FWD_DONE || mb->bwd != BWD_NONE || p->stage < 1 || p->stage >= p->cfg.n_stages)
+    return;
+  char who[GW_ID_SHORT_LEN + 1];
+  send_recover_of(p, mb, &mb->next, p->stage + 1, true);
+  short_of(&mb->next, who);
+  p->counters.forwards_at_risk++;
+  GW_INFO(&p->log, "forward.at_risk", "mb=%llx suspect=%s suspect_stage=%d", (unsigned long long)mb->id, who,
+          p->stage + 1);
 }
 
 /* On the origin: the last relay did not confirm our loss gradient. */
@@ -120,6 +137,15 @@ static void restart(train_peer *p, peer_mb *mb, const gw_id *suspect) {
   p->counters.forward_rerouted++;
   GW_INFO(&p->log, "backward.restarted", "mb=%llx attempt=%u", (unsigned long long)mb->id, mb->attempt);
   mb_send_forward(p, mb);
+}
+
+void repair_restart_lost_forward(train_peer *p, peer_mb *mb) {
+  GW_WARN(&p->log, "forward.lost", "mb=%llx suspect_stage=%d action=restart attempt=%u", (unsigned long long)mb->id,
+          mb->at_risk_stage, mb->attempt + 1);
+  p->counters.forwards_restarted++;
+  mb->at_risk_stage = 0;
+  mb->n_reports = 0; /* of the lost attempt's path */
+  restart(p, mb, NULL);
 }
 
 /* SWARM baseline, on the origin: the backward did not come back within a
@@ -303,6 +329,13 @@ void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecove
   if (!gw_id_eq(&origin, &p->cfg.self) || !gw_id_eq(&reporter, from)) return;
   peer_mb *mb = mb_find(p, &origin, r->id);
   if (!mb || mb->bwd != BWD_NONE || mb->end != MB_LIVE) return;
+  if (r->forward) {
+    /* from the peer before the suspect: a directory member of that stage */
+    if (r->suspect_stage >= 2 && r->suspect_stage <= p->cfg.n_stages &&
+        peer_is_member(p, r->suspect_stage - 1, from, true))
+      data_forward_at_risk(p, mb, r->suspect_stage);
+    return;
+  }
   if (r->suspect_stage < 1 || r->suspect_stage >= p->cfg.n_stages || r->suspect.len != GW_ID_BYTES) return;
   bool out = mb->fwd == FWD_SENT || mb->fwd == FWD_FLIGHT || mb->fwd == FWD_LOSS;
   gw_id suspect;

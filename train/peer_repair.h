@@ -24,5 +24,15 @@ void repair_report_early(train_peer *p, peer_mb *mb);
  * the loss gradient is out and once a repair is taken on. */
 void repair_take_pending(train_peer *p, peer_mb *mb);
 void repair_restart_timed_out(train_peer *p, peer_mb *mb);
+/* Relay: mb's next hop, which we had passed it on to, is gone before any
+ * backward came. The peer that hop passed it to may be gone too (churn
+ * takes several peers at once): then nobody holds the forward and only the
+ * origin's trip deadline, a hop timeout per stage, would notice. We tell
+ * the origin (RECOVER, forward), which waits only as long as a forward
+ * takes (data_forward_at_risk). */
+void repair_report_forward(train_peer *p, peer_mb *mb);
+/* Data node: an at-risk forward did not come back in time: sent again, as a
+ * new attempt, from our embedding. */
+void repair_restart_lost_forward(train_peer *p, peer_mb *mb);
 
 #endif

@@ -484,6 +484,85 @@ static bool crash_gap_then_target(h_harness *h, h_node *n, const train_job *job,
   return false;
 }
 
+/* Iteration 2: a microbatch's stage-2 relay has passed it on to stage 3
+ * (its stage-1 relay holds FORWARD_DONE), and both die before stage 3's
+ * forward ends, as churn kills several peers at once. Nobody holds the
+ * forward. Stage 1 tells the data node its next hop is gone
+ * (forward.at_risk), and the data node sends the microbatch again once a
+ * hop timeout more than its slowest recent forward has passed
+ * (forward.lost): every microbatch completes in its iteration, within a
+ * trip deadline. Before, the data node waited out the trip deadline (a hop
+ * timeout per stage) and deferred it. */
+typedef struct double_kill {
+  int r2, r3;
+  uint64_t at;
+} double_kill;
+
+static void note_stage3_forward(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                                const train_tensor *t) {
+  (void)body, (void)len, (void)t;
+  double_kill *k = h->hook_ud;
+  if (k->at || type != GWTF__TRAIN_MSG__TRAIN_FORWARD || h->nodes[from].stage != 2 || h->nodes[to].stage != 3 ||
+      train_peer_iteration(h->nodes[from].tp) != 2)
+    return;
+  *k = (double_kill){from, to, sim_now(h->s)};
+}
+
+/* Kills the stage-2 relay (and, `both`, the stage-3 relay it passed the
+ * microbatch to) 12 ms after the forward left it; returns the data node's
+ * counters' restarts, checks what holds either way. */
+static uint64_t run_forward_kill(bool both) {
+  h_harness h;
+  h_init(&h, STAGES, 3, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) {
+      int r = h_add(&h, TRAIN_RELAY, s, M, 0, true);
+      if (s == 3) h.nodes[r].job_ms = 60; /* its forward outlasts the acknowledgements before it */
+      h_start(&h, r);
+    }
+  double_kill k = {0};
+  h.hook_ud = &k;
+  h.send_hook = note_stage3_forward;
+  while (!k.at || sim_now(h.s) < k.at + 12) {
+    h_run_for(&h, 1);
+    assert_true(sim_now(h.s) < 60000);
+  }
+  h.send_hook = NULL;
+  h_crash(&h, k.r2);
+  if (both) h_crash(&h, k.r3);
+  assert_true(h_run_until_finished(&h, 120000));
+  const train_counters *dc = C(&h, d);
+  uint64_t reported = 0, restarted = dc->forwards_restarted;
+  for (int i = 0; i < h.n_nodes; i++)
+    if (h.nodes[i].stage == 1) reported += C(&h, i)->forwards_at_risk;
+  if (verbose())
+    fprintf(stderr, "%s: stage 1 reported %llu, data node took %llu, restarted %llu; iteration 2 %.3f s\n",
+            both ? "both" : "stage 2 only", (unsigned long long)reported, (unsigned long long)dc->forwards_at_risk,
+            (unsigned long long)restarted, h.nodes[d].secs_of[2]);
+  assert_true(reported >= 1);
+  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_true(h.nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(&h));
+  assert_losses_match_reference(&h, d, NULL);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+  return restarted;
+}
+
+static void test_forward_lost_past_two_deaths_is_sent_again(void **state) {
+  (void)state;
+  assert_true(run_forward_kill(true) >= 1);
+}
+
+/* Only the stage-2 relay dies: the stage-3 relay holds the microbatch and
+ * said so (its early gap report), and nothing is sent again. */
+static void test_forward_past_one_death_is_not_sent_again(void **state) {
+  (void)state;
+  assert_int_equal(run_forward_kill(false), 0);
+}
+
 /* A data node that re-sent its own output into a repair has no last relay
  * to blame while it waits: when the repaired backward is lost too, its trip
  * deadline defers the microbatch (before, it waited for the stall timeout). */
@@ -808,6 +887,8 @@ int main(void) {
       cmocka_unit_test(test_slow_rebuild_keeps_the_last_relay),
       cmocka_unit_test(test_slow_rebuild_of_the_last_stage),
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
+      cmocka_unit_test(test_forward_lost_past_two_deaths_is_sent_again),
+      cmocka_unit_test(test_forward_past_one_death_is_not_sent_again),
       cmocka_unit_test(test_second_break_gets_its_own_repair),
       cmocka_unit_test(test_recover_from_a_replacement),
       cmocka_unit_test(test_spare_copy_is_dropped),
