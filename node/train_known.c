@@ -211,6 +211,10 @@ static void follow_relays(train_rt *rt, known_peer *k) {
   known_dial(rt, k);
 }
 
+static bool is_neighbour(train_rt *rt, int stage) {
+  return stage >= 0 && (stage == train_rt_next_stage(rt) || stage == train_rt_prev_stage(rt));
+}
+
 /* A known peer serves `stage` (its directory record, its HELLO). When that
  * is another stage than we knew, the leader moved it (train/peer_move.c):
  * our flow state must see it there, or no flow ever goes through it. */
@@ -225,7 +229,10 @@ static void known_set_stage(train_rt *rt, known_peer *k, int stage) {
     if (stage == train_rt_next_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_NEXT, c);
     if (stage == train_rt_prev_stage(rt)) flow_set_cost(rt->flow, &k->id, FLOW_DIR_PREV, c);
   }
-  if (k->stage != stage && (stage == train_rt_next_stage(rt) || stage == train_rt_prev_stage(rt))) train_rt_costs_soon(rt);
+  /* the costs the fallback next hop reads: a peer that came to a stage next
+   * to ours, or left one (before, it stayed a fallback hop of its old stage
+   * until the next refresh, up to COST_MS) */
+  if (k->stage != stage && (is_neighbour(rt, stage) || is_neighbour(rt, k->stage))) train_rt_costs_soon(rt);
   k->stage = stage;
 }
 

@@ -408,6 +408,19 @@ void data_forward_at_risk(train_peer *p, peer_mb *mb, int stage) {
           (unsigned long long)(mb->trip_deadline - p->now));
 }
 
+void data_dropped_past_risk(train_peer *p, peer_mb *mb, const gw_id *from, const char *reason) {
+  if (mb->fwd != FWD_FLIGHT || !mb->at_risk_stage || mb->end != MB_LIVE || !reason || strcmp(reason, "no_route") != 0)
+    return;
+  bool relay = false;
+  for (int s = mb->at_risk_stage; s <= p->cfg.n_stages && !relay; s++) relay = peer_is_member(p, s, from, true);
+  if (!relay) return;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  GW_INFO(&p->log, "forward.dropped", "mb=%llx by=%s reason=%s", (unsigned long long)mb->id, who, reason);
+  if (p->iter_wrap_up) data_mb_finished(p, mb, MB_DEFERRED);
+  else repair_restart_lost_forward(p, mb);
+}
+
 /* A live peer after the stage at risk reported that stage's peer lost as
  * the one before it (repair_report_early: a RECOVER we hold while mb is
  * out): it holds mb, whose forward got past. A report alone is not enough:
@@ -420,10 +433,12 @@ static bool forward_got_past(train_peer *p, const peer_mb *mb) {
 }
 
 /* The at-risk deadline passed and mb is not back: it goes on with its
- * whole trip if it got past the lost peer, else it is sent again. */
+ * whole trip if it got past the lost peer (still at risk: a relay that
+ * then drops it for want of a hop says so, data_dropped_past_risk), else
+ * it is sent again. */
 static void forward_overdue_at_risk(train_peer *p, peer_mb *mb) {
   if (forward_got_past(p, mb)) {
-    mb->at_risk_stage = 0;
+    mb->risk_waited = true;
     mb->trip_deadline = mb->flight_ms + data_trip_ms(p);
     return;
   }
@@ -450,6 +465,7 @@ void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   mb_ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
   if (mb->fwd == FWD_FLIGHT && mb->flight_ms && !mb->eval) p->fwd_trips[p->n_fwd_trips++ % 8] = p->now - mb->flight_ms;
   mb->at_risk_stage = 0;
+  mb->risk_waited = false;
   size_t n = peer_act_floats(p);
   free(mb->in);
   mb->in = wire_act_decode(p, t);
@@ -538,7 +554,7 @@ void data_mb_tick(train_peer *p, peer_mb *mb) {
   bool travelling = mb->end == MB_LIVE && mb->bwd == BWD_NONE && (mb->fwd == FWD_FLIGHT || mb->fwd == FWD_DONE) &&
                     !mb->recovering;
   if (!travelling || !mb->trip_deadline || p->now < mb->trip_deadline) return;
-  if (mb->fwd == FWD_FLIGHT && mb->at_risk_stage && !p->iter_wrap_up) {
+  if (mb->fwd == FWD_FLIGHT && mb->at_risk_stage && !mb->risk_waited && !p->iter_wrap_up) {
     forward_overdue_at_risk(p, mb);
     return;
   }

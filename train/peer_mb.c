@@ -155,6 +155,7 @@ void mb_deny(train_peer *p, const gw_id *to, const Gwtf__TrainMicrobatch *m, con
   a.origin = m->origin;
   a.iteration = m->iteration;
   a.reason = (char *)reason;
+  a.repair = m->repair;
   peer_send(p, to, GWTF__TRAIN_MSG__TRAIN_DENY, &a.base, NULL);
   p->counters.denies_sent++;
   p->counters.repair_denies += m->repair;
@@ -375,7 +376,19 @@ static bool deniable(const train_peer *p, const peer_mb *mb) {
 void mb_on_deny(train_peer *p, const gw_id *from, const Gwtf__TrainAck *a) {
   peer_mb *mb = mb_from_ack(p, a);
   char who[GW_ID_SHORT_LEN + 1];
+  if (mb && p->cfg.role == TRAIN_DATA && !gw_id_eq(&mb->next, from)) {
+    data_dropped_past_risk(p, mb, from, a->reason);
+    return;
+  }
   if (!mb || !deniable(p, mb) || !gw_id_eq(&mb->next, from)) return;
+  if (a->repair != mb->repair) {
+    /* the refusal of a FORWARD before the repair's re-send to the same
+     * peer: taken as the re-send's, it re-routed the repair away from the
+     * peer rebuilding the gap, and that peer's gradient then found us
+     * re-routing and was dropped (a 16 s backward timeout, homo-churn20) */
+    GW_DEBUG(&p->log, "deny.stale", "mb=%llx reason=%s", (unsigned long long)mb->id, a->reason);
+    return;
+  }
   p->counters.denies_received++;
   /* "full" only says the peer holds all it can right now: the microbatch
    * goes elsewhere and the peer's flows stay, since its slots free up as

@@ -118,6 +118,7 @@ typedef struct peer_mb {
    * died after passing it on, and nobody after it has said it holds it):
    * the trip deadline is shortened (data_forward_at_risk). 0: not at risk */
   int at_risk_stage;
+  bool risk_waited; /* data: ... and at its shortened deadline, a live peer past that stage held it */
   uint64_t flight_ms; /* data: when it left stage 1 (FWD_FLIGHT) */
 } peer_mb;
 
@@ -191,6 +192,10 @@ void data_forward_through(train_peer *p, peer_mb *mb);
  * deadline it is sent again rather than deferred, unless a live peer after
  * that stage has said it holds mb. */
 void data_forward_at_risk(train_peer *p, peer_mb *mb, int stage);
+/* A DENY for mb from a relay past its first hop: one whose peer before it
+ * is gone found no route onwards and dropped mb (relay_no_route). Taken
+ * only for a microbatch at risk: it is sent again at once. */
+void data_dropped_past_risk(train_peer *p, peer_mb *mb, const gw_id *from, const char *reason);
 /* A FORWARD reached the data node: one of its own microbatches came back. */
 void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 void data_on_backward(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t);

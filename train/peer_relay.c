@@ -177,7 +177,9 @@ void relay_no_route(train_peer *p, peer_mb *mb) {
   Gwtf__TrainMicrobatch m;
   ProtobufCBinaryData path[PEER_MAX_PATH];
   mb_fill_msg(&m, path, mb);
-  mb_deny(p, &mb->prev, &m, "no_route");
+  /* With the peer before us gone, nobody would re-route it: its data node
+   * hears it is dropped (data_dropped_past_risk), not its trip deadline. */
+  mb_deny(p, peer_alive(p, &mb->prev) ? &mb->prev : &mb->origin, &m, "no_route");
   mb_free(p, mb);
 }
 
@@ -228,8 +230,24 @@ static void forward_done(train_peer *p, peer_mb *mb) {
 
 /* ---- backward ---- */
 
+/* A gradient for a microbatch whose forward we are still passing on (a
+ * re-route after our next hop died, a wait for a slot): a copy of our
+ * output got through, and the gradient is of those same bits. Dropped, it
+ * left the peer after us waiting and the microbatch to its trip deadline. */
+static bool through_by_backward(train_peer *p, const gw_id *from, peer_mb *mb) {
+  int next = p->stage == p->cfg.n_stages ? 0 : p->stage + 1;
+  bool from_next = next == 0 ? gw_id_eq(from, &mb->origin) : peer_is_member(p, next, from, false);
+  if ((mb->fwd != FWD_SENT && mb->fwd != FWD_WAIT) || mb->bwd != BWD_NONE || !mb->out || !from_next) return false;
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  GW_INFO(&p->log, "forward.through_by_backward", "mb=%llx from=%s", (unsigned long long)mb->id, who);
+  mb->next = *from;
+  relay_forward_through(p, mb);
+  return true;
+}
+
 void relay_on_backward(train_peer *p, const gw_id *from, peer_mb *mb, const train_tensor *t) {
-  if (mb->fwd != FWD_DONE) return;
+  if (mb->fwd != FWD_DONE && !through_by_backward(p, from, mb)) return;
   if (!mb_take_gradient(p, from, mb, t)) return;
   size_t n = peer_act_floats(p);
   if (!mb->grad) mb->grad = malloc(n * sizeof(float));

@@ -144,6 +144,7 @@ void repair_restart_lost_forward(train_peer *p, peer_mb *mb) {
           mb->at_risk_stage, mb->attempt + 1);
   p->counters.forwards_restarted++;
   mb->at_risk_stage = 0;
+  mb->risk_waited = false;
   mb->n_reports = 0; /* of the lost attempt's path */
   restart(p, mb, NULL);
 }

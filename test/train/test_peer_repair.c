@@ -1,5 +1,6 @@
 /* The training protocol in one process, on the deterministic simulator:
- * crashes during the backward and their repair. A backward crash is
+ * crashes during the backward and their repair, and forwards lost past
+ * two deaths (sent again, not waited out). A backward crash is
  * repaired along the path without recomputing anything before the gap, also
  * into a stage the data node does not list yet, with no probe before the
  * REPAIR, into a full stage (the repair reserve), through a slow rebuild
@@ -563,6 +564,143 @@ static void test_forward_past_one_death_is_not_sent_again(void **state) {
   assert_int_equal(run_forward_kill(false), 0);
 }
 
+/* Stage 1's relay passes a microbatch of iteration 2 on to stage 2 and
+ * dies 8 ms later; stage 2's relay finds no hop in stage 3 for the next
+ * 800 ms (its directory lags), longer than its wait for one, and drops the
+ * microbatch. With the peer before it gone, its DENY (no_route) goes to the
+ * data node, which sends the microbatch again at once (forward.dropped).
+ * Before, the DENY went to the dead peer; the stage-2 relay had said it
+ * held the microbatch (its early gap report), so the data node waited for
+ * the whole trip deadline and deferred it. */
+typedef struct drop_past {
+  int r1;
+  uint64_t at;
+} drop_past;
+
+static void note_stage2_forward(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                                const train_tensor *t) {
+  (void)body, (void)len, (void)t;
+  drop_past *dp = h->hook_ud;
+  if (dp->at || type != GWTF__TRAIN_MSG__TRAIN_FORWARD || h->nodes[from].stage != 1 || h->nodes[to].stage != 2 ||
+      train_peer_iteration(h->nodes[from].tp) != 2)
+    return;
+  *dp = (drop_past){from, sim_now(h->s)};
+  for (int i = 0; i < h->n_nodes; i++)
+    if (h->nodes[i].stage == 3) h->nodes[i].unrouted_until = dp->at + 800;
+}
+
+static void test_dropped_past_a_death_is_sent_again(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 3, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  drop_past dp = {0};
+  h.hook_ud = &dp;
+  h.send_hook = note_stage2_forward;
+  while (!dp.at || sim_now(h.s) < dp.at + 8) {
+    h_run_for(&h, 1);
+    assert_true(sim_now(h.s) < 60000);
+  }
+  h.send_hook = NULL;
+  h_crash(&h, dp.r1);
+  assert_true(h_run_until_finished(&h, 120000));
+  const train_counters *dc = C(&h, d);
+  if (verbose())
+    fprintf(stderr, "at risk %llu, restarted %llu, deferred %llu; iteration 2 %.3f s\n",
+            (unsigned long long)dc->forwards_at_risk, (unsigned long long)dc->forwards_restarted,
+            (unsigned long long)dc->deferred_microbatches, h.nodes[d].secs_of[2]);
+  assert_true(dc->forwards_restarted >= 1);
+  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_true(h.nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(&h));
+  assert_losses_match_reference(&h, d, NULL);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* A repair's re-send into stage 2 (its relay died as the loss was
+ * computed) meets a DENY "full" from the peer it goes to, injected as the
+ * re-send leaves: `stale`, a refusal of the plain FORWARD sent before the
+ * repair (it came late; its repair flag is clear), which the sender
+ * ignores; or one of the re-send itself, after which the sender re-routes
+ * and waits (no other stage-2 relay lives) while that peer, which took
+ * the re-send after all, sends it the gradient: the sender takes it
+ * (forward.through_by_backward). Either way the microbatch completes in
+ * its iteration, within a trip deadline. Before, in a homo-churn20 run,
+ * the late refusal re-routed the repair, the gradient found its sender
+ * re-routing and was dropped, and the microbatch waited out its 16 s trip
+ * deadline. */
+typedef struct deny_resend {
+  bool stale;
+  int injected;
+} deny_resend;
+
+static void deny_repair_resend(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                               const train_tensor *t) {
+  (void)t;
+  deny_resend *dr = h->hook_ud;
+  if (dr->injected || type != GWTF__TRAIN_MSG__TRAIN_FORWARD || h->nodes[from].stage != 1 ||
+      h->nodes[to].stage != 2)
+    return;
+  Gwtf__TrainMicrobatch *m = gwtf__train_microbatch__unpack(NULL, len, body);
+  assert_non_null(m);
+  if (m->repair) {
+    uint8_t buf[256];
+    Gwtf__TrainAck a = GWTF__TRAIN_ACK__INIT;
+    a.id = m->id;
+    a.origin = m->origin;
+    a.iteration = m->iteration;
+    a.reason = "full";
+    a.repair = !dr->stale;
+    size_t n = gwtf__train_ack__pack(&a, buf);
+    assert_int_equal(h_inject(h, to, from, GWTF__TRAIN_MSG__TRAIN_DENY, buf, n, NULL), 0);
+    dr->injected = from;
+  }
+  gwtf__train_microbatch__free_unpacked(m, NULL);
+}
+
+static void run_denied_resend(bool stale) {
+  h_harness h;
+  h_init(&h, STAGES, 3, verbose());
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  deny_resend dr = {stale, 0};
+  h.hook = crash_before_backward;
+  h.hook_ud = &dr;
+  h.send_hook = deny_repair_resend;
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_true(h.hook_fired);
+  assert_true(dr.injected > 0);
+  const train_counters *dc = C(&h, d), *lc = C(&h, dr.injected);
+  if (verbose())
+    fprintf(stderr, "%s DENY: the re-sender re-routed %llu, denies taken %llu; iteration 2 %.3f s\n",
+            stale ? "stale" : "the re-send's", (unsigned long long)lc->forward_rerouted,
+            (unsigned long long)lc->denies_received, h.nodes[d].secs_of[2]);
+  if (stale) assert_int_equal(lc->denies_received, 0); /* not taken as the re-send's */
+  else assert_true(lc->forward_rerouted >= 1);        /* it did re-route, and still took the gradient */
+  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_true(h.nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(&h));
+  assert_losses_match_reference(&h, d, NULL);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+static void test_stale_deny_keeps_the_repair(void **state) {
+  (void)state;
+  run_denied_resend(true);
+}
+
+static void test_gradient_reaches_a_rerouting_sender(void **state) {
+  (void)state;
+  run_denied_resend(false);
+}
+
 /* A data node that re-sent its own output into a repair has no last relay
  * to blame while it waits: when the repaired backward is lost too, its trip
  * deadline defers the microbatch (before, it waited for the stall timeout). */
@@ -889,6 +1027,9 @@ int main(void) {
       cmocka_unit_test(test_lost_self_repair_meets_trip_deadline),
       cmocka_unit_test(test_forward_lost_past_two_deaths_is_sent_again),
       cmocka_unit_test(test_forward_past_one_death_is_not_sent_again),
+      cmocka_unit_test(test_dropped_past_a_death_is_sent_again),
+      cmocka_unit_test(test_stale_deny_keeps_the_repair),
+      cmocka_unit_test(test_gradient_reaches_a_rerouting_sender),
       cmocka_unit_test(test_second_break_gets_its_own_repair),
       cmocka_unit_test(test_recover_from_a_replacement),
       cmocka_unit_test(test_spare_copy_is_dropped),
