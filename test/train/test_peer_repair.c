@@ -485,6 +485,64 @@ static bool crash_gap_then_target(h_harness *h, h_node *n, const train_job *job,
   return false;
 }
 
+/* A data node and two relays per stage, placed; the relays of stage
+ * `slow_stage` (0: none) take 60 ms a job. */
+static int build_two_per_stage(h_harness *h, int slow_stage) {
+  h_init(h, STAGES, 3, verbose());
+  int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) {
+      int r = h_add(h, TRAIN_RELAY, s, M, 0, true);
+      if (s == slow_stage) h->nodes[r].job_ms = 60;
+      h_start(h, r);
+    }
+  return d;
+}
+
+/* The first FORWARD of iteration 2 from a stage-`stage` relay to the next
+ * stage: who sent it, to whom, when; the relays of the stage after the
+ * receiver's are offered to nobody for `unroute_ms` from then. */
+typedef struct forward_seen {
+  int stage, unroute_ms;
+  int from, to;
+  uint64_t at;
+} forward_seen;
+
+static void note_forward(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                         const train_tensor *t) {
+  (void)body, (void)len, (void)t;
+  forward_seen *f = h->hook_ud;
+  if (f->at || type != GWTF__TRAIN_MSG__TRAIN_FORWARD || h->nodes[from].stage != f->stage ||
+      h->nodes[to].stage != f->stage + 1 || train_peer_iteration(h->nodes[from].tp) != 2)
+    return;
+  f->from = from, f->to = to, f->at = sim_now(h->s);
+  for (int i = 0; f->unroute_ms && i < h->n_nodes; i++)
+    if (h->nodes[i].stage == f->stage + 2) h->nodes[i].unrouted_until = f->at + (uint64_t)f->unroute_ms;
+}
+
+/* Runs until `after_ms` past that FORWARD. */
+static void run_past_forward(h_harness *h, forward_seen *f, uint64_t after_ms) {
+  h->hook_ud = f;
+  h->send_hook = note_forward;
+  while (!f->at || sim_now(h->s) < f->at + after_ms) {
+    h_run_for(h, 1);
+    assert_true(sim_now(h->s) < 60000);
+  }
+  h->send_hook = NULL;
+}
+
+/* Every microbatch of the run completed, iteration 2 within a trip
+ * deadline, with the reference's losses and one set of weights per stage. */
+static void assert_iteration2_whole(h_harness *h, int d) {
+  const train_counters *dc = C(h, d);
+  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
+  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
+  assert_true(h->nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(h));
+  assert_losses_match_reference(h, d, NULL);
+  assert_agree(h, ITERS);
+}
+
 /* Iteration 2: a microbatch's stage-2 relay has passed it on to stage 3
  * (its stage-1 relay holds FORWARD_DONE), and both die before stage 3's
  * forward ends, as churn kills several peers at once. Nobody holds the
@@ -494,45 +552,16 @@ static bool crash_gap_then_target(h_harness *h, h_node *n, const train_job *job,
  * (forward.lost): every microbatch completes in its iteration, within a
  * trip deadline. Before, the data node waited out the trip deadline (a hop
  * timeout per stage) and deferred it. */
-typedef struct double_kill {
-  int r2, r3;
-  uint64_t at;
-} double_kill;
-
-static void note_stage3_forward(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
-                                const train_tensor *t) {
-  (void)body, (void)len, (void)t;
-  double_kill *k = h->hook_ud;
-  if (k->at || type != GWTF__TRAIN_MSG__TRAIN_FORWARD || h->nodes[from].stage != 2 || h->nodes[to].stage != 3 ||
-      train_peer_iteration(h->nodes[from].tp) != 2)
-    return;
-  *k = (double_kill){from, to, sim_now(h->s)};
-}
-
 /* Kills the stage-2 relay (and, `both`, the stage-3 relay it passed the
  * microbatch to) 12 ms after the forward left it; returns the data node's
  * counters' restarts, checks what holds either way. */
 static uint64_t run_forward_kill(bool both) {
   h_harness h;
-  h_init(&h, STAGES, 3, verbose());
-  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-  h_start(&h, d);
-  for (int s = 1; s <= STAGES; s++)
-    for (int k = 0; k < 2; k++) {
-      int r = h_add(&h, TRAIN_RELAY, s, M, 0, true);
-      if (s == 3) h.nodes[r].job_ms = 60; /* its forward outlasts the acknowledgements before it */
-      h_start(&h, r);
-    }
-  double_kill k = {0};
-  h.hook_ud = &k;
-  h.send_hook = note_stage3_forward;
-  while (!k.at || sim_now(h.s) < k.at + 12) {
-    h_run_for(&h, 1);
-    assert_true(sim_now(h.s) < 60000);
-  }
-  h.send_hook = NULL;
-  h_crash(&h, k.r2);
-  if (both) h_crash(&h, k.r3);
+  int d = build_two_per_stage(&h, 3); /* stage 3's forward outlasts the acknowledgements before it */
+  forward_seen k = {.stage = 2};
+  run_past_forward(&h, &k, 12);
+  h_crash(&h, k.from);
+  if (both) h_crash(&h, k.to);
   assert_true(h_run_until_finished(&h, 120000));
   const train_counters *dc = C(&h, d);
   uint64_t reported = 0, restarted = dc->forwards_restarted;
@@ -543,11 +572,7 @@ static uint64_t run_forward_kill(bool both) {
             both ? "both" : "stage 2 only", (unsigned long long)reported, (unsigned long long)dc->forwards_at_risk,
             (unsigned long long)restarted, h.nodes[d].secs_of[2]);
   assert_true(reported >= 1);
-  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
-  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
-  assert_true(h.nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(&h));
-  assert_losses_match_reference(&h, d, NULL);
-  assert_agree(&h, ITERS);
+  assert_iteration2_whole(&h, d);
   h_free(&h);
   return restarted;
 }
@@ -572,40 +597,13 @@ static void test_forward_past_one_death_is_not_sent_again(void **state) {
  * Before, the DENY went to the dead peer; the stage-2 relay had said it
  * held the microbatch (its early gap report), so the data node waited for
  * the whole trip deadline and deferred it. */
-typedef struct drop_past {
-  int r1;
-  uint64_t at;
-} drop_past;
-
-static void note_stage2_forward(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
-                                const train_tensor *t) {
-  (void)body, (void)len, (void)t;
-  drop_past *dp = h->hook_ud;
-  if (dp->at || type != GWTF__TRAIN_MSG__TRAIN_FORWARD || h->nodes[from].stage != 1 || h->nodes[to].stage != 2 ||
-      train_peer_iteration(h->nodes[from].tp) != 2)
-    return;
-  *dp = (drop_past){from, sim_now(h->s)};
-  for (int i = 0; i < h->n_nodes; i++)
-    if (h->nodes[i].stage == 3) h->nodes[i].unrouted_until = dp->at + 800;
-}
-
 static void test_dropped_past_a_death_is_sent_again(void **state) {
   (void)state;
   h_harness h;
-  h_init(&h, STAGES, 3, verbose());
-  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-  h_start(&h, d);
-  for (int s = 1; s <= STAGES; s++)
-    for (int k = 0; k < 2; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
-  drop_past dp = {0};
-  h.hook_ud = &dp;
-  h.send_hook = note_stage2_forward;
-  while (!dp.at || sim_now(h.s) < dp.at + 8) {
-    h_run_for(&h, 1);
-    assert_true(sim_now(h.s) < 60000);
-  }
-  h.send_hook = NULL;
-  h_crash(&h, dp.r1);
+  int d = build_two_per_stage(&h, 0);
+  forward_seen f = {.stage = 1, .unroute_ms = 800};
+  run_past_forward(&h, &f, 8);
+  h_crash(&h, f.from);
   assert_true(h_run_until_finished(&h, 120000));
   const train_counters *dc = C(&h, d);
   if (verbose())
@@ -613,11 +611,7 @@ static void test_dropped_past_a_death_is_sent_again(void **state) {
             (unsigned long long)dc->forwards_at_risk, (unsigned long long)dc->forwards_restarted,
             (unsigned long long)dc->deferred_microbatches, h.nodes[d].secs_of[2]);
   assert_true(dc->forwards_restarted >= 1);
-  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
-  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
-  assert_true(h.nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(&h));
-  assert_losses_match_reference(&h, d, NULL);
-  assert_agree(&h, ITERS);
+  assert_iteration2_whole(&h, d);
   h_free(&h);
 }
 
@@ -664,11 +658,7 @@ static void deny_repair_resend(h_harness *h, int from, int to, uint32_t type, co
 
 static void run_denied_resend(bool stale) {
   h_harness h;
-  h_init(&h, STAGES, 3, verbose());
-  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-  h_start(&h, d);
-  for (int s = 1; s <= STAGES; s++)
-    for (int k = 0; k < 2; k++) h_start(&h, h_add(&h, TRAIN_RELAY, s, M, 0, true));
+  int d = build_two_per_stage(&h, 0);
   deny_resend dr = {stale, 0};
   h.hook = crash_before_backward;
   h.hook_ud = &dr;
@@ -676,18 +666,14 @@ static void run_denied_resend(bool stale) {
   assert_true(h_run_until_finished(&h, 120000));
   assert_true(h.hook_fired);
   assert_true(dr.injected > 0);
-  const train_counters *dc = C(&h, d), *lc = C(&h, dr.injected);
+  const train_counters *lc = C(&h, dr.injected);
   if (verbose())
     fprintf(stderr, "%s DENY: the re-sender re-routed %llu, denies taken %llu; iteration 2 %.3f s\n",
             stale ? "stale" : "the re-send's", (unsigned long long)lc->forward_rerouted,
             (unsigned long long)lc->denies_received, h.nodes[d].secs_of[2]);
   if (stale) assert_int_equal(lc->denies_received, 0); /* not taken as the re-send's */
   else assert_true(lc->forward_rerouted >= 1);        /* it did re-route, and still took the gradient */
-  assert_int_equal(dc->deferred_microbatches + dc->lost_microbatches, 0);
-  assert_int_equal(dc->microbatches_done, (uint64_t)M * ITERS);
-  assert_true(h.nodes[d].secs_of[2] * 1000.0 < (double)trip_deadline_ms(&h));
-  assert_losses_match_reference(&h, d, NULL);
-  assert_agree(&h, ITERS);
+  assert_iteration2_whole(&h, d);
   h_free(&h);
 }
 
