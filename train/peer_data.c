@@ -381,6 +381,14 @@ void data_forward_through(train_peer *p, peer_mb *mb) {
   mb->fwd = !mb->repair ? FWD_FLIGHT : FWD_DONE;
   mb->trip_deadline = p->now + data_trip_ms(p);
   mb->flight_ms = p->now;
+  /* Our re-send into a repair left with the path cut to us (the FORWARD
+   * carries the path up to its sender); past the gap it is the one our
+   * microbatch came back by, and its last relay holds our loss gradient:
+   * we watch it again. Before, its death went unseen until the trip
+   * deadline (hetero-churn20, a 16 s backward timeout). */
+  if (!mb->repair || !mb->grad) return;
+  mb->path_len = (uint32_t)p->cfg.n_stages + 1;
+  if (!peer_alive(p, &mb->path[p->cfg.n_stages])) mb->bwd_deadline = p->now; /* lost meanwhile: report it now */
 }
 
 static uint64_t longest_forward_trip(const train_peer *p) {

@@ -419,6 +419,10 @@ void repair_on_probe_reply(train_peer *p, const gw_id *from, const Gwtf__TrainPr
       mb->grad_acked = true;
       data_backward_confirmed(p, mb);
     }
+    /* A break reported while this walk was on waited behind it: its turn
+     * now, not its reporter's next ask three hop timeouts later (a 6 s
+     * backward stall in a homo-churn20 run). */
+    repair_take_pending(p, mb);
     return;
   }
   if (r->has_output) {
