@@ -566,6 +566,7 @@ typedef struct train_counters {
   uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
   uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */
   uint64_t downloads_caught_up; /* rounds it ended meanwhile whose averages we asked for and stepped with instead */
+  uint64_t states_kept; /* a resync's fetch given up for the state it kept: the stage's newest left (weights.kept_own) */
   /* failure detection (train/peer_liveness.c): peers probed after missing an
    * RTT-based deadline, and probes left unanswered (the peer declared failed) */
   uint64_t probes_sent, probes_failed;

@@ -167,6 +167,9 @@ typedef struct peer_download {
   uint64_t catch_up_until; /* a stage-mate one round ahead is expected until then */
   uint64_t avg_of, wait_round_until;
   gw_id avg_from; /* who sent that average: our source, or its maker (a directory member) */
+  /* a resync keeps our own state until a download replaces it: its
+   * iteration + 1 (0: we hold none of this stage's, or it was replaced) */
+  uint64_t holds;
   gw_id avg_signer; /* who signed it, and the hash of its floats: the catch-up */
   uint8_t avg_hash[32]; /* must bring exactly that average */
 } peer_download;

@@ -33,6 +33,7 @@
 #define JOIN_UNSENT_RETRY_MS 500
 
 static void fetch_or_init(train_peer *p);
+static void no_source_left(train_peer *p);
 static void catch_up_next(train_peer *p);
 static void restored_from_replica(train_peer *p, train_job *job);
 
@@ -43,6 +44,7 @@ void join_free(train_peer *p) {
 
 void join_become_ready(train_peer *p) {
   p->state = PEER_READY;
+  p->dl.holds = 0;
   p->last_update_ms = p->now;
   GW_INFO(&p->log, "peer.ready", "iter=%llu step=%llu", (unsigned long long)p->iteration,
           (unsigned long long)p->step);
@@ -71,6 +73,7 @@ void join_resync(train_peer *p, uint64_t target, const char *why) {
   p->dl.n_tried = 0;
   p->dl.waiting_since = 0;
   p->dl.assigned_members = 1; /* we were in a stage with members: wait for one */
+  if (p->state == PEER_READY) p->dl.holds = p->iteration + 1; /* ours stay in place until a download lands */
   p->state = PEER_DOWNLOADING;
   fetch_or_init(p);
 }
@@ -112,6 +115,7 @@ static void download_sent(train_peer *p, const gw_id *from, int rc) {
 static void request_weights(train_peer *p, const gw_id *from) {
   Gwtf__TrainWeightsReq r = GWTF__TRAIN_WEIGHTS_REQ__INIT;
   r.stage = p->stage;
+  r.holds = p->dl.holds;
   download_begin(p, from);
   p->dl.waiting_since = 0;
   char who[GW_ID_SHORT_LEN + 1];
@@ -242,7 +246,7 @@ static void fetch_or_init(train_peer *p) {
       p->dl.deadline = p->now + 2 * p->cfg.tun.tick_ms; /* the driver looks the holders up meanwhile */
       return;
     }
-    join_stage_lost(p);
+    no_source_left(p);
     return;
   }
   /* The stage has members but we cannot reach one yet (sessions are being
@@ -257,7 +261,7 @@ static void fetch_or_init(train_peer *p) {
   if (trained && p->cfg.role == TRAIN_RELAY) {
     /* members were listed but none could be reached for JOIN_SOURCE_WAIT_MS,
      * and no replica holder is known */
-    join_stage_lost(p);
+    no_source_left(p);
     return;
   }
   /* Nobody serves this stage and it never trained (the run's first
@@ -276,6 +280,7 @@ void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a
   p->stage = a->stage;
   p->iteration = a->iteration;
   p->step = a->step;
+  p->dl.holds = 0;
   gw_log_set_stage(&p->log, p->stage);
   GW_INFO(&p->log, "stage.assigned", "by=%s iter=%llu members=%zu", who,
           (unsigned long long)a->iteration, a->n_stage_peers);
@@ -312,6 +317,83 @@ void join_on_assign(train_peer *p, const gw_id *from, const Gwtf__TrainAssign *a
   fetch_or_init(p);
 }
 
+/* ---- two members fetching from each other ---- */
+
+/* Ready with the state we hold, in the run's iteration: when every member
+ * of our stage was behind the run (the stage's newest weights died with
+ * the peers that had them), we carry on from the newest we have rather than
+ * stall the run, and say so. `slack`: rounds a catch-up will still step. */
+static void ready_in_run(train_peer *p, uint64_t slack) {
+  if (p->resync_target > p->iteration + slack) {
+    GW_WARN(&p->log, "stage.stale_weights", "have=%llu run=%llu", (unsigned long long)p->iteration,
+            (unsigned long long)p->resync_target);
+    p->iteration = p->resync_target;
+  }
+  p->resync_target = 0;
+  p->begin_agg_seen = p->iteration; /* the next round we flood is this iteration's */
+  join_become_ready(p);
+}
+
+/* The state a resync kept (still in place: p->iteration and p->step are
+ * its) is the newest our stage has left: we carry on from it. */
+static void keep_own_state(train_peer *p, const char *why, const gw_id *asker) {
+  peer_download *d = &p->dl;
+  char who[GW_ID_SHORT_LEN + 1] = "none";
+  if (asker) peer_short(asker, who);
+  GW_WARN(&p->log, "weights.kept_own", "iter=%llu step=%llu reason=%s asker=%s", (unsigned long long)p->iteration,
+          (unsigned long long)p->step, why, who);
+  p->counters.states_kept++;
+  free(d->buf);
+  d->buf = NULL;
+  d->active = false;
+  d->n_tried = 0;
+  d->catch_up = false;
+  d->wait_round_until = 0;
+  ready_in_run(p, 0);
+}
+
+/* A live member of our stage other than `except` we could fetch from. */
+static bool other_live_source(train_peer *p, const gw_id *except) {
+  peer_stage_view *v = peer_stage(p, p->stage);
+  for (size_t i = 0; v && i < v->n; i++) {
+    const gw_id *id = &v->v[i].id;
+    if (!v->v[i].heard && !gw_id_eq(id, &p->cfg.self) && !gw_id_eq(id, except) && peer_alive(p, id) &&
+        !trust_banned(p, id))
+      return true;
+  }
+  return false;
+}
+
+/* A member that asks for our state fetches its own (a ready one does not
+ * ask). If we fetch too, holding the state a resync kept, and the asker is
+ * the member we asked or our only live source besides, each waits on the
+ * other: test_node_private's two relays, one resyncing as the other
+ * restarted, did for 40 s, until one took an older replica (with none, the
+ * stage was given up as lost). The newer state wins, the lower ID on a tie:
+ * we keep ours and serve it, or ask again so that the asker, holding the
+ * newer, sees our request now and does. */
+static void settle_mutual_wait(train_peer *p, const gw_id *asker, uint64_t asker_holds) {
+  peer_download *d = &p->dl;
+  if (p->state != PEER_DOWNLOADING || !d->holds || !peer_is_member(p, p->stage, asker, false)) return;
+  bool asked_it = d->active && gw_id_eq(&d->from, asker);
+  if (!asked_it && other_live_source(p, asker)) return;
+  if (d->holds > asker_holds || (d->holds == asker_holds && gw_id_cmp(&p->cfg.self, asker) < 0)) {
+    keep_own_state(p, "mutual_wait", asker);
+    return;
+  }
+  if (peer_is_member(p, p->stage, asker, true)) request_weights(p, asker);
+}
+
+/* No member serves us and no replica came: a state a resync kept is the
+ * stage's newest left; without one the stage is lost. */
+static void no_source_left(train_peer *p) {
+  if (p->dl.holds) {
+    keep_own_state(p, "no_source", NULL);
+    return;
+  }
+  join_stage_lost(p);
+}
+
 /* ---- serving a snapshot ---- */
 
 static void start_snapshot(train_peer *p, const gw_id *to) {
@@ -338,33 +420,40 @@ bool join_awaits_our_state(const train_peer *p, const gw_id *id) {
   return false;
 }
 
+/* Queues a request for our state (a repeat is already queued); false when
+ * the queue is full. */
+static bool queue_request(train_peer *p, const gw_id *from, int stage) {
+  for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++) {
+    peer_pending_snapshot *q = &p->snap_queue[i];
+    if (q->used && gw_id_eq(&q->to, from)) return true;
+    if (q->used) continue;
+    *q = (peer_pending_snapshot){.to = *from, .stage = stage, .used = true};
+    for (size_t k = 0; k < sizeof(p->served) / sizeof(p->served[0]); k++)
+      if (p->served[k].at_ms && gw_id_eq(&p->served[k].id, from) &&
+          p->now - p->served[k].at_ms < WEIGHTS_REQ_MIN_INTERVAL_MS) {
+        q->not_before = p->served[k].at_ms + WEIGHTS_REQ_MIN_INTERVAL_MS;
+        char who[GW_ID_SHORT_LEN + 1];
+        peer_short(from, who);
+        GW_DEBUG(&p->log, "weights.req_limited", "peer=%s wait_ms=%llu", who,
+                 (unsigned long long)(q->not_before - p->now));
+      }
+    return true;
+  }
+  return false;
+}
+
 void join_on_weights_req(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsReq *r) {
   /* A member that is itself still getting ready (or whose placement is
    * still on its way) queues the request and serves it once its weights are
    * in place (join_become_ready). */
   if (p->stage >= 0 && r->stage != p->stage) return;
   agg_member_downloading(p, from);
-  for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++) {
-    if (p->snap_queue[i].used && gw_id_eq(&p->snap_queue[i].to, from)) return;
-    if (!p->snap_queue[i].used) {
-      p->snap_queue[i].used = true;
-      p->snap_queue[i].to = *from;
-      p->snap_queue[i].stage = r->stage;
-      p->snap_queue[i].not_before = 0;
-      for (size_t k = 0; k < sizeof(p->served) / sizeof(p->served[0]); k++)
-        if (p->served[k].at_ms && gw_id_eq(&p->served[k].id, from) &&
-            p->now - p->served[k].at_ms < WEIGHTS_REQ_MIN_INTERVAL_MS) {
-          p->snap_queue[i].not_before = p->served[k].at_ms + WEIGHTS_REQ_MIN_INTERVAL_MS;
-          char who[GW_ID_SHORT_LEN + 1];
-          peer_short(from, who);
-          GW_DEBUG(&p->log, "weights.req_limited", "peer=%s wait_ms=%llu", who,
-                   (unsigned long long)(p->snap_queue[i].not_before - p->now));
-        }
-      join_serve_pending(p);
-      return;
-    }
+  if (!queue_request(p, from, r->stage)) {
+    trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, "queue_full");
+    return;
   }
-  trust_refuse(p, from, GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ, "queue_full");
+  settle_mutual_wait(p, from, r->holds);
+  join_serve_pending(p);
 }
 
 int join_send_state(train_peer *p, const gw_id *to, uint32_t type, int stage, const uint8_t *blob, size_t len,
@@ -458,6 +547,7 @@ void join_on_chunk(train_peer *p, const gw_id *from, const Gwtf__TrainWeightsChu
     return;
   }
   p->state = PEER_RESTORING;
+  d->holds = 0; /* the restore overwrites our own state */
   train_job *job = peer_submit(p, TRAIN_JOB_RESTORE, NULL, d->buf, d->total, NULL, 0);
   if (!job) {
     fetch_or_init(p);
@@ -588,17 +678,7 @@ void join_accept_download(train_peer *p) {
   d->done_ms = p->now;
   d->n_tried = 0;
   if (overtaken(p)) return;
-  if (p->resync_target > p->iteration + (d->catch_up ? 1 : 0)) {
-    /* Every member of our stage was behind the run: the stage's newest
-     * weights died with the peers that had them. Carry on from the newest
-     * we could get rather than stall the run, and say so. */
-    GW_WARN(&p->log, "stage.stale_weights", "have=%llu run=%llu",
-            (unsigned long long)p->iteration, (unsigned long long)p->resync_target);
-    p->iteration = p->resync_target;
-  }
-  p->resync_target = 0;
-  p->begin_agg_seen = p->iteration; /* the next round we flood is this iteration's */
-  join_become_ready(p);
+  ready_in_run(p, d->catch_up ? 1 : 0);
   if (d->catch_up) catch_up_next(p);
 }
 

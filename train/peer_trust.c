@@ -279,6 +279,16 @@ void trust_reject(train_peer *p, const gw_id *from, uint64_t iteration, const ch
   }
 }
 
+/* A member one iteration ahead while we are still in the round of ours:
+ * it ended that round, and its average (or the aggregator's) is on its way
+ * to us; applied, we are where it is. Not evidence we missed anything. A
+ * relay that applied its average later than its stage-mate began the next
+ * round (test_node_private's loaded ASan run) fetched the whole state
+ * instead, and when that mate restarted the two waited on each other. */
+static bool in_the_round_it_ended(const train_peer *p, uint64_t iteration) {
+  return iteration == p->iteration + 1 && p->aggregating && p->agg.iteration == p->iteration;
+}
+
 /* Evidence that our stage is ahead of us. Only directory members of our own
  * stage count (a stranger's HELLO made us resync before, and download the
  * weights it then served); we resync once two of them say so, or the only
@@ -313,6 +323,7 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
   if (p->dl.catch_up && p->iteration == p->dl.iteration && iteration <= p->dl.avg_of &&
       p->now < p->dl.catch_up_until)
     return;
+  if (in_the_round_it_ended(p, iteration)) return;
   size_t need = peer_dir_others(p) >= 2 ? 2 : 1, have = 0;
   uint64_t target = UINT64_MAX;
   for (uint32_t i = 0; i < t->n_claims; i++) {

@@ -87,14 +87,15 @@ static void test_round_drops_queued_forward(void **state) {
   run_case(&c);
 }
 
-/* BEGIN_AGG from a later iteration, from the other member of its stage (a
- * directory member, the only other one: enough evidence), while the relay's
+/* BEGIN_AGG two iterations on, from the other member of its stage (a
+ * directory member, the only other one: enough evidence; one on would be
+ * the round after the one the relay is in, no evidence), while the relay's
  * gradient export for its own round is queued, makes it resync: the
  * export's buffer must outlive the export, and its result must not be sent
  * as the round's gradient. */
 static void test_resync_drops_queued_export(void **state) {
   (void)state;
-  abandon_case c = {TRAIN_JOB_GRAD_EXPORT, 2, -1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, 1, false, 0};
+  abandon_case c = {TRAIN_JOB_GRAD_EXPORT, 2, -1, GWTF__TRAIN_MSG__TRAIN_BEGIN_AGG, 2, false, 0};
   run_case(&c);
 }
 

@@ -1,0 +1,146 @@
+/* When a stage member fetches its stage's state again, on the deterministic
+ * simulator (test_node_private's restarted relay, on a loaded ASan run):
+ *   - a member still in a round when its stage-mate begins the next one
+ *     (its average is on the way) applies that average: no refetch. Before,
+ *     one claim of the next iteration by the only other member made it
+ *     resync;
+ *   - a member that resynced from the only other member, which then died
+ *     and came back without its state, serves that newcomer its own state
+ *     (the stage's freshest) instead of each waiting on the other. Before,
+ *     both waited out the download timeout again and again until the
+ *     resyncing member gave the stage up as lost (or a replica, older than
+ *     its own state, was found). */
+#include "testutil.h"
+
+#include "peer_harness.h"
+#include "train.pb-c.h"
+
+#define M 2
+#define ITERS 8
+#define AVG_LATE_MS 400 /* well within the aggregation timeout (2 s) */
+
+static bool verbose(void) { return getenv("GWTF_TEST_VERBOSE") != NULL; }
+
+/* One data node and two relays in the single stage; returns the data node,
+ * the aggregator (the lower ID) in *a and the other member in *m. */
+static int build(h_harness *h, int *a, int *m) {
+  h_init(h, 1, 7, verbose());
+  int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  h_add(h, TRAIN_RELAY, 1, M, 0, true);
+  h_add(h, TRAIN_RELAY, 1, M, 0, true);
+  int s1[2];
+  assert_int_equal(h_by_id(h, 1, s1, 2), 2);
+  *a = s1[0];
+  *m = s1[1];
+  return d;
+}
+
+static void assert_agree(h_harness *h, uint64_t iters) {
+  char why[200] = "";
+  if (!h_hashes_agree(h, iters, why, sizeof(why))) fail_msg("%s", why);
+}
+
+/* ---- the average on its way ---- */
+
+typedef struct late_avg {
+  h_harness *h;
+  int a, m;
+  uint64_t iteration; /* the round whose average from a reaches m late */
+} late_avg;
+
+static uint64_t late_avg_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  (void)len;
+  const late_avg *l = ud;
+  h_harness *h = l->h;
+  if (from == h->nodes[l->a].index && to == h->nodes[l->m].index && h->sending == GWTF__TRAIN_MSG__TRAIN_AVG &&
+      train_peer_iteration(h->nodes[l->m].tp) == l->iteration)
+    return AVG_LATE_MS;
+  return 1 + gw_rng_below(rng, 3);
+}
+
+/* m carries no microbatch (the data node's flows leave it out, as
+ * test_node_private's did under load), so the next iteration needs
+ * nothing from it: a begins that round, and says so to m, while a's
+ * average of the last one is still on its way to m. */
+static void test_next_round_begun_while_average_on_its_way(void **state) {
+  (void)state;
+  h_harness h;
+  int a, m, d = build(&h, &a, &m);
+  h.nodes[m].unrouted = true;
+  late_avg l = {&h, a, m, 3};
+  sim_set_delay_fn(h.s, late_avg_delay, &l);
+  for (int i = 0; i <= m; i++) h_start(&h, i);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  const train_counters *cm = train_peer_counters(h.nodes[m].tp);
+  if (verbose())
+    fprintf(stderr, "m: %llu resyncs\n", (unsigned long long)cm->resyncs);
+  assert_int_equal(cm->resyncs, 0);
+  assert_true(h.nodes[m].have_hash[l.iteration]); /* it stepped with the round after the late one */
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+/* ---- two members each waiting for the other's state ---- */
+
+/* A HELLO from `from` claiming `iteration`: what a member ahead says. */
+static void hello_at(h_harness *h, int from, int to, uint64_t iteration) {
+  uint8_t buf[128];
+  Gwtf__TrainHello hello = GWTF__TRAIN_HELLO__INIT;
+  hello.role = GWTF__TRAIN_ROLE__TRAIN_ROLE_RELAY;
+  hello.stage = 1;
+  hello.capacity = M;
+  hello.iteration = iteration;
+  size_t len = gwtf__train_hello__pack(&hello, buf);
+  assert_int_equal(h_inject(h, from, to, GWTF__TRAIN_MSG__TRAIN_HELLO, buf, len, NULL), 0);
+}
+
+/* a says it is a round ahead of m (heard between rounds: m resyncs from
+ * it) and dies before it serves m; it comes back at once without its state,
+ * under its ID, which the directory still lists. */
+static void test_resyncing_member_serves_restarted_mate(void **state) {
+  (void)state;
+  h_harness h;
+  int a, m, d = build(&h, &a, &m);
+  int j = h_add(&h, TRAIN_RELAY, 1, M, 0, false); /* a, back */
+  for (int i = 0; i < j; i++) h_start(&h, i);
+  while (train_peer_iteration(h.nodes[d].tp) < 3) h_run_for(&h, 10);
+  uint64_t had = 0;
+  while (train_peer_counters(h.nodes[m].tp)->resyncs == 0) {
+    had = train_peer_step(h.nodes[m].tp);
+    hello_at(&h, a, m, train_peer_iteration(h.nodes[m].tp) + 1);
+    h_run_for(&h, 1);
+    assert_true(train_peer_iteration(h.nodes[d].tp) < ITERS);
+  }
+  h_crash(&h, a);
+  uint64_t back_at = sim_now(h.s), iter_then = train_peer_iteration(h.nodes[d].tp);
+  h.nodes[j].listed_early = true;
+  h_start(&h, j);
+  while (train_peer_iteration(h.nodes[d].tp) <= iter_then + 1 && !h.nodes[m].stage_lost) {
+    h_run_for(&h, 10);
+    assert_true(sim_now(h.s) < back_at + 120000);
+  }
+  double moved_on_ms = (double)(sim_now(h.s) - back_at);
+  const train_counters *cm = train_peer_counters(h.nodes[m].tp);
+  if (verbose())
+    fprintf(stderr, "the data node finished an iteration %.0f ms after a came back; m kept its state %llu times\n",
+            moved_on_ms, (unsigned long long)cm->states_kept);
+  assert_false(h.nodes[m].stage_lost);
+  assert_int_equal(cm->states_kept, 1);
+  assert_true(moved_on_ms < (double)h.tun.agg_timeout_ms);
+  assert_true(h.nodes[j].ready);
+  assert_true(train_peer_step(h.nodes[m].tp) >= had); /* its own state: no step lost */
+  assert_true(h_run_until_finished(&h, sim_now(h.s) + 120000));
+  assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
+  assert_true(train_peer_step(h.nodes[j].tp) == train_peer_step(h.nodes[m].tp));
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_next_round_begun_while_average_on_its_way),
+      cmocka_unit_test(test_resyncing_member_serves_restarted_mate),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
