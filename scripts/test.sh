@@ -44,8 +44,8 @@ run_ctest() {
       echo "-- $name"
       awk -v t="$name" '$0 ~ "Testing: " t "$" {on = 1; n = 0; next}
         on && /^<end of output>/ {on = 0}
-        on {buf[n++ % 20] = $0}
-        END {for (i = (n > 20 ? n - 20 : 0); i < n; i++) print buf[i % 20]}' "$log"
+        on {buf[n++ % 50] = $0}
+        END {for (i = (n > 50 ? n - 50 : 0); i < n; i++) print buf[i % 50]}' "$log"
     done < "$failed"
   fi
   exit "$rc"

@@ -165,15 +165,20 @@ def digest(node, n=10):
 
 def main(test):
     """Runs test(), prints PASS/FAIL, exits 0/1. A failure ends with what CI
-    shows of it (the last dozen lines): the latest notable events of the node
-    it names, then the failure itself."""
+    shows of it (the tail): the last few notable events of every other node
+    (the cause may be a peer's: test_node_private's restarted relay waited on
+    a stage-mate whose log CI never showed), then those of the node it
+    names, then the failure itself."""
     try:
         test()
     except Exception as e:  # noqa: BLE001 - any failure fails the test
         msg = str(e)
+        named = [n for n in NODES if msg.startswith(f"{n.name}:")]
         for node in NODES:
-            if msg.startswith(f"{node.name}:"):
-                print("\n".join(digest(node)), file=sys.stderr)
+            if node not in named and node.events:
+                print("\n".join(digest(node, 3)), file=sys.stderr)
+        for node in named:
+            print("\n".join(digest(node)), file=sys.stderr)
         print(f"FAIL: {msg}", file=sys.stderr)
         sys.exit(1)
     print("PASS")
