@@ -670,8 +670,17 @@ static bool overtaken(train_peer *p) {
   return true;
 }
 
+/* Our source asked us for our state before it served us (it fetched its
+ * own then: a mutual wait it settled by keeping its state): it holds what
+ * we now hold, and the request would only send it back. */
+static void drop_request_from(train_peer *p, const gw_id *from) {
+  for (size_t i = 0; i < sizeof(p->snap_queue) / sizeof(p->snap_queue[0]); i++)
+    if (p->snap_queue[i].used && gw_id_eq(&p->snap_queue[i].to, from)) p->snap_queue[i].used = false;
+}
+
 void join_accept_download(train_peer *p) {
   peer_download *d = &p->dl;
+  drop_request_from(p, &d->from);
   p->iteration = d->iteration;
   p->step = d->step;
   d->active = false;

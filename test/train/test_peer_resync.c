@@ -9,7 +9,8 @@
  *     (the stage's freshest) instead of each waiting on the other. Before,
  *     both waited out the download timeout again and again until the
  *     resyncing member gave the stage up as lost (or a replica, older than
- *     its own state, was found). */
+ *     its own state, was found). The request it had sent the newcomer
+ *     meanwhile is not served back to it. */
 #include "testutil.h"
 
 #include "peer_harness.h"
@@ -98,11 +99,26 @@ static void hello_at(h_harness *h, int from, int to, uint64_t iteration) {
 /* a says it is a round ahead of m (heard between rounds: m resyncs from
  * it) and dies before it serves m; it comes back at once without its state,
  * under its ID, which the directory still lists. */
+typedef struct chunk_count {
+  int from, to;
+  uint32_t n;
+} chunk_count;
+
+static void count_chunks(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                         const train_tensor *t) {
+  (void)body, (void)len, (void)t;
+  chunk_count *c = h->hook_ud;
+  c->n += from == c->from && to == c->to && type == GWTF__TRAIN_MSG__TRAIN_WEIGHTS_CHUNK;
+}
+
 static void test_resyncing_member_serves_restarted_mate(void **state) {
   (void)state;
   h_harness h;
   int a, m, d = build(&h, &a, &m);
   int j = h_add(&h, TRAIN_RELAY, 1, M, 0, false); /* a, back */
+  chunk_count back = {j, m, 0};
+  h.hook_ud = &back;
+  h.send_hook = count_chunks;
   for (int i = 0; i < j; i++) h_start(&h, i);
   while (train_peer_iteration(h.nodes[d].tp) < 3) h_run_for(&h, 10);
   uint64_t had = 0;
@@ -130,6 +146,7 @@ static void test_resyncing_member_serves_restarted_mate(void **state) {
   assert_true(moved_on_ms < (double)h.tun.agg_timeout_ms);
   assert_true(h.nodes[j].ready);
   assert_true(train_peer_step(h.nodes[m].tp) >= had); /* its own state: no step lost */
+  assert_int_equal(back.n, 0); /* m's request, queued at j while both fetched, was not served back to it */
   assert_true(h_run_until_finished(&h, sim_now(h.s) + 120000));
   assert_int_equal(train_peer_iteration(h.nodes[d].tp), ITERS);
   assert_true(train_peer_step(h.nodes[j].tp) == train_peer_step(h.nodes[m].tp));
