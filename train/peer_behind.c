@@ -101,10 +101,18 @@ static void skip_ahead(train_peer *p, uint64_t to) {
 }
 
 /* Past the rounds a catch-up lacked, and into the one that began since. */
-static void catch_up_give_up(train_peer *p, const gw_id *source) {
-  peer_download *d = &p->dl;
+/* The iteration the stage is at, by what we caught up on: the round whose
+ * average we lacked ended, or a later one began. */
+static uint64_t catch_up_target(const train_peer *p) {
+  const peer_download *d = &p->dl;
   uint64_t to = d->avg_of > p->iteration ? d->avg_of : p->iteration + 1;
   if (p->missed_agg > to + 1) to = p->missed_agg - 1; /* a later round began: we meet the stage there */
+  return to;
+}
+
+static void catch_up_give_up(train_peer *p, const gw_id *source) {
+  peer_download *d = &p->dl;
+  uint64_t to = catch_up_target(p);
   char who[GW_ID_SHORT_LEN + 1];
   peer_short(source, who);
   GW_WARN(&p->log, "weights.catch_up_failed",
@@ -139,7 +147,18 @@ static void catch_up_tick(train_peer *p) {
     join_resync(p, ahead, "catch_up");
     return;
   }
-  if (gone) catch_up_give_up(p, source);
+  if (!gone) return;
+  /* A live stage-mate may hold the rounds we lack though it has not said
+   * so to us yet: we got ready a moment ago. Its state, not a skip: in a
+   * homo-churn20 run (2026-12-07) a joiner whose source died while it
+   * checked its download skipped a round its mate had stepped, and the
+   * stage split until a hash mismatch healed it. */
+  if (join_live_source(p, source)) {
+    d->catch_up = false;
+    join_resync(p, catch_up_target(p), "catch_up_source_gone");
+    return;
+  }
+  catch_up_give_up(p, source);
 }
 
 void behind_tick(train_peer *p) {

@@ -352,8 +352,7 @@ static void keep_own_state(train_peer *p, const char *why, const gw_id *asker) {
   ready_in_run(p, 0);
 }
 
-/* A live member of our stage other than `except` we could fetch from. */
-static bool other_live_source(train_peer *p, const gw_id *except) {
+bool join_live_source(train_peer *p, const gw_id *except) {
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
@@ -376,7 +375,7 @@ static void settle_mutual_wait(train_peer *p, const gw_id *asker, uint64_t asker
   peer_download *d = &p->dl;
   if (p->state != PEER_DOWNLOADING || !d->holds || !peer_is_member(p, p->stage, asker, false)) return;
   bool asked_it = d->active && gw_id_eq(&d->from, asker);
-  if (!asked_it && other_live_source(p, asker)) return;
+  if (!asked_it && join_live_source(p, asker)) return;
   if (d->holds > asker_holds || (d->holds == asker_holds && gw_id_cmp(&p->cfg.self, asker) < 0)) {
     keep_own_state(p, "mutual_wait", asker);
     return;
