@@ -403,6 +403,14 @@ void sim_crash(sim *s, int index) {
 
 bool sim_alive(const sim *s, int index) { return s->nodes[index].alive; }
 
+int sim_notice_down_after_in_flight(sim *s, int node, int from) {
+  if (!s->cfg.fifo) return 0;
+  uint64_t *last = fifo_slot(s, from, node);
+  if (!last || *last <= s->now) return 0;
+  /* at the last message's time, scheduled after it: delivered after it */
+  return heap_push(s, (sim_event){.at = *last, .kind = EV_PEER_DOWN, .node = node, .from = from}) == 0;
+}
+
 void sim_set_delay_fn(sim *s, sim_delay_fn fn, void *ud) {
   s->delay_fn = fn;
   s->delay_ud = ud;

@@ -79,6 +79,13 @@ gw_io sim_io(sim *s, int index);
 void sim_crash(sim *s, int index);
 bool sim_alive(const sim *s, int index);
 
+/* The crash of `from` reaches `node` as a session's end does over TCP:
+ * after every message `from` sent it that is still in flight (cfg.fifo;
+ * at once without one in flight), through sim_set_peer_down_fn's callback.
+ * Returns 1 when the notice was scheduled for later, 0 when nothing of
+ * `from`'s is in flight to `node` (the caller tells it now). */
+int sim_notice_down_after_in_flight(sim *s, int node, int from);
+
 void sim_set_delay_fn(sim *s, sim_delay_fn fn, void *ud);
 /* Who hears of a crash under cfg.session_notice (NULL: nobody). */
 void sim_set_peer_down_fn(sim *s, sim_peer_down_fn fn, void *ud);

@@ -455,6 +455,7 @@ void train_peer_on_peer_down(train_peer *p, const gw_id *peer, uint64_t now_ms) 
   drop_member(p, peer);
   if (p->router.peer_failed) p->router.peer_failed(p->router.ctx, peer);
   mb_peer_down(p, peer);
+  repair_peer_down(p, peer);
   ledger_peer_down(p, peer);
   agg_peer_down(p, peer);
   join_peer_down(p, peer);

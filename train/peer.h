@@ -530,6 +530,7 @@ typedef struct train_counters {
   uint64_t forwards_at_risk;    /* relays: a next hop we had passed a microbatch on to lost before its backward;
                                    data: such reports taken on */
   uint64_t forwards_restarted;  /* data: at-risk microbatches that did not come back in time, sent again */
+  uint64_t walks_stepped_on_death; /* data: repair walks that went past a peer that died before answering */
   uint64_t microbatches_done;
   uint64_t microbatches_widened; /* data: started mid-iteration because the pipeline grew (peer_data.c) */
   double compute_seconds, wasted_seconds;

@@ -15,6 +15,8 @@ void repair_on_probe_reply(train_peer *p, const gw_id *from, const Gwtf__TrainPr
 void repair_on_repair(train_peer *p, const gw_id *from, const Gwtf__TrainRepair *r);
 void repair_on_ready(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m);
 void repair_tick(train_peer *p);
+/* Data node: `peer` is gone; a walk waiting on its answer steps past it. */
+void repair_peer_down(train_peer *p, const gw_id *peer);
 void repair_report(train_peer *p, peer_mb *mb);
 /* Relay: the peer before us on mb's path is gone before our gradient was
  * due: report the gap now (once). */

@@ -569,11 +569,19 @@ int h_val_sample(void *ud, uint32_t index, int32_t *inputs, int32_t *targets) {
   return 0;
 }
 
+/* A session to a crashed peer ends (sim_notice_down_after_in_flight). */
+static void session_down(void *ud, void *node, const gw_peer *peer, uint64_t now_ms) {
+  (void)ud;
+  h_node *n = node;
+  if (n->alive && n->tp) train_peer_on_peer_down(n->tp, &peer->id, now_ms);
+}
+
 void h_init(h_harness *h, int n_stages, uint64_t seed, bool verbose) {
   memset(h, 0, sizeof(*h));
   h->n_stages = n_stages;
   h->seed = seed;
   h->s = sim_new(&(sim_config){.seed = seed, .delay_min_ms = 1, .delay_max_ms = 3, .fifo = true});
+  sim_set_peer_down_fn(h->s, session_down, h);
   train_tunables_default(&h->tun);
   h->tun.hop_timeout_ms = 500;
   h->tun.agg_timeout_ms = 2000;
@@ -638,16 +646,22 @@ void h_start(h_harness *h, int index) {
   refresh_members(h);
 }
 
-void h_crash(h_harness *h, int index) {
+static void crash(h_harness *h, int index, bool ordered) {
   h_node *n = &h->nodes[index];
   if (!n->alive) return;
   n->alive = false;
   sim_crash(h->s, n->index);
-  /* Sessions to it drop: every other peer hears about it at once. */
+  /* Sessions to it drop: every other peer hears about it at once, or
+   * (ordered), as over TCP, once what it sent that peer has arrived. */
   for (int i = 0; i < h->n_nodes; i++)
-    if (h->nodes[i].alive && h->nodes[i].tp) train_peer_on_peer_down(h->nodes[i].tp, &n->peer.id, sim_now(h->s));
+    if (h->nodes[i].alive && h->nodes[i].tp &&
+        !(ordered && sim_notice_down_after_in_flight(h->s, h->nodes[i].index, n->index)))
+      train_peer_on_peer_down(h->nodes[i].tp, &n->peer.id, sim_now(h->s));
   refresh_members(h);
 }
+
+void h_crash(h_harness *h, int index) { crash(h, index, false); }
+void h_crash_ordered(h_harness *h, int index) { crash(h, index, true); }
 
 void h_silence(h_harness *h, int index) {
   h_node *n = &h->nodes[index];

@@ -159,7 +159,11 @@ void h_free(h_harness *h);
  * it. initial: starts from the seeded init. Returns the node index. */
 int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t iterations, bool initial);
 void h_start(h_harness *h, int index);
+/* The node stops; every other peer hears of it at once (its session drops). */
 void h_crash(h_harness *h, int index);
+/* The same, but each peer hears of it as over TCP: after whatever the node
+ * sent that peer before it stopped has arrived. */
+void h_crash_ordered(h_harness *h, int index);
 /* The node hangs: it stops running and answering, but its sessions stay up
  * (nobody hears peer_down) — a failure only a missing answer reveals. */
 void h_silence(h_harness *h, int index);

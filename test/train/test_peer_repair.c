@@ -620,9 +620,10 @@ static void test_dropped_past_a_death_is_sent_again(void **state) {
  * stage 1, a RECOVER naming stage 2's relay (a false alarm, injected as
  * stage 3's) starts a walk; stage 1's relay answers that it has the
  * gradient (the walk is cancelled, `already_past`), but its answer takes
- * 100 ms, and it dies as it sends it. Stage 2's relay reports that death
- * while the walk is on: the report is held, and taken once the walk is
- * cancelled. Before, the cancel dropped it, and the reporter asked again
+ * 100 ms, and it dies as it sends it (the data node hears of the death
+ * after the answer, as at the end of a TCP session). Stage 2's relay
+ * reports that death while the walk is on: the report is held, and taken
+ * once the walk is cancelled. Before, the cancel dropped it, and the reporter asked again
  * only three hop timeouts later (a 6 s stall in a homo-churn20 run). */
 typedef struct held_past {
   h_harness *h;
@@ -683,7 +684,7 @@ static void test_report_held_behind_a_cancelled_walk(void **state) {
     assert_true(sim_now(h.s) < 60000);
   }
   h.send_hook = NULL;
-  h_crash(&h, hp.a1);
+  h_crash_ordered(&h, hp.a1); /* the data node gets its answer before the end of its session */
   assert_true(h_run_until_finished(&h, 120000));
   const train_counters *dc = C(&h, d);
   if (verbose())
@@ -693,6 +694,77 @@ static void test_report_held_behind_a_cancelled_walk(void **state) {
   assert_iteration2_whole(&h, d);
   /* the held report was taken at the cancel, not asked for again */
   assert_true(h.nodes[d].secs_of[2] * 1000.0 < 3.0 * (double)h.tun.hop_timeout_ms);
+  h_free(&h);
+}
+
+/* Iteration 2: a microbatch's stage-2 relay dies as its loss is computed;
+ * the data node's walk asks the stage-1 relay to re-send into the gap, and
+ * that relay dies before the REPAIR reaches it (delayed 50 ms). The data
+ * node knows of the death at once and re-sends its own embedding then.
+ * Before, the walk waited for the stage-1 relay's answer until the probe
+ * deadline (1 s): in a homo-churn10 run a repair stood still 0.8 s so. */
+typedef struct resend_death {
+  h_harness *h;
+  int d, L;
+  uint64_t id, repair_at, resent_at;
+  bool crashed;
+} resend_death;
+
+static uint64_t slow_repair(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  (void)to, (void)len;
+  resend_death *rd = ud;
+  if (rd->h->sending == GWTF__TRAIN_MSG__TRAIN_REPAIR && from == rd->h->nodes[rd->d].index) return 50;
+  return 1 + gw_rng_below(rng, 3);
+}
+
+static void note_repair_and_resend(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                                   const train_tensor *t) {
+  (void)t;
+  resend_death *rd = h->hook_ud;
+  if (from != rd->d || (type != GWTF__TRAIN_MSG__TRAIN_REPAIR && type != GWTF__TRAIN_MSG__TRAIN_FORWARD)) return;
+  Gwtf__TrainMicrobatch *m = NULL;
+  Gwtf__TrainRepair *r = NULL;
+  uint64_t id = 0;
+  if (type == GWTF__TRAIN_MSG__TRAIN_REPAIR) {
+    assert_non_null(r = gwtf__train_repair__unpack(NULL, len, body));
+    id = r->id;
+    gwtf__train_repair__free_unpacked(r, NULL);
+    if (!rd->repair_at) rd->L = to, rd->id = id, rd->repair_at = sim_now(h->s);
+  } else {
+    assert_non_null(m = gwtf__train_microbatch__unpack(NULL, len, body));
+    id = m->id;
+    gwtf__train_microbatch__free_unpacked(m, NULL);
+    if (rd->crashed && !rd->resent_at && id == rd->id) rd->resent_at = sim_now(h->s);
+  }
+}
+
+static void test_walk_steps_past_a_dead_resend_source(void **state) {
+  (void)state;
+  h_harness h;
+  int d = build_two_per_stage(&h, 0);
+  resend_death rd = {.h = &h, .d = d, .L = -1};
+  h.hook = crash_before_backward;
+  h.hook_ud = &rd;
+  h.send_hook = note_repair_and_resend;
+  sim_set_delay_fn(h.s, slow_repair, &rd);
+  while (!rd.repair_at || sim_now(h.s) < rd.repair_at + 10) {
+    h_run_for(&h, 1);
+    assert_true(sim_now(h.s) < 60000);
+  }
+  assert_int_equal(h.nodes[rd.L].stage, 1);
+  uint64_t crashed_at = sim_now(h.s);
+  rd.crashed = true;
+  h_crash(&h, rd.L);
+  assert_true(h_run_until_finished(&h, 120000));
+  const train_counters *dc = C(&h, d);
+  if (verbose())
+    fprintf(stderr, "re-sent %llu ms after the death; walks stepped on a death %llu; iteration 2 %.3f s\n",
+            (unsigned long long)(rd.resent_at - crashed_at), (unsigned long long)dc->walks_stepped_on_death,
+            h.nodes[d].secs_of[2]);
+  assert_true(dc->walks_stepped_on_death >= 1);
+  assert_true(rd.resent_at >= crashed_at);
+  assert_true(rd.resent_at - crashed_at < h.tun.probe_timeout_ms / 4);
+  assert_iteration2_whole(&h, d);
   h_free(&h);
 }
 
@@ -1106,6 +1178,7 @@ int main(void) {
       cmocka_unit_test(test_forward_past_one_death_is_not_sent_again),
       cmocka_unit_test(test_dropped_past_a_death_is_sent_again),
       cmocka_unit_test(test_report_held_behind_a_cancelled_walk),
+      cmocka_unit_test(test_walk_steps_past_a_dead_resend_source),
       cmocka_unit_test(test_stale_deny_keeps_the_repair),
       cmocka_unit_test(test_gradient_reaches_a_rerouting_sender),
       cmocka_unit_test(test_second_break_gets_its_own_repair),

@@ -219,12 +219,48 @@ static void test_fifo_keeps_pair_order(void **state) {
   assert_true(count_inversions(false) > 0); /* datagrams do overtake each other */
 }
 
+/* A crash noticed as over TCP: node 1 hears of node 0's death only after
+ * the two messages node 0 sent it before dying, and at once when nothing
+ * of node 0's is on its way. */
+typedef struct down_seen {
+  echo_node *nodes;
+  int received_then;
+  uint64_t at;
+} down_seen;
+
+static void note_down(void *ud, void *node, const gw_peer *peer, uint64_t now_ms) {
+  (void)peer;
+  down_seen *d = ud;
+  d->received_then = ((echo_node *)node)->received;
+  d->at = now_ms;
+}
+
+static void test_notice_after_in_flight(void **state) {
+  (void)state;
+  echo_node nodes[3];
+  sim *s = make_sim(nodes, 3, (sim_config){.seed = 5, .delay_min_ms = 20, .delay_max_ms = 40, .fifo = true});
+  down_seen d = {nodes, -1, 0};
+  sim_set_peer_down_fn(s, note_down, &d);
+  uint8_t m = 7;
+  nodes[0].io.send(nodes[0].io.ud, sim_peer(s, 1), &m, 1);
+  nodes[0].io.send(nodes[0].io.ud, sim_peer(s, 1), &m, 1);
+  sim_crash(s, 0);
+  assert_int_equal(sim_notice_down_after_in_flight(s, 1, 0), 1);
+  assert_int_equal(sim_notice_down_after_in_flight(s, 2, 0), 0); /* nothing on its way to node 2 */
+  sim_run_until(s, 1000);
+  assert_int_equal(nodes[1].received, 2);
+  assert_int_equal(d.received_then, 2);
+  assert_true(d.at >= 20);
+  sim_free(s);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_delivery_and_delay), cmocka_unit_test(test_ticks_earliest_wins),
       cmocka_unit_test(test_crash_drops),        cmocka_unit_test(test_replay_is_exact),
       cmocka_unit_test(test_loss_rate),          cmocka_unit_test(test_size_limit_and_duplicates),
       cmocka_unit_test(test_many_nodes_grow),   cmocka_unit_test(test_fifo_keeps_pair_order),
+      cmocka_unit_test(test_notice_after_in_flight),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
