@@ -562,8 +562,16 @@ void data_mb_tick(train_peer *p, peer_mb *mb) {
   bool travelling = mb->end == MB_LIVE && mb->bwd == BWD_NONE && (mb->fwd == FWD_FLIGHT || mb->fwd == FWD_DONE) &&
                     !mb->recovering;
   if (!travelling || !mb->trip_deadline || p->now < mb->trip_deadline) return;
-  if (mb->fwd == FWD_FLIGHT && mb->at_risk_stage && !mb->risk_waited && !p->iter_wrap_up) {
-    forward_overdue_at_risk(p, mb);
+  if (mb->fwd == FWD_FLIGHT && mb->at_risk_stage && !mb->risk_waited) {
+    if (!p->iter_wrap_up) {
+      forward_overdue_at_risk(p, mb);
+      return;
+    }
+    /* Its short at-risk deadline passed as the iteration closes: deferred,
+     * not a whole trip's timeout, and counted apart from one. */
+    GW_WARN(&p->log, "forward.lost", "mb=%llx suspect_stage=%d action=defer", (unsigned long long)mb->id,
+            mb->at_risk_stage);
+    data_mb_finished(p, mb, MB_DEFERRED);
     return;
   }
   GW_WARN(&p->log, "microbatch.timeout", "mb=%llx phase=%s", (unsigned long long)mb->id,
