@@ -253,17 +253,6 @@ int flow_start(flow *f, uint64_t now_ms) {
   return 0;
 }
 
-int flow_start_joining(flow *f, uint64_t now_ms) {
-  /* It builds its paths as a node that lost a neighbour rebuilds them: each
-   * change of its offers goes upstream shortly, not a tick per stage. Not
-   * at a swarm's start, where every node starts empty: there the early
-   * offers sent the annealing down other paths, 1 point further from the
-   * optimum on Table V setting 4 (20 seeds). */
-  f->now = now_ms;
-  flow_rebuild(f);
-  return flow_start(f, now_ms);
-}
-
 /* ---- small helpers ---- */
 
 uint64_t flow_random_u64(flow *f) {
@@ -368,15 +357,10 @@ int flow_set_cost(flow *f, const gw_id *id, flow_dir dir, double cost) {
   if (p < 0) return GW_ENOENT;
   if (isnan(cost) || cost > 1e300) return GW_EINVAL;
   fpeer *pe = &f->peers[p];
-  bool newly_prev = dir == FLOW_DIR_PREV && pe->cost_prev < 0 && cost >= 0;
   if (dir == FLOW_DIR_NEXT)
     pe->cost_next = cost < 0 ? -1 : cost;
   else
     pe->cost_prev = cost < 0 ? -1 : cost;
-  /* A previous-stage peer we can now reach (a relay placed before us, one
-   * restarted under churn) hears what we offer at once, not at our next
-   * tick: it can build a path through us as soon as it is ready. */
-  if (newly_prev && f->started && pe->alive && flow_peer_is_prev(f, p)) flow_send_offer(f, p);
   /* A link that disappeared takes its segments with it; a cost that changed
    * changes the cost to sink of every unit sending over it. */
   for (int u = 0; u < f->n_units; u++) {

@@ -236,11 +236,6 @@ int flow_new(const flow_config *cfg, flow **out);
 void flow_free(flow *f);
 /* Arms the first tick (at now_ms). */
 int flow_start(flow *f, uint64_t now_ms);
-/* The same for a node joining flows that are already running (a relay
- * placed into a running swarm, one restarted under churn): for
- * rebuild_ticks its changed offers go upstream offer_flush_ms after the
- * change, so the paths through it form within round trips. */
-int flow_start_joining(flow *f, uint64_t now_ms);
 
 /* ---- driver contract (util/io.h) ---- */
 /* One whole MSG_FLOW body from an authenticated peer. Undecodable input

@@ -224,16 +224,12 @@ static int activate(flow_simulation *s, int i) {
   sim_member *m = &s->m[i];
   if (m->active || m->crashed) return 0;
   int rc = 0;
-  bool joining = m->pending;
   if (m->pending) { /* a join: the directory now lists it, both ways */
     m->pending = false;
     rc = meet(s, i);
   }
   m->active = true;
-  if (joining)
-    flow_start_joining(m->f, sim_now(s->engine));
-  else
-    flow_start(m->f, sim_now(s->engine));
+  flow_start(m->f, sim_now(s->engine));
   return rc;
 }
 

@@ -233,12 +233,7 @@ static void start_routing(train_rt *rt, int s) {
     }
     for (size_t i = 0; i < rt->n_known; i++) flow_add_peer(rt->flow, &rt->known[i].id, rt->known[i].stage);
     route_flow_attach(&rt->rf, rt->flow, s);
-    /* placed into a run already training (a relay restarted under churn):
-     * its paths are wanted now (flow_start_joining) */
-    if (rt->peer && train_peer_iteration(rt->peer) > 0)
-      flow_start_joining(rt->flow, now_ms(rt));
-    else
-      flow_start(rt->flow, now_ms(rt));
+    flow_start(rt->flow, now_ms(rt));
   }
   uv_timer_start(&rt->cost_timer, train_rt_cost_cb, 0, COST_MS);
 }
