@@ -521,6 +521,10 @@ void repair_peer_down(train_peer *p, const gw_id *peer) {
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used || !mb->recovering || mb->probe_stage < 1 || !gw_id_eq(&mb->path[mb->probe_stage], peer)) continue;
+    char who[GW_ID_SHORT_LEN + 1];
+    short_of(peer, who);
+    GW_INFO(&p->log, "backward.walk_stepped", "mb=%llx dead=%s stage=%d", (unsigned long long)mb->id, who,
+            mb->probe_stage);
     p->counters.walks_stepped_on_death++;
     mb->probe_stage--;
     probe_next(p, mb);
