@@ -389,6 +389,7 @@ void data_forward_through(train_peer *p, peer_mb *mb) {
   if (!mb->repair || !mb->grad) return;
   mb->path_len = (uint32_t)p->cfg.n_stages + 1;
   if (!peer_alive(p, &mb->path[p->cfg.n_stages])) mb->bwd_deadline = p->now; /* lost meanwhile: report it now */
+  repair_take_pending(p, mb); /* a break past the gap reported while our re-send was out */
 }
 
 static uint64_t longest_forward_trip(const train_peer *p) {

@@ -343,13 +343,16 @@ void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecove
   id_from_bytes(&suspect, r->suspect);
   bool walking_it = mb->recovering && mb->gap_last >= 1 && (uint32_t)mb->gap_last < mb->path_len &&
                     gw_id_eq(&mb->path[mb->gap_last], &suspect);
-  if ((out && !mb->repair) || (mb->recovering && !walking_it)) {
+  if (out || (mb->recovering && !walking_it)) {
     /* Not now. Reported early (repair_report_early), the microbatch may
      * still be out: we learn its path when it is back, and mend the gap as
-     * soon as our loss gradient is out. Or another break is being walked
-     * (one walk at a time): this one follows once that repair is taken
-     * on. Before, such a report was dropped while a walk was on, and its
-     * reporter asked again only three hop timeouts later. */
+     * soon as our loss gradient is out. Or our own re-send into another
+     * gap is out, the path cut to us until stage 1 passes it on
+     * (data_forward_through takes it then). Or another break is being
+     * walked (one walk at a time): this one follows once that repair is
+     * taken on. Before, such a report was dropped while a walk or our
+     * re-send was on, and its reporter asked again only three hop
+     * timeouts later. */
     hold_report(mb, (int)r->suspect_stage, &suspect, &reporter);
     return;
   }
@@ -366,6 +369,11 @@ static bool report_fits(peer_mb *mb, const mb_report *r) {
 
 void repair_take_pending(train_peer *p, peer_mb *mb) {
   while (mb->n_reports && !mb->recovering && mb->end == MB_LIVE) {
+    /* Our own re-send into a gap is out: the path is cut to us until stage
+     * 1 passes it on, and data_forward_through takes the reports then.
+     * Before, they were taken here, fitted nothing and were dropped (a
+     * second break found only by suspecting the last relay, 1.6 s). */
+    if (mb->fwd != FWD_DONE) return;
     mb_report r = mb->reports[0];
     memmove(&mb->reports[0], &mb->reports[1], (mb->n_reports - 1) * sizeof(mb->reports[0]));
     mb->n_reports--;

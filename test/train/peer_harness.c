@@ -646,22 +646,19 @@ void h_start(h_harness *h, int index) {
   refresh_members(h);
 }
 
-static void crash(h_harness *h, int index, bool ordered) {
+void h_crash(h_harness *h, int index) {
   h_node *n = &h->nodes[index];
   if (!n->alive) return;
   n->alive = false;
   sim_crash(h->s, n->index);
-  /* Sessions to it drop: every other peer hears about it at once, or
-   * (ordered), as over TCP, once what it sent that peer has arrived. */
+  /* Sessions to it drop: every other peer hears about it at once, or (tcp_order)
+   * once what it sent that peer has arrived. */
   for (int i = 0; i < h->n_nodes; i++)
     if (h->nodes[i].alive && h->nodes[i].tp &&
-        !(ordered && sim_notice_down_after_in_flight(h->s, h->nodes[i].index, n->index)))
+        !(h->tcp_order && sim_notice_down_after_in_flight(h->s, h->nodes[i].index, n->index)))
       train_peer_on_peer_down(h->nodes[i].tp, &n->peer.id, sim_now(h->s));
   refresh_members(h);
 }
-
-void h_crash(h_harness *h, int index) { crash(h, index, false); }
-void h_crash_ordered(h_harness *h, int index) { crash(h, index, true); }
 
 void h_silence(h_harness *h, int index) {
   h_node *n = &h->nodes[index];

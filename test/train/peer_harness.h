@@ -134,6 +134,7 @@ struct h_harness {
   uint32_t sending; /* the train message type being sent, for a delay function */
   bool no_links;    /* give the peers no train_io.link/probe: fixed hop timeouts only */
   bool hook_silences; /* the job hook's victim goes silent (h_silence) rather than crash */
+  bool tcp_order;     /* a crash reaches each peer after what the dead one had sent it (as over TCP) */
   /* stage replicas: the pusher of each stage pushes every replicate_every
    * aggregations to `replicas` holders (0: off); holders are told to every
    * peer as the DHT would (their stores) */
@@ -159,11 +160,9 @@ void h_free(h_harness *h);
  * it. initial: starts from the seeded init. Returns the node index. */
 int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t iterations, bool initial);
 void h_start(h_harness *h, int index);
-/* The node stops; every other peer hears of it at once (its session drops). */
+/* The node stops; every other peer hears of it at once (its session
+ * drops), or with tcp_order after what the node had sent it has arrived. */
 void h_crash(h_harness *h, int index);
-/* The same, but each peer hears of it as over TCP: after whatever the node
- * sent that peer before it stopped has arrived. */
-void h_crash_ordered(h_harness *h, int index);
 /* The node hangs: it stops running and answering, but its sessions stay up
  * (nobody hears peer_down) — a failure only a missing answer reveals. */
 void h_silence(h_harness *h, int index);
