@@ -582,6 +582,7 @@ void h_init(h_harness *h, int n_stages, uint64_t seed, bool verbose) {
   h->seed = seed;
   h->s = sim_new(&(sim_config){.seed = seed, .delay_min_ms = 1, .delay_max_ms = 3, .fifo = true});
   sim_set_peer_down_fn(h->s, session_down, h);
+  h->tcp_order = true; /* as the transport (TCP) delivers a session's end */
   train_tunables_default(&h->tun);
   h->tun.hop_timeout_ms = 500;
   h->tun.agg_timeout_ms = 2000;

@@ -134,7 +134,8 @@ struct h_harness {
   uint32_t sending; /* the train message type being sent, for a delay function */
   bool no_links;    /* give the peers no train_io.link/probe: fixed hop timeouts only */
   bool hook_silences; /* the job hook's victim goes silent (h_silence) rather than crash */
-  bool tcp_order;     /* a crash reaches each peer after what the dead one had sent it (as over TCP) */
+  bool tcp_order;     /* a crash reaches each peer after what the dead one had sent it, as over TCP
+                         (default); false: at once, ahead of messages still on their way */
   /* stage replicas: the pusher of each stage pushes every replicate_every
    * aggregations to `replicas` holders (0: off); holders are told to every
    * peer as the DHT would (their stores) */
@@ -160,8 +161,8 @@ void h_free(h_harness *h);
  * it. initial: starts from the seeded init. Returns the node index. */
 int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t iterations, bool initial);
 void h_start(h_harness *h, int index);
-/* The node stops; every other peer hears of it at once (its session
- * drops), or with tcp_order after what the node had sent it has arrived. */
+/* The node stops; every other peer hears of it (its session drops) once
+ * what the node had sent it has arrived, or at once without tcp_order. */
 void h_crash(h_harness *h, int index);
 /* The node hangs: it stops running and answering, but its sessions stay up
  * (nobody hears peer_down) — a failure only a missing answer reveals. */

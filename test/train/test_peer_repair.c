@@ -700,8 +700,7 @@ static void test_report_held_behind_a_cancelled_walk(void **state) {
     assert_true(sim_now(h.s) < 60000);
   }
   h.send_hook = NULL;
-  h.tcp_order = true; /* the data node gets its answer before the end of its session */
-  h_crash(&h, hp.a1);
+  h_crash(&h, hp.a1); /* tcp_order: the data node gets its answer before the end of its session */
   assert_true(h_run_until_finished(&h, 120000));
   const train_counters *dc = C(&h, d);
   if (verbose())
@@ -1046,6 +1045,9 @@ static void test_spare_copy_is_dropped(void **state) {
   h_harness h;
   spare_check c = {0, -1, -1, 0, 0};
   int d = build(&h, 7, 2, M);
+  /* the held FORWARD_DONE stands for one lost for good: the sender's death
+   * reaches prev at once, not after it */
+  h.tcp_order = false;
   sim_set_delay_fn(h.s, hold_forward_done, &c);
   h.hook = lose_hop_after_passing_on;
   h.hook_ud = &c;
