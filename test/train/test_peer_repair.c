@@ -650,10 +650,20 @@ typedef struct held_past {
   int n_c3;
 } held_past;
 
-static uint64_t slow_probe_reply(void *ud, int from, int to, size_t len, gw_rng *rng) {
+/* A delay function: messages of one type from one node (*node, read at
+ * send time: a hook may pick it during the run) take `ms`, the rest the
+ * harness's 1-3 ms. */
+typedef struct slow_kind {
+  h_harness *h;
+  const int *node;
+  uint32_t type;
+  uint64_t ms;
+} slow_kind;
+
+static uint64_t slow_one_kind(void *ud, int from, int to, size_t len, gw_rng *rng) {
   (void)to, (void)len;
-  held_past *hp = ud;
-  if (hp->h->sending == GWTF__TRAIN_MSG__TRAIN_PROBE_REPLY && from == hp->h->nodes[hp->a1].index) return 100;
+  slow_kind *sk = ud;
+  if (sk->h->sending == sk->type && *sk->node >= 0 && from == sk->h->nodes[*sk->node].index) return sk->ms;
   return 1 + gw_rng_below(rng, 3);
 }
 
@@ -694,7 +704,8 @@ static void test_report_held_behind_a_cancelled_walk(void **state) {
   held_past hp = {&h, d, -1, 0, false, {{0, 0}}, 0};
   h.hook_ud = &hp;
   h.send_hook = false_alarm_on_backward;
-  sim_set_delay_fn(h.s, slow_probe_reply, &hp);
+  slow_kind sk = {&h, &hp.a1, GWTF__TRAIN_MSG__TRAIN_PROBE_REPLY, 100};
+  sim_set_delay_fn(h.s, slow_one_kind, &sk);
   while (!hp.replied_at || sim_now(h.s) < hp.replied_at + 2) {
     h_run_for(&h, 1);
     assert_true(sim_now(h.s) < 60000);
@@ -726,13 +737,6 @@ typedef struct resend_death {
   bool crashed;
 } resend_death;
 
-static uint64_t slow_repair(void *ud, int from, int to, size_t len, gw_rng *rng) {
-  (void)to, (void)len;
-  resend_death *rd = ud;
-  if (rd->h->sending == GWTF__TRAIN_MSG__TRAIN_REPAIR && from == rd->h->nodes[rd->d].index) return 50;
-  return 1 + gw_rng_below(rng, 3);
-}
-
 static void note_repair_and_resend(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
                                    const train_tensor *t) {
   (void)t;
@@ -762,7 +766,8 @@ static void test_walk_steps_past_a_dead_resend_source(void **state) {
   h.hook = crash_before_backward;
   h.hook_ud = &rd;
   h.send_hook = note_repair_and_resend;
-  sim_set_delay_fn(h.s, slow_repair, &rd);
+  slow_kind sk = {&h, &rd.d, GWTF__TRAIN_MSG__TRAIN_REPAIR, 50};
+  sim_set_delay_fn(h.s, slow_one_kind, &sk);
   while (!rd.repair_at || sim_now(h.s) < rd.repair_at + 10) {
     h_run_for(&h, 1);
     assert_true(sim_now(h.s) < 60000);
