@@ -227,7 +227,9 @@ static int stage_ids(ref *r, int it, int s, uint64_t **ids, uint32_t *n) {
 }
 
 static bool has_id(const uint64_t *ids, uint32_t n, uint64_t id) {
-  return bsearch(&id, ids, n, sizeof(id), cmp_u64) != NULL;
+  /* a stage that averaged nothing in a replayed iteration has no ids (NULL):
+   * bsearch must not see it (UBSan, swarm_deterministic_churn) */
+  return n > 0 && bsearch(&id, ids, n, sizeof(id), cmp_u64) != NULL;
 }
 
 /* Runs `op` on stage st with its gradient captured into part (grad_capture.h). */
