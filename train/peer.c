@@ -32,6 +32,7 @@ void train_tunables_default(train_tunables *t) {
   t->max_repairs = 4;
   t->max_reroutes = 4;
   t->repair_reserve = 1;
+  t->slot_wait = 2;
   t->chunk_bytes = 4u << 20;
   t->norm_k = 10.0;
   t->no_validation = false;

@@ -298,6 +298,9 @@ typedef struct train_tunables {
   uint32_t repair_reserve;       /* relays: microbatches admitted over capacity when they rebuild a
                                     repair's gap (1): a repair denied "full" re-routes, a round trip
                                     each, and was most of the grid's slowest repairs */
+  uint32_t slot_wait;            /* relays: microbatches kept waiting for our next free slot when their
+                                    sender found our stage full (2; 0: DENY full at once, as before
+                                    2026-12-07; train/peer_relay.c) */
   size_t chunk_bytes;            /* gradient / weight transfer chunk (4 MiB) */
   double norm_k;                 /* a contribution's norm per microbatch may be at most norm_k x the
                                     round's median (10) */
@@ -525,6 +528,7 @@ typedef struct train_counters {
   uint64_t repairs_started; /* data: repairs begun (a microbatch may need more than one) */
   uint64_t repair_denies;   /* relays: a repair's re-sent forward we turned away (any reason) */
   uint64_t repair_reserve_used; /* relays: repairs we took with every flow slot held */
+  uint64_t slot_waits;          /* relays: microbatches that waited here for a free slot */
   uint64_t gaps_reported_early; /* relays: the peer before us lost before our gradient was due */
   uint64_t gaps_rebuilt_ahead;  /* relays: ... and replaced (REPAIR_READY) before it was */
   uint64_t forwards_at_risk;    /* relays: a next hop we had passed a microbatch on to lost before its backward;

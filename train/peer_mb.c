@@ -251,6 +251,18 @@ bool mb_wait_for_route(train_peer *p, peer_mb *mb, uint64_t budget_ms) {
   return wait_for_hop(p, mb, budget_ms);
 }
 
+/* Whether we ask `next` to keep mb until it has a free slot rather than
+ * DENY it full (train/peer_relay.c, "waiting for a slot"): this hop met a
+ * full peer already, or `next` is full lately. Not a repair (it may take a
+ * relay's reserve), nor a data node's microbatch as its iteration closes:
+ * one still outside the pipeline then is deferred (data_mb_tick). */
+static bool ask_to_wait(train_peer *p, const peer_mb *mb, const gw_id *next) {
+  if (mb->repair || (p->cfg.role == TRAIN_DATA && p->iter_wrap_up)) return false;
+  if (mb->avoid_full) return true;
+  train_load l;
+  return train_peer_next_load(p, next, &l) == 0 && (l.full || (l.capacity && l.outstanding >= l.capacity));
+}
+
 /* Chooses the next hop for mb and sends it our output. When no peer of the
  * next stage will do, the role decides how long to wait for a slot and what
  * then: the data node defers the microbatch (data_no_route), a relay DENYs
@@ -277,6 +289,7 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
   Gwtf__TrainMicrobatch m;
   ProtobufCBinaryData path[PEER_MAX_PATH];
   mb_fill_msg(&m, path, mb);
+  m.wait_for_slot = ask_to_wait(p, mb, &next);
   mb->fwd = FWD_SENT;
   mb->sent_ms = p->now;
   mb->fwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
@@ -324,9 +337,12 @@ void mb_on_forward_received(train_peer *p, const gw_id *from, const Gwtf__TrainA
   peer_mb *mb = mb_from_ack(p, a);
   if (!mb || mb->fwd != FWD_SENT || !gw_id_eq(&mb->next, from)) return;
   mb->wait_since = 0; /* it found a slot: a later wait has its own budget */
-  /* Now its forward, and the hop after it: FORWARD_DONE. */
+  /* Now its forward, and the hop after it: FORWARD_DONE. Kept waiting for
+   * a slot there ("queued"), it has no compute's deadline yet: a second
+   * FORWARD_RECEIVED comes as its forward starts. */
+  bool queued = a->reason && !strcmp(a->reason, "queued");
   mb->fwd_cap = p->now + 3 * p->cfg.tun.hop_timeout_ms;
-  mb->fwd_deadline = live_deadline(p, from, live_compute_ms(p, from), mb->fwd_cap);
+  mb->fwd_deadline = queued ? mb->fwd_cap : live_deadline(p, from, live_compute_ms(p, from), mb->fwd_cap);
   if (p->cfg.role == TRAIN_RELAY) relay_confirm_upstream(p, mb); /* the next peer holds our output */
 }
 
@@ -567,6 +583,8 @@ bool mb_tick_hops(train_peer *p, peer_mb *mb) {
 }
 
 void mb_tick(train_peer *p) {
+  /* (a slot also frees where a microbatch is dropped, not only at its backward) */
+  if (p->cfg.role == TRAIN_RELAY) relay_take_free_slots(p);
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
     if (!mb->used) continue;

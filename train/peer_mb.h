@@ -24,6 +24,7 @@ typedef enum mb_fwd {
   FWD_EMBED,     /* data: embedding job running */
   FWD_COMPUTE,   /* relay: forward job running (or queued until aggregation ends) */
   FWD_QUEUED,    /* relay: arrived for the next iteration while we aggregate */
+  FWD_SLOT,      /* relay: arrived while we were full, waits for our next free slot (holds none) */
   FWD_SENT,      /* waiting for FORWARD_DONE from `next` */
   FWD_WAIT,      /* every next-stage peer said "full": retry at wait_until */
   FWD_FLIGHT,    /* data: first hop confirmed, waiting for the microbatch to come back */
@@ -68,7 +69,7 @@ typedef struct peer_mb {
   bool done_sent;            /* relay: our BACKWARD_DONE went downstream */
   bool fwd_done_sent;        /* relay: our FORWARD_DONE went upstream */
   bool maybe_through;        /* re-routed from a lost next hop, which may have passed it on */
-  bool slot_freed;           /* relay: backward done, its capacity slot given back */
+  bool slot_freed;           /* relay: holds no capacity slot (backward done, or FWD_SLOT) */
   int32_t *tokens, *targets; /* data */
   bool grad_acked;           /* BACKWARD_DONE received for `grad`: it is safe upstream */
   bool has_state;            /* the compute layer holds activations for key */
@@ -167,6 +168,8 @@ void mb_abandon_iteration(train_peer *p, uint64_t iteration);
 void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t);
 /* Microbatches of the next iteration that waited for our aggregation. */
 void relay_release_queued(train_peer *p);
+/* Starts what waits for a slot (FWD_SLOT) in the slots that are free. */
+void relay_take_free_slots(train_peer *p);
 /* Leaving our stage: what we hold and have not passed on goes back upstream. */
 void relay_hand_back(train_peer *p, const char *reason);
 void relay_no_route(train_peer *p, peer_mb *mb);

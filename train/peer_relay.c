@@ -57,6 +57,79 @@ static uint32_t relay_admits(const train_peer *p, const Gwtf__TrainMicrobatch *m
   return p->cfg.capacity + (m->repair ? p->cfg.tun.repair_reserve : 0);
 }
 
+/* ---- waiting for a slot ---- */
+
+/* A sender that found our stage full asks us (wait_for_slot) to keep its
+ * microbatch until one of our slots frees rather than DENY it: each "full"
+ * cost it a round trip and a transfer, and while every peer of the stage
+ * was full it went on bouncing between them, so a slot that freed was
+ * taken by whichever retry came next. In a hetero-churn20 run (seed 121)
+ * a data node's microbatches bounced between the two full relays of
+ * stage 1 for up to 3 s. Waiting here, one starts the moment a slot frees.
+ * It holds its input (one activation), not a slot's stored activations;
+ * at most tun.slot_wait of them wait, oldest first. Not a repair (it has
+ * the reserve) nor one that waits for our aggregation (FWD_QUEUED). */
+static uint32_t slot_waiting(const train_peer *p) {
+  uint32_t n = 0;
+  for (size_t i = 0; i < p->n_mbs; i++) n += p->mbs[i].used && p->mbs[i].fwd == FWD_SLOT;
+  return n;
+}
+
+static bool may_wait_for_slot(const train_peer *p, const Gwtf__TrainMicrobatch *m, bool queue) {
+  return m->wait_for_slot && !m->repair && !queue && slot_waiting(p) < p->cfg.tun.slot_wait;
+}
+
+/* mb came while we were full: it waits, holding no slot; its sender hears
+ * FORWARD_RECEIVED "queued" (its output is held here) and waits on. */
+static void slot_wait_begin(train_peer *p, peer_mb *mb) {
+  mb->fwd = FWD_SLOT;
+  mb->slot_freed = true;
+  p->held--;
+  p->counters.slot_waits++;
+  mb_ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, "queued");
+  GW_DEBUG(&p->log, "forward.slot_wait", "mb=%llx held=%u waiting=%u", (unsigned long long)mb->id, p->held,
+           slot_waiting(p));
+}
+
+static peer_mb *oldest_waiting(train_peer *p) {
+  peer_mb *best = NULL;
+  for (size_t i = 0; i < p->n_mbs; i++) {
+    peer_mb *mb = &p->mbs[i];
+    if (mb->used && mb->fwd == FWD_SLOT && (!best || mb->started_ms < best->started_ms)) best = mb;
+  }
+  return best;
+}
+
+/* Gives what waits for a slot the ones that are free, oldest first: its
+ * forward starts, and a second FORWARD_RECEIVED tells the sender so (its
+ * deadline on us is a compute's again). One whose iteration closed
+ * meanwhile goes back to the sender. */
+void relay_take_free_slots(train_peer *p) {
+  peer_mb *mb;
+  while (p->held < p->cfg.capacity && (mb = oldest_waiting(p))) {
+    mb->slot_freed = false;
+    p->held++;
+    if (mb->iteration != p->iteration || p->aggregating) {
+      Gwtf__TrainMicrobatch m;
+      ProtobufCBinaryData path[PEER_MAX_PATH];
+      mb_fill_msg(&m, path, mb);
+      mb_deny(p, &mb->prev, &m, mb->iteration < p->iteration ? "stale_iteration" : "aggregating");
+      mb_free(p, mb);
+      continue;
+    }
+    GW_INFO(&p->log, "forward.slot_taken", "mb=%llx waited_ms=%llu", (unsigned long long)mb->id,
+            (unsigned long long)(p->now - mb->started_ms));
+    mb_ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
+    if (!submit_forward(p, mb)) {
+      Gwtf__TrainMicrobatch m;
+      ProtobufCBinaryData path[PEER_MAX_PATH];
+      mb_fill_msg(&m, path, mb);
+      mb_deny(p, &mb->prev, &m, "compute_unavailable");
+      mb_free(p, mb);
+    }
+  }
+}
+
 void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch *m, const train_tensor *t) {
   gw_id origin;
   const char *why = NULL;
@@ -77,10 +150,11 @@ void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicroba
     if (old->job) return mb_deny(p, from, m, "busy");
     mb_free(p, old);
   }
-  if (p->held >= relay_admits(p, m)) return mb_deny(p, from, m, "full");
+  bool full = p->held >= relay_admits(p, m);
+  if (full && !may_wait_for_slot(p, m, queue)) return mb_deny(p, from, m, "full");
   peer_mb *mb = mb_new(p, &origin, m->id);
   if (!mb) return mb_deny(p, from, m, "full");
-  p->counters.repair_reserve_used += p->held > p->cfg.capacity;
+  if (!full) p->counters.repair_reserve_used += p->held > p->cfg.capacity;
   mb->iteration = m->iteration;
   mb->attempt = m->attempt;
   mb->key = mb_key(&origin, m->id, m->attempt);
@@ -97,6 +171,10 @@ void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicroba
   if (!mb->in || !mb->out) {
     mb_free(p, mb);
     return mb_deny(p, from, m, "out_of_memory");
+  }
+  if (full) {
+    slot_wait_begin(p, mb);
+    return;
   }
   mb_ack(p, from, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
   if (queue) {
@@ -130,7 +208,8 @@ void relay_hand_back(train_peer *p, const char *reason) {
   if (p->cfg.tun.move_drops_held) return;
   for (size_t i = 0; i < p->n_mbs; i++) {
     peer_mb *mb = &p->mbs[i];
-    if (!mb->used || !(mb->fwd == FWD_QUEUED || mb->fwd == FWD_COMPUTE || mb->fwd == FWD_WAIT)) continue;
+    if (!mb->used || !(mb->fwd == FWD_QUEUED || mb->fwd == FWD_SLOT || mb->fwd == FWD_COMPUTE || mb->fwd == FWD_WAIT))
+      continue;
     Gwtf__TrainMicrobatch m;
     ProtobufCBinaryData path[PEER_MAX_PATH];
     mb_fill_msg(&m, path, mb);
@@ -283,6 +362,7 @@ static void backward_done(train_peer *p, peer_mb *mb) {
   p->held--;
   /* BACKWARD_DONE downstream waits until the peer before us holds ours. */
   mb_send_backward(p, mb);
+  relay_take_free_slots(p);
 }
 
 /* ---- compute results ---- */

@@ -200,6 +200,7 @@ static void test_full_lasts_a_slot_turnover(void **state) {
   h_harness h;
   full_watch w = {0};
   h_init(&h, STAGES, 41, verbose());
+  h.tun.slot_wait = 0; /* every "full" a DENY: the memory of one is what is tested */
   int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
   h_start(&h, d);
   for (int s = 1; s <= STAGES; s++)
@@ -239,6 +240,90 @@ static void test_full_lasts_a_slot_turnover(void **state) {
   }
   assert_true(denied >= 1);
   h_free(&h);
+}
+
+/* ---- a full stage keeps microbatches waiting ---- */
+
+/* The scene above (stage 1: two relays of one slot, 100 ms a job), in which
+ * the data node's four microbatches cannot all be in stage 1 at once. A
+ * relay that keeps the one it cannot take yet (FORWARD "wait_for_slot",
+ * FORWARD_RECEIVED "queued") starts it the moment its slot frees; told
+ * "full", the data node sent it again and again, a round trip each, and it
+ * took the slot only when a retry came after the slot freed. */
+typedef struct full_count {
+  int data;
+  uint32_t forwards, full;   /* FORWARDs the data node sent; DENY full it got */
+  uint32_t queued, started;  /* FORWARD_RECEIVED "queued", and then "" for those */
+} full_count;
+
+static void count_full(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                       const train_tensor *t) {
+  full_count *w = h->hook_ud;
+  (void)t;
+  if (from == w->data && type == GWTF__TRAIN_MSG__TRAIN_FORWARD) w->forwards++;
+  if (to != w->data || (type != GWTF__TRAIN_MSG__TRAIN_DENY && type != GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED))
+    return;
+  Gwtf__TrainAck *a = gwtf__train_ack__unpack(NULL, len, body);
+  if (!a) return;
+  bool queued = a->reason && strcmp(a->reason, "queued") == 0;
+  if (type == GWTF__TRAIN_MSG__TRAIN_DENY) w->full += a->reason && strcmp(a->reason, "full") == 0;
+  else w->queued += queued;
+  gwtf__train_ack__free_unpacked(a, NULL);
+}
+
+/* Runs the scene with relays keeping up to slot_wait microbatches waiting;
+ * the virtual ms the data node took for its ITERS iterations. */
+static uint64_t run_full_stage(uint32_t slot_wait, full_count *w, uint64_t *slot_waits) {
+  h_harness h;
+  h_init(&h, STAGES, 41, verbose());
+  h.tun.slot_wait = slot_wait;
+  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(&h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < (s == 1 ? 2 : 1); k++) {
+      int r = h_add(&h, TRAIN_RELAY, s, s == 1 ? 1 : M, 0, true);
+      h.nodes[r].job_ms = 100;
+      h_start(&h, r);
+    }
+  memset(w, 0, sizeof(*w));
+  w->data = d;
+  h.hook_ud = w;
+  h.send_hook = count_full;
+  assert_true(h_run_until_finished(&h, 120000));
+  const train_counters *c = C(&h, d);
+  assert_int_equal(c->microbatches_done, (uint64_t)M * ITERS); /* none lost, none deferred */
+  *slot_waits = 0;
+  for (int i = 0; i < h.n_nodes; i++) {
+    if (h.nodes[i].stage != 1) continue;
+    *slot_waits += C(&h, i)->slot_waits;
+    assert_int_equal(C(&h, i)->repair_reserve_used, 0); /* a waiting one never took a slot over capacity */
+  }
+  uint64_t t = sim_now(h.s);
+  h_free(&h);
+  return t;
+}
+
+static void test_full_stage_keeps_microbatches_waiting(void **state) {
+  (void)state;
+  full_count deny, wait;
+  uint64_t waits_deny, waits_wait;
+  uint64_t t_deny = run_full_stage(0, &deny, &waits_deny);
+  uint64_t t_wait = run_full_stage(2, &wait, &waits_wait);
+  printf("DENY full: %llu ms, %u FORWARDs, %u full; waiting: %llu ms, %u FORWARDs, %u full, %u queued, "
+         "%llu waited at stage 1\n",
+         (unsigned long long)t_deny, deny.forwards, deny.full, (unsigned long long)t_wait, wait.forwards, wait.full,
+         wait.queued, (unsigned long long)waits_wait);
+  assert_int_equal(waits_deny, 0);
+  assert_int_equal(deny.queued, 0);
+  assert_true(deny.full > 0);
+  /* the relays kept what came while they were full ... */
+  assert_true(waits_wait > 0);
+  assert_int_equal(wait.queued, waits_wait);
+  /* ... so the data node sent each microbatch about once */
+  assert_true(wait.full < deny.full);
+  assert_true(wait.forwards < deny.forwards);
+  assert_true(wait.forwards <= (uint32_t)(M * ITERS) + wait.full);
+  assert_true(t_wait < t_deny);
 }
 
 /* ---- the fallback: cost plus load ---- */
@@ -348,6 +433,7 @@ int main(void) {
       cmocka_unit_test(test_slow_next_hop_answers_probes),
       cmocka_unit_test(test_next_load_sees_gone_peers),
       cmocka_unit_test(test_full_lasts_a_slot_turnover),
+      cmocka_unit_test(test_full_stage_keeps_microbatches_waiting),
       cmocka_unit_test(test_fallback_weighs_cost_and_load),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
