@@ -195,20 +195,27 @@ static void note_full_deny(h_harness *h, int from, int to, uint32_t type, const 
   gwtf__train_ack__free_unpacked(a, NULL);
 }
 
+/* 1 data node; stage 1: two relays of one slot; the later stages one relay
+ * of M; every relay 100 ms a job. The data node's index. */
+static int build_full_stage(h_harness *h, uint32_t slot_wait) {
+  h_init(h, STAGES, 41, verbose());
+  h->tun.slot_wait = slot_wait;
+  int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  h_start(h, d);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < (s == 1 ? 2 : 1); k++) {
+      int r = h_add(h, TRAIN_RELAY, s, s == 1 ? 1 : M, 0, true);
+      h->nodes[r].job_ms = 100;
+      h_start(h, r);
+    }
+  return d;
+}
+
 static void test_full_lasts_a_slot_turnover(void **state) {
   (void)state;
   h_harness h;
   full_watch w = {0};
-  h_init(&h, STAGES, 41, verbose());
-  h.tun.slot_wait = 0; /* every "full" a DENY: the memory of one is what is tested */
-  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-  h_start(&h, d);
-  for (int s = 1; s <= STAGES; s++)
-    for (int k = 0; k < (s == 1 ? 2 : 1); k++) {
-      int r = h_add(&h, TRAIN_RELAY, s, s == 1 ? 1 : M, 0, true);
-      h.nodes[r].job_ms = 100;
-      h_start(&h, r);
-    }
+  int d = build_full_stage(&h, 0); /* every "full" a DENY: the memory of one is what is tested */
   w.data = d;
   h.hook_ud = &w;
   h.send_hook = note_full_deny;
@@ -275,16 +282,7 @@ static void count_full(h_harness *h, int from, int to, uint32_t type, const uint
  * the virtual ms the data node took for its ITERS iterations. */
 static uint64_t run_full_stage(uint32_t slot_wait, full_count *w, uint64_t *slot_waits) {
   h_harness h;
-  h_init(&h, STAGES, 41, verbose());
-  h.tun.slot_wait = slot_wait;
-  int d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
-  h_start(&h, d);
-  for (int s = 1; s <= STAGES; s++)
-    for (int k = 0; k < (s == 1 ? 2 : 1); k++) {
-      int r = h_add(&h, TRAIN_RELAY, s, s == 1 ? 1 : M, 0, true);
-      h.nodes[r].job_ms = 100;
-      h_start(&h, r);
-    }
+  int d = build_full_stage(&h, slot_wait);
   memset(w, 0, sizeof(*w));
   w->data = d;
   h.hook_ud = w;
