@@ -100,6 +100,16 @@ static peer_mb *oldest_waiting(train_peer *p) {
   return best;
 }
 
+/* A waiting microbatch we will not run after all: its sender, which holds
+ * its output (FORWARD_RECEIVED said "queued"), re-routes it on the DENY. */
+static void give_back(train_peer *p, peer_mb *mb, const char *reason) {
+  Gwtf__TrainMicrobatch m;
+  ProtobufCBinaryData path[PEER_MAX_PATH];
+  mb_fill_msg(&m, path, mb);
+  mb_deny(p, &mb->prev, &m, reason);
+  mb_free(p, mb);
+}
+
 /* Gives what waits for a slot the ones that are free, oldest first: its
  * forward starts, and a second FORWARD_RECEIVED tells the sender so (its
  * deadline on us is a compute's again). One whose iteration closed
@@ -110,23 +120,13 @@ void relay_take_free_slots(train_peer *p) {
     mb->slot_freed = false;
     p->held++;
     if (mb->iteration != p->iteration || p->aggregating) {
-      Gwtf__TrainMicrobatch m;
-      ProtobufCBinaryData path[PEER_MAX_PATH];
-      mb_fill_msg(&m, path, mb);
-      mb_deny(p, &mb->prev, &m, mb->iteration < p->iteration ? "stale_iteration" : "aggregating");
-      mb_free(p, mb);
+      give_back(p, mb, mb->iteration < p->iteration ? "stale_iteration" : "aggregating");
       continue;
     }
     GW_INFO(&p->log, "forward.slot_taken", "mb=%llx waited_ms=%llu", (unsigned long long)mb->id,
             (unsigned long long)(p->now - mb->started_ms));
     mb_ack(p, &mb->prev, GWTF__TRAIN_MSG__TRAIN_FORWARD_RECEIVED, mb, NULL);
-    if (!submit_forward(p, mb)) {
-      Gwtf__TrainMicrobatch m;
-      ProtobufCBinaryData path[PEER_MAX_PATH];
-      mb_fill_msg(&m, path, mb);
-      mb_deny(p, &mb->prev, &m, "compute_unavailable");
-      mb_free(p, mb);
-    }
+    if (!submit_forward(p, mb)) give_back(p, mb, "compute_unavailable");
   }
 }
 
