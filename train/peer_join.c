@@ -134,7 +134,19 @@ static void request_weights(train_peer *p, const gw_id *from) {
     if (!gw_id_eq(&v->v[i].id, &p->cfg.self)) peer_hello_to(p, &v->v[i].id);
 }
 
-/* A stage member we have not asked yet; false when there is none. */
+/* A member we may fetch from and have not asked yet: only members the
+ * directory (or the leader's ASSIGN) lists (a peer that only said HELLO
+ * served us its own forged weights). */
+static bool untried_source(train_peer *p, const peer_member *m) {
+  return !m->heard && !gw_id_eq(&m->id, &p->cfg.self) && peer_alive(p, &m->id) &&
+         !id_in(p->dl.tried, p->dl.n_tried, &m->id) && !trust_banned(p, &m->id);
+}
+
+/* A stage member we have not asked yet; false when there is none. A
+ * resync asks first the members that said they reached the iteration we
+ * resync to: the first member listed may be as far behind as we are (two
+ * joiners that got ready on an old state asked each other, and one went
+ * on with it, swarm_rebalance_skewed on a loaded machine, 2026-12-07). */
 static bool next_source(train_peer *p, gw_id *out) {
   peer_stage_view *v = peer_stage(p, p->stage);
   if (p->dl.has_prefer) { /* after a split: the aggregator whose average won */
@@ -145,16 +157,14 @@ static bool next_source(train_peer *p, gw_id *out) {
       return true;
     }
   }
-  for (size_t i = 0; v && i < v->n; i++) {
-    const gw_id *id = &v->v[i].id;
-    /* only members the directory (or the leader's ASSIGN) lists: a peer
-     * that only said HELLO served us its own forged weights */
-    if (v->v[i].heard || gw_id_eq(id, &p->cfg.self) || !peer_alive(p, id) ||
-        id_in(p->dl.tried, p->dl.n_tried, id) || trust_banned(p, id))
-      continue;
-    *out = *id;
-    return true;
-  }
+  bool resyncing = p->resync_target > p->iteration;
+  for (int ahead_only = resyncing; ahead_only >= 0; ahead_only--)
+    for (size_t i = 0; v && i < v->n; i++) {
+      if (!untried_source(p, &v->v[i]) || (ahead_only && !trust_claims_reach(p, &v->v[i].id, p->resync_target)))
+        continue;
+      *out = v->v[i].id;
+      return true;
+    }
   return false;
 }
 

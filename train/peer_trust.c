@@ -335,8 +335,20 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
     if (c->iteration < target) target = c->iteration;
   }
   if (have < need) return;
-  t->n_claims = 0;
+  /* The claims stay: they name the members that hold the state we now
+   * fetch (trust_claims_reach). They cannot trigger again while we fetch
+   * (only a ready member weighs them), and once ready, a claim up to our
+   * new iteration no longer counts. */
   join_resync(p, target, why);
+}
+
+bool trust_claims_reach(train_peer *p, const gw_id *id, uint64_t iteration) {
+  peer_trust *t = &p->trust;
+  for (uint32_t i = 0; i < t->n_claims; i++) {
+    trust_claim *c = &t->claims[i];
+    if (gw_id_eq(&c->id, id) && c->iteration >= iteration && p->now - c->at_ms <= TRUST_CLAIM_MS(p)) return true;
+  }
+  return false;
 }
 
 bool trust_stage_ahead(train_peer *p, uint64_t *iteration) {

@@ -24,6 +24,8 @@ void trust_claim_ahead(train_peer *p, const gw_id *from, uint64_t iteration, con
 /* The lowest iteration a live directory member of our stage lately said it
  * is in past ours (one claim is enough: the caller has other evidence). */
 bool trust_stage_ahead(train_peer *p, uint64_t *iteration);
+/* Member `id` lately said it is in `iteration` or later. */
+bool trust_claims_reach(train_peer *p, const gw_id *id, uint64_t iteration);
 
 /* peer_behind.c: upstream offers microbatches of an iteration past our next
  * one, or a catch-up's average never comes; a stage whose members all fell

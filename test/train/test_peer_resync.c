@@ -10,7 +10,9 @@
  *     both waited out the download timeout again and again until the
  *     resyncing member gave the stage up as lost (or a replica, older than
  *     its own state, was found). The request it had sent the newcomer
- *     meanwhile is not served back to it. */
+ *     meanwhile is not served back to it;
+ *   - two joiners that got ready behind their stage fetch from the members
+ *     ahead of them (not from each other). */
 #include "testutil.h"
 
 #include "peer_harness.h"
@@ -154,10 +156,93 @@ static void test_resyncing_member_serves_restarted_mate(void **state) {
   h_free(&h);
 }
 
+/* ---- two joiners that got ready on an old state ---- */
+
+/* swarm_rebalance_skewed on a loaded machine: two relays placed into a
+ * stage fetched its state from a member for 4 s while the stage stepped,
+ * and got ready behind it. Here: joiners x and y, listed first, fetch from
+ * z at `chunk_ms` a chunk while z and w step. Each (seed, chunk_ms) is a
+ * scene of its own, replayed exactly by the simulator. */
+#define JOIN_ITERS 12
+#define JOIN_JOB_MS 50
+#define JOIN_SLOW_UNTIL_MS 3000
+
+typedef struct slow_join {
+  h_harness *h;
+  int z;
+  uint64_t chunk_ms;
+} slow_join;
+
+static uint64_t slow_join_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  (void)len, (void)to;
+  const slow_join *sj = ud;
+  h_harness *h = sj->h;
+  if (from == h->nodes[sj->z].index && h->sending == GWTF__TRAIN_MSG__TRAIN_WEIGHTS_CHUNK &&
+      sim_now(h->s) < JOIN_SLOW_UNTIL_MS)
+    return sj->chunk_ms;
+  return 1 + gw_rng_below(rng, 3);
+}
+
+typedef struct joiners {
+  h_harness h;
+  slow_join sj;
+  int d, x, y, z, w;
+} joiners;
+
+/* Runs the scene to the end: every iteration done, stage 1's hashes agree,
+ * and every member stepped once per iteration. */
+static void joiners_run(joiners *j, uint64_t seed, uint64_t chunk_ms) {
+  h_harness *h = &j->h;
+  h_init(h, 1, seed, verbose());
+  j->d = h_add(h, TRAIN_DATA, 0, M, JOIN_ITERS, true);
+  j->x = h_add(h, TRAIN_RELAY, 1, M, 0, false);
+  j->y = h_add(h, TRAIN_RELAY, 1, M, 0, false);
+  j->z = h_add(h, TRAIN_RELAY, 1, M, 0, true);
+  j->w = h_add(h, TRAIN_RELAY, 1, M, 0, true);
+  for (int i = 0; i <= j->w; i++) h->nodes[i].job_ms = JOIN_JOB_MS;
+  j->sj = (slow_join){h, j->z, chunk_ms};
+  sim_set_delay_fn(h->s, slow_join_delay, &j->sj);
+  h_start(h, j->d);
+  h_start(h, j->z);
+  h_start(h, j->w);
+  h_run_for(h, JOIN_JOB_MS);
+  h_start(h, j->x);
+  h_start(h, j->y);
+  assert_true(h_run_until_finished(h, 120000));
+  if (verbose())
+    fprintf(stderr, "seed %llu, chunk %llu ms: done at %.1f s; steps x %llu y %llu z %llu w %llu\n",
+            (unsigned long long)seed, (unsigned long long)chunk_ms, (double)sim_now(h->s) / 1000.0,
+            (unsigned long long)train_peer_step(h->nodes[j->x].tp), (unsigned long long)train_peer_step(h->nodes[j->y].tp),
+            (unsigned long long)train_peer_step(h->nodes[j->z].tp), (unsigned long long)train_peer_step(h->nodes[j->w].tp));
+  assert_int_equal(train_peer_iteration(h->nodes[j->d].tp), JOIN_ITERS);
+  assert_agree(h, JOIN_ITERS);
+  for (int i = j->x; i <= j->w; i++) assert_int_equal(train_peer_step(h->nodes[i].tp), JOIN_ITERS);
+}
+
+/* Both got ready behind the stage, and the members' BEGIN_AGG of the next
+ * round made them resync at once: each asked the first member listed, the
+ * other, and one went on with its old state (weights.kept_own
+ * reason=mutual_wait; chunk 600 and 1000) or served it to the other (200),
+ * and the stage's hashes split. A resync asks the members that said they
+ * are ahead first. */
+static void test_joiners_behind_fetch_from_members_ahead(void **state) {
+  (void)state;
+  const uint64_t chunk_ms[] = {200, 600, 1000};
+  for (size_t i = 0; i < sizeof(chunk_ms) / sizeof(chunk_ms[0]); i++) {
+    joiners j;
+    joiners_run(&j, 4, chunk_ms[i]);
+    const train_counters *cx = train_peer_counters(j.h.nodes[j.x].tp), *cy = train_peer_counters(j.h.nodes[j.y].tp);
+    assert_true(cx->resyncs >= 1 && cy->resyncs >= 1); /* the scene: both resynced */
+    assert_int_equal(cx->states_kept + cy->states_kept, 0); /* neither went on with its old state */
+    h_free(&j.h);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_next_round_begun_while_average_on_its_way),
       cmocka_unit_test(test_resyncing_member_serves_restarted_mate),
+      cmocka_unit_test(test_joiners_behind_fetch_from_members_ahead),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
