@@ -68,6 +68,7 @@ void agg_free(train_peer *p) {
   free(a->last_avg);
   a->avg = a->last_avg = NULL;
   avgkeep_free(p);
+  agg_early_free(p);
 }
 
 static void reset_round(peer_agg *a) {
@@ -129,6 +130,7 @@ void agg_enter_round(train_peer *p, uint64_t iteration, bool export) {
   p->aggregating = true;
   a->iteration = iteration;
   reset_round(a);
+  agg_early_take(p);
   mb_abandon_iteration(p, iteration);
   if (p->cfg.role == TRAIN_DATA) {
     p->iter_running = false;
@@ -302,7 +304,7 @@ void agg_send_avg(train_peer *p, const gw_id *to, const float *avg, uint32_t tot
 
 /* ---- the aggregator ---- */
 
-static agg_contrib *contrib_for(peer_agg *a, const gw_id *id) {
+agg_contrib *agg_contrib_for(peer_agg *a, const gw_id *id) {
   for (uint32_t i = 0; i < a->n_contrib; i++)
     if (gw_id_eq(&a->contrib[i].id, id)) return &a->contrib[i];
   if (a->n_contrib == PEER_MAX_CONTRIB) return NULL;
@@ -450,7 +452,7 @@ static void contribute(train_peer *p) {
   a->picked = true;
   a->deadline = p->now + p->cfg.tun.agg_timeout_ms;
   if (agg_i_aggregate(p)) {
-    agg_contrib *c = contrib_for(a, &p->cfg.self);
+    agg_contrib *c = agg_contrib_for(a, &p->cfg.self);
     if (!c) return;
     free(c->buf);
     c->buf = a->mine;
@@ -531,17 +533,16 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
   }
   /* a peer we served, stepping through the rounds its download took */
   if (g->offset == 0 && g->iteration < p->iteration && avgkeep_answer(p, from, g->iteration)) return;
+  if (agg_early_keep(p, from, g, t)) return;
   if (g->iteration != p->iteration) return;
-  size_t len = t ? t->nbytes / sizeof(float) : 0;
-  bool shape_ok = g->total == n && t && t->dtype == TRAIN_F32 && t->nbytes % sizeof(float) == 0 &&
-                  g->offset <= n && len <= n - g->offset;
+  bool shape_ok = agg_grad_shape_ok(p, g, t);
   /* A member may be ahead of us: it picked us before its BEGIN_AGG reached
    * us, or it flooded BEGIN_AGG before it knew us (we just got ready). Join
    * the round first, since entering it clears what an earlier round left;
    * joining after storing the gradient threw it away, and we then waited
    * the whole timeout for it. */
   if (!p->aggregating) agg_begin_round(p, true);
-  agg_contrib *c = contrib_for(a, from);
+  agg_contrib *c = agg_contrib_for(a, from);
   if (!c || c->rejected) return;
   if (!shape_ok && !p->cfg.tun.no_validation) {
     /* not our stage's vector: the whole contribution is out of this round */
@@ -551,19 +552,30 @@ void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, con
     agg_maybe_finish(p);
     return;
   }
-  if (!shape_ok) return;
+  if (!shape_ok || !agg_contrib_take(c, g, t, n)) return;
+  agg_maybe_finish(p);
+}
+
+bool agg_grad_shape_ok(const train_peer *p, const Gwtf__TrainGrad *g, const train_tensor *t) {
+  size_t n = p->cfg.shape.n_params, len = t ? t->nbytes / sizeof(float) : 0;
+  return g->total == n && t && t->dtype == TRAIN_F32 && t->nbytes % sizeof(float) == 0 && g->offset <= n &&
+         len <= n - g->offset;
+}
+
+bool agg_contrib_take(agg_contrib *c, const Gwtf__TrainGrad *g, const train_tensor *t, size_t n) {
   if (!c->buf) c->buf = malloc(n * sizeof(float));
-  if (!c->buf) return;
+  if (!c->buf) return false;
   /* A session delivers a vector's chunks in order, so each one continues
    * the last; one that leaves a gap or overlaps could complete the vector
    * with floats nobody sent. Offset 0 is a re-send, which starts over. */
   if (g->offset == 0) c->received = 0;
-  else if (g->offset != c->received) return;
+  else if (g->offset != c->received) return false;
+  size_t len = t->nbytes / sizeof(float);
   memcpy(c->buf + g->offset, t->data, len * sizeof(float));
   c->received += len;
   c->count = g->count;
   c->complete = c->received == n;
-  agg_maybe_finish(p);
+  return true;
 }
 
 /* ---- applying an average (ours as aggregator, or a member's: peer_avg.c) ---- */

@@ -1,7 +1,8 @@
 /* train/peer_agg.h — the end of an iteration (GWTF §V-E): the round
  * (train/peer_agg.c: BEGIN_AGG, collecting, averaging, CAN_TAKE), who
  * aggregates it (train/peer_agg_who.c), the average a member applies
- * (train/peer_avg.c), the averages kept for peers we served
+ * (train/peer_avg.c), gradients for a round we have not reached yet
+ * (train/peer_agg_early.c), the averages kept for peers we served
  * (train/peer_avg_keep.c), the aggregator's signature on them
  * (train/peer_avgsig.c), and the byzantine test tool's corruption of a
  * contribution (train/agg_robust.c). Its state (peer_agg) is in
@@ -58,6 +59,19 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from);
  * longer waited for. */
 bool agg_drop_unlisted_average(train_peer *p, const gw_id *from);
 void agg_on_grad(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
+/* A GRAD chunk carries part of our stage's vector (its offset and length
+ * fit, f32). */
+bool agg_grad_shape_ok(const train_peer *p, const Gwtf__TrainGrad *g, const train_tensor *t);
+/* The round's contribution from `id` (a new one if none yet; NULL: full). */
+agg_contrib *agg_contrib_for(peer_agg *a, const gw_id *id);
+/* Appends a chunk of n floats' vector to c (false: out of order, or no
+ * memory). */
+bool agg_contrib_take(agg_contrib *c, const Gwtf__TrainGrad *g, const train_tensor *t, size_t n);
+/* peer_agg_early.c: a gradient for a round we have not reached yet is
+ * kept (true) until we enter that round (agg_early_take). */
+bool agg_early_keep(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
+void agg_early_take(train_peer *p);
+void agg_early_free(train_peer *p);
 void agg_on_avg(train_peer *p, const gw_id *from, const Gwtf__TrainGrad *g, const train_tensor *t);
 void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone *d);
 void agg_on_can_take(train_peer *p, const gw_id *from, uint64_t iteration, bool pipeline_stepped);

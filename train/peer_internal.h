@@ -140,6 +140,8 @@ typedef struct peer_agg {
   /* a directory member of our stage whose BEGIN_AGG for `iteration` did not
    * list us (its view lacks us; iteration + 1, 0: none) */
   struct { gw_id id; uint64_t iteration; } unlisted;
+  /* gradients for rounds we have not reached yet (peer_agg_early.c) */
+  struct { agg_contrib c; uint64_t iteration; bool used; } early[8];
 } peer_agg;
 
 /* ---- joins and weight transfer ---- */

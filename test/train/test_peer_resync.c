@@ -12,7 +12,9 @@
  *     its own state, was found). The request it had sent the newcomer
  *     meanwhile is not served back to it;
  *   - two joiners that got ready behind their stage fetch from the members
- *     ahead of them (not from each other). */
+ *     ahead of them (not from each other), and a catching-up joiner that
+ *     its stage-mates picked to aggregate keeps their gradients for the
+ *     round it has not reached yet. */
 #include "testutil.h"
 
 #include "peer_harness.h"
@@ -190,7 +192,8 @@ typedef struct joiners {
 } joiners;
 
 /* Runs the scene to the end: every iteration done, stage 1's hashes agree,
- * and every member stepped once per iteration. */
+ * and every member stepped once per iteration (none of them a round that
+ * averaged nothing while its microbatches' gradients were dropped). */
 static void joiners_run(joiners *j, uint64_t seed, uint64_t chunk_ms) {
   h_harness *h = &j->h;
   h_init(h, 1, seed, verbose());
@@ -238,11 +241,32 @@ static void test_joiners_behind_fetch_from_members_ahead(void **state) {
   }
 }
 
+/* A joiner with the lowest ID catches up (steps through the averages it
+ * missed) while listed: z and w pick it to aggregate the round the stage
+ * is in and send it their gradients rounds before it gets there. It
+ * dropped them, then averaged only its own (0 microbatches): the stage
+ * skipped that iteration's step, and ended a step short. */
+static void test_catching_up_aggregator_keeps_early_gradients(void **state) {
+  (void)state;
+  const uint64_t chunk_ms[] = {850, 1300};
+  for (size_t i = 0; i < sizeof(chunk_ms) / sizeof(chunk_ms[0]); i++) {
+    joiners j;
+    joiners_run(&j, 2, chunk_ms[i]);
+    int first = gw_id_cmp(&j.h.nodes[j.x].peer.id, &j.h.nodes[j.y].peer.id) < 0 ? j.x : j.y;
+    int s1[4];
+    assert_int_equal(h_by_id(&j.h, 1, s1, 4), 4);
+    assert_int_equal(s1[0], first); /* the scene: a joiner aggregates */
+    assert_true(train_peer_counters(j.h.nodes[first].tp)->downloads_caught_up >= 1); /* ... and caught up */
+    h_free(&j.h);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_next_round_begun_while_average_on_its_way),
       cmocka_unit_test(test_resyncing_member_serves_restarted_mate),
       cmocka_unit_test(test_joiners_behind_fetch_from_members_ahead),
+      cmocka_unit_test(test_catching_up_aggregator_keeps_early_gradients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
