@@ -47,6 +47,9 @@
 /* no offer for this long ends the spell (upstream gives up on a refused
  * microbatch after its re-routes, and its origin starts it again later) */
 #define BEHIND_GAP_MS(p) (4 * (p)->cfg.tun.agg_timeout_ms)
+/* A catch-up whose source is gone waits this long for a session to a listed
+ * stage-mate to come up (a new peer's took 1.5 s in the swarm) */
+#define CATCH_UP_SESSION_WAIT_MS 3000
 
 static void behind_reset(train_peer *p) {
   p->behind.iteration = p->behind.since_ms = p->behind.last_ms = 0;
@@ -158,6 +161,15 @@ static void catch_up_tick(train_peer *p) {
     join_resync(p, catch_up_target(p), "catch_up_source_gone");
     return;
   }
+  /* A listed stage-mate whose session is still coming up may hold them
+   * too: waited for a little. In a hetero-churn10 run (seed 170,
+   * 2026-12-07) the only other member had restarted with a fresh identity
+   * on its old port; our dial there still expected its old one, the
+   * joiner gave the round up 0.5 s before the session to the new identity
+   * came up, and the stage split. A record that outlives its peer costs
+   * the wait and no more. */
+  if (!d->source_gone_ms) d->source_gone_ms = p->now;
+  if (join_listed_source(p, source) && p->now - d->source_gone_ms < CATCH_UP_SESSION_WAIT_MS) return;
   catch_up_give_up(p, source);
 }
 

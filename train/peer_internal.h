@@ -167,6 +167,7 @@ typedef struct peer_download {
    * that only began (BEGIN_AGG) is waited for until wait_round_until. */
   bool catch_up;
   uint64_t catch_up_until; /* a stage-mate one round ahead is expected until then */
+  uint64_t source_gone_ms; /* the catch-up's source was first seen gone (0: not) */
   uint64_t avg_of, wait_round_until;
   gw_id avg_from; /* who sent that average: our source, or its maker (a directory member) */
   /* a resync keeps our own state until a download replaces it: its

@@ -362,16 +362,20 @@ static void keep_own_state(train_peer *p, const char *why, const gw_id *asker) {
   ready_in_run(p, 0);
 }
 
-bool join_live_source(train_peer *p, const gw_id *except) {
+static bool listed_source(train_peer *p, const gw_id *except, bool alive) {
   peer_stage_view *v = peer_stage(p, p->stage);
   for (size_t i = 0; v && i < v->n; i++) {
     const gw_id *id = &v->v[i].id;
-    if (!v->v[i].heard && !gw_id_eq(id, &p->cfg.self) && !gw_id_eq(id, except) && peer_alive(p, id) &&
+    if (!v->v[i].heard && !gw_id_eq(id, &p->cfg.self) && !gw_id_eq(id, except) && (!alive || peer_alive(p, id)) &&
         !trust_banned(p, id))
       return true;
   }
   return false;
 }
+
+bool join_live_source(train_peer *p, const gw_id *except) { return listed_source(p, except, true); }
+
+bool join_listed_source(train_peer *p, const gw_id *except) { return listed_source(p, except, false); }
 
 /* A member that asks for our state fetches its own (a ready one does not
  * ask). If we fetch too, holding the state a resync kept, and the asker is
@@ -710,6 +714,7 @@ static void catch_up_next(train_peer *p) {
   peer_download *d = &p->dl;
   d->iteration = p->iteration;
   d->catch_up_until = p->now + p->cfg.tun.agg_timeout_ms;
+  d->source_gone_ms = 0;
   agg_ask_missed_average(p, p->iteration + 1 == d->avg_of ? &d->avg_from : &d->from);
 }
 

@@ -50,6 +50,8 @@ void join_free(train_peer *p);
 void join_resync(train_peer *p, uint64_t target, const char *why);
 /* A live directory member of our stage other than `except` (a download source). */
 bool join_live_source(train_peer *p, const gw_id *except);
+/* ... connected or not (its session may still be coming up). */
+bool join_listed_source(train_peer *p, const gw_id *except);
 /* A verified download (peer_verify.c): take the restored state. */
 void join_accept_download(train_peer *p);
 /* A refuted one: try another member. */

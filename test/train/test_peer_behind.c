@@ -266,13 +266,18 @@ static int scene_build_catch_up(scene *sc) {
  * alone, it waited for ever and the run stalled
  * (2026-11-27: every member of stage 5 died within one iteration while a
  * joiner caught up). */
-static void run_catch_up_source_gone(bool with_b, bool mute_b, train_counters *cj_out, uint64_t *acted_ms) {
+static void run_catch_up_source_gone(bool with_b, bool mute_b, uint64_t b_session_ms, train_counters *cj_out,
+                                     uint64_t *acted_ms) {
   scene sc = {.slow_chunks_ms = SLOW_ONE_ROUND_MS, .lose_catch_up_answers = true, .mute_b_to_joiner = mute_b};
   int b = scene_build_catch_up(&sc);
   uint64_t deadline = sim_now(sc.h.s) + 60000;
   uint64_t crashed = sim_now(sc.h.s);
   h_crash(&sc.h, sc.s); /* the average J asked for dies with S */
   if (with_b) h_crash(&sc.h, b);
+  if (b_session_ms) { /* J's session to B comes up only now (a new identity at an old address) */
+    sc.h.nodes[sc.j1].sessions_until[b] = crashed + b_session_ms;
+    sc.h.nodes[b].sessions_until[sc.j1] = crashed + b_session_ms;
+  }
   h_refresh(&sc.h);
   const train_counters *cj = counters(&sc, sc.j1);
   while (cj->resyncs + cj->iterations_skipped == 0 && sim_now(sc.h.s) < deadline) h_run_for(&sc.h, 1);
@@ -294,7 +299,7 @@ static void test_catch_up_source_gone_resyncs_from_a_mate(void **state) {
   (void)state;
   train_counters cj;
   uint64_t acted;
-  run_catch_up_source_gone(false, false, &cj, &acted);
+  run_catch_up_source_gone(false, false, 0, &cj, &acted);
   assert_int_equal(cj.resyncs, 1);
   assert_int_equal(cj.iterations_skipped, 0);
   assert_true(acted < AGG_TIMEOUT_MS / 4); /* not the timeout the answer was given */
@@ -310,17 +315,32 @@ static void test_catch_up_source_gone_fetches_from_a_silent_mate(void **state) {
   (void)state;
   train_counters cj;
   uint64_t acted;
-  run_catch_up_source_gone(false, true, &cj, &acted);
+  run_catch_up_source_gone(false, true, 0, &cj, &acted);
   assert_int_equal(cj.resyncs, 1);
   assert_int_equal(cj.iterations_skipped, 0);
   assert_true(acted < AGG_TIMEOUT_MS / 4);
+}
+
+/* As above with J's session to B down when S dies: it comes up 1 s later,
+ * as a restarted member's under its new identity (our dial to its old
+ * address expected the old one). J waits for it and fetches B's state
+ * rather than skip the round. Before, it skipped at once, and the stage
+ * split (a hetero-churn10 run, seed 170, 2026-12-07). */
+static void test_catch_up_source_gone_waits_for_a_mate_session(void **state) {
+  (void)state;
+  train_counters cj;
+  uint64_t acted;
+  run_catch_up_source_gone(false, false, 1000, &cj, &acted);
+  assert_int_equal(cj.resyncs, 1);
+  assert_int_equal(cj.iterations_skipped, 0);
+  assert_true(acted >= 1000 && acted < 1000 + AGG_TIMEOUT_MS / 4); /* as soon as the session is up */
 }
 
 static void test_catch_up_left_alone_moves_on(void **state) {
   (void)state;
   train_counters cj;
   uint64_t acted;
-  run_catch_up_source_gone(true, false, &cj, &acted);
+  run_catch_up_source_gone(true, false, 0, &cj, &acted);
   assert_true(cj.iterations_skipped >= 1);
   assert_int_equal(cj.resyncs, 0); /* nobody was left to resync from */
   assert_true(acted < AGG_TIMEOUT_MS / 4);
@@ -456,6 +476,7 @@ int main(void) {
       cmocka_unit_test(test_stage_left_behind_moves_on),
       cmocka_unit_test(test_catch_up_source_gone_resyncs_from_a_mate),
       cmocka_unit_test(test_catch_up_source_gone_fetches_from_a_silent_mate),
+      cmocka_unit_test(test_catch_up_source_gone_waits_for_a_mate_session),
       cmocka_unit_test(test_catch_up_left_alone_moves_on),
       cmocka_unit_test(test_catch_up_ignores_an_ended_round),
       cmocka_unit_test(test_round_waits_for_a_heard_member_with_work),
