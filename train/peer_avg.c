@@ -282,6 +282,10 @@ void agg_on_done_msg(train_peer *p, const gw_id *from, const Gwtf__TrainAggDone 
 
 void agg_on_resync(train_peer *p, const gw_id *from, uint64_t iteration) {
   if (p->state != PEER_READY || p->aggregating || !gw_id_eq(from, &p->agg.aggregator)) return;
+  /* Its weights are the stage's (a split's resync prefers the winner the
+   * same way): the first member listed may be on our side of the split. */
+  p->dl.prefer = *from;
+  p->dl.has_prefer = true;
   join_resync(p, iteration, "hash_mismatch");
 }
 

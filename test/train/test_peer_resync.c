@@ -14,7 +14,8 @@
  *   - two joiners that got ready behind their stage fetch from the members
  *     ahead of them (not from each other), and a catching-up joiner that
  *     its stage-mates picked to aggregate keeps their gradients for the
- *     round it has not reached yet. */
+ *     round it has not reached yet;
+ *   - a member told to resync by its aggregator fetches from it. */
 #include "testutil.h"
 
 #include "peer_harness.h"
@@ -261,12 +262,66 @@ static void test_catching_up_aggregator_keeps_early_gradients(void **state) {
   }
 }
 
+/* ---- told to resync by the aggregator ---- */
+
+typedef struct first_req {
+  int from, to; /* to: the first WEIGHTS_REQ's destination (-1: none yet) */
+} first_req;
+
+static void note_first_req(h_harness *h, int from, int to, uint32_t type, const uint8_t *body, size_t len,
+                           const train_tensor *t) {
+  (void)body, (void)len, (void)t;
+  first_req *f = h->hook_ud;
+  if (from == f->from && type == GWTF__TRAIN_MSG__TRAIN_WEIGHTS_REQ && f->to < 0) f->to = to;
+}
+
+/* A member whose hash differed from its aggregator's is told to resync
+ * (TRAIN_RESYNC, injected here as the aggregator would send it): it fetches
+ * the aggregator's state, the stage's. Before, it asked the first member
+ * its directory lists, which may be on its own side of the split. Three
+ * relays; m is one whose first listed stage-mate is not the aggregator. */
+static void test_resync_told_by_aggregator_fetches_from_it(void **state) {
+  (void)state;
+  h_harness h;
+  int d, agg, m;
+  for (uint64_t seed = 1;; seed++) {
+    h_init(&h, 1, seed, verbose());
+    d = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+    for (int k = 0; k < 3; k++) h_add(&h, TRAIN_RELAY, 1, M, 0, true);
+    int s1[3];
+    assert_int_equal(h_by_id(&h, 1, s1, 3), 3);
+    agg = s1[0];
+    if (agg != d + 1) break; /* the first relay listed is not the aggregator */
+    h_free(&h);
+  }
+  m = agg == d + 3 ? d + 2 : d + 3; /* lists d + 1 first */
+  first_req f = {m, -1};
+  h.hook_ud = &f;
+  h.send_hook = note_first_req;
+  for (int i = 0; i <= d + 3; i++) h_start(&h, i);
+  while (train_peer_iteration(h.nodes[d].tp) < 2) h_run_for(&h, 10);
+  uint8_t buf[32];
+  while (train_peer_counters(h.nodes[m].tp)->resyncs == 0) {
+    Gwtf__TrainIteration r = GWTF__TRAIN_ITERATION__INIT;
+    r.iteration = train_peer_iteration(h.nodes[m].tp);
+    size_t len = gwtf__train_iteration__pack(&r, buf);
+    assert_int_equal(h_inject(&h, agg, m, GWTF__TRAIN_MSG__TRAIN_RESYNC, buf, len, NULL), 0);
+    h_run_for(&h, 1);
+    assert_true(train_peer_iteration(h.nodes[d].tp) < ITERS);
+  }
+  assert_true(h_run_until_finished(&h, sim_now(h.s) + 120000));
+  assert_int_equal(f.to, agg);
+  assert_agree(&h, ITERS);
+  h_free(&h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_next_round_begun_while_average_on_its_way),
       cmocka_unit_test(test_resyncing_member_serves_restarted_mate),
       cmocka_unit_test(test_joiners_behind_fetch_from_members_ahead),
       cmocka_unit_test(test_catching_up_aggregator_keeps_early_gradients),
+      cmocka_unit_test(test_resync_told_by_aggregator_fetches_from_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
