@@ -65,11 +65,11 @@ cp "$root/var/cache/apt/archives/"*.deb "$cache/apt-archives/" 2>/dev/null || tr
 
 fail() { echo "FAIL: $*"; exit 1; }
 out=$(in_root gwtf --version) || fail "gwtf --version exited $?"
-echo "$out" | grep -Eq '^gwtf [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]{7,}(-dirty)?|unknown\)$' ||
+grep -Eq '^gwtf [0-9]+\.[0-9]+\.[0-9]+ \(commit [0-9a-f]{7,}(-dirty)?|unknown\)$' <<<"$out" ||
   fail "gwtf --version printed: $out"
 echo "ok: $out"
 help=$(in_root gwtf help node) || fail "gwtf help node exited $?"
-echo "$help" | grep -q -- '--device cpu|cuda' || fail "gwtf help node lacks --device"
+grep -q -- '--device cpu|cuda' <<<"$help" || fail "gwtf help node lacks --device"
 echo "ok: gwtf help node ($(echo "$help" | wc -l) lines)"
 for f in /usr/share/man/man1/gwtf.1 /etc/gwtf/node.conf /lib/systemd/system/gwtf-node.service \
          /usr/share/doc/gwtf/README.md; do
@@ -84,6 +84,6 @@ said=$(in_root gwtf node --listen 127.0.0.1:0 --port-mapping off --data-dir /tmp
 rc=$?
 set -e
 [ $rc -ne 0 ] || fail "gwtf node --device cuda succeeded without CUDA"
-echo "$said" | grep -q 'compute.unavailable device=cuda' || fail "--device cuda without CUDA said: $said"
+grep -q 'compute.unavailable device=cuda' <<<"$said" || fail "--device cuda without CUDA said: $said"
 echo "ok: --device cuda without CUDA: $(echo "$said" | grep compute.unavailable | grep -o "err=.*" | head -c 300)"
 echo "deb_install: passed"

@@ -9,9 +9,9 @@ for arch in gpt llama; do
         --threads 1 --iters 2 --warmup 1 --json)
   echo "$out"
   for key in fwd_ms_median bwd_ms_median tokens_per_s gflops cpu_ms_median state_bytes per_mb_bytes; do
-    echo "$out" | grep -Eq "\"$key\":[0-9.]+[,}]" || { echo "$arch: no numeric \"$key\""; exit 1; }
+    grep -Eq "\"$key\":[0-9.]+[,}]" <<<"$out" || { echo "$arch: no numeric \"$key\""; exit 1; }
   done
-  echo "$out" | grep -q "\"arch\":\"$arch\"" || { echo "wrong arch in $out"; exit 1; }
+  grep -q "\"arch\":\"$arch\"" <<<"$out" || { echo "wrong arch in $out"; exit 1; }
 done
 rc=0
 "$GWTF_BIN" bench stage --heads 5 2>/dev/null || rc=$?  # 512 is not divisible by 5

@@ -9,8 +9,8 @@ fixtures=("$GWTF_SOURCE_DIR"/test/fixtures/*.safetensors)
 
 out=$("$GWTF_BIN" check stage --threads 2 "${fixtures[@]}")
 echo "$out" | tail -n 1
-echo "$out" | grep -q "FAIL" && { echo "$out"; exit 1; }
-echo "$out" | grep -q "all: 100 of 100 within 1e-04, 0 fixture(s) unreadable" || { echo "$out"; exit 1; }
+grep -q "FAIL" <<<"$out" && { echo "$out"; exit 1; }
+grep -q "all: 100 of 100 within 1e-04, 0 fixture(s) unreadable" <<<"$out" || { echo "$out"; exit 1; }
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -18,7 +18,7 @@ printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a":1}' > "$tmp/bad.safetensors"
 rc=0
 out=$("$GWTF_BIN" check stage "$tmp/bad.safetensors") || rc=$?
 [ "$rc" = 1 ] || { echo "malformed fixture: exit $rc, expected 1"; exit 1; }
-echo "$out" | grep -q "error: header length 16 runs past the end" || { echo "$out"; exit 1; }
+grep -q "error: header length 16 runs past the end" <<<"$out" || { echo "$out"; exit 1; }
 
 rc=0
 "$GWTF_BIN" check stage 2>/dev/null || rc=$?

@@ -21,11 +21,11 @@ rc=0
 out=$("$GWTF_BIN" check stage --threads 2 "${fixtures[@]}") || rc=$?
 echo "$out" | tail -n 1
 [ "$rc" = 0 ] || { echo "$out"; echo "check stage: exit $rc"; exit 1; }
-echo "$out" | grep -q "FAIL" && { echo "$out"; exit 1; }
+grep -q "FAIL" <<<"$out" && { echo "$out"; exit 1; }
 # Each block checked in full (gpt: output, input gradient and 12 parameter
 # gradients; llama: 2 and 9), every tensor within tolerance.
 for want in "gpt2_small_block.safetensors on" "14 of 14 within 1e-04" "llama_160m_block.safetensors on" \
             "11 of 11 within 1e-04" "all: 25 of 25 within 1e-04, 0 fixture(s) unreadable"; do
-  echo "$out" | grep -qF "$want" || { echo "$out"; echo "missing: $want"; exit 1; }
+  grep -qF "$want" <<<"$out" || { echo "$out"; echo "missing: $want"; exit 1; }
 done
 echo "check stage presets ok"
