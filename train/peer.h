@@ -535,6 +535,7 @@ typedef struct train_counters {
                                    data: such reports taken on */
   uint64_t forwards_restarted;  /* data: at-risk microbatches that did not come back in time, sent again */
   uint64_t walks_stepped_on_death; /* data: repair walks that went past a peer that died before answering */
+  uint64_t repair_targets_lost;    /* data: repairs past a repaired gap whose target died with the gradient it was to re-send */
   uint64_t microbatches_done;
   uint64_t microbatches_widened; /* data: started mid-iteration because the pipeline grew (peer_data.c) */
   double compute_seconds, wasted_seconds;

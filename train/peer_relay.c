@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/peer_repair.h"
 #include "train/peer_trust.h"
 #include "train/peer_wire.h"
 
@@ -301,6 +302,9 @@ static void forward_done(train_peer *p, peer_mb *mb) {
     mb->next = mb->repair_target;
     mb->fwd = FWD_DONE;
     relay_confirm_upstream(p, mb);
+    /* gone while we recomputed: its gradient will not come (its loss is
+     * reported as it happens otherwise, mb_peer_down) */
+    if (!peer_alive(p, &mb->next)) repair_report_forward(p, mb);
     return;
   }
   /* FORWARD_DONE upstream waits until the next peer holds our output. */

@@ -43,7 +43,10 @@ static void send_recover(train_peer *p, const peer_mb *mb, int up) {
 }
 
 void repair_report_forward(train_peer *p, peer_mb *mb) {
-  if (p->cfg.role != TRAIN_RELAY || p->cfg.recovery != TRAIN_RECOVER_PATH || mb->eval || mb->repair ||
+  /* (a replacement inside a gap: the one after it holds the rebuilt output
+   * and reports for itself, repair_on_recover's reach) */
+  bool inside_gap = mb->repair && p->stage != mb->repair_end_stage;
+  if (p->cfg.role != TRAIN_RELAY || p->cfg.recovery != TRAIN_RECOVER_PATH || mb->eval || inside_gap ||
       mb->fwd != FWD_DONE || mb->bwd != BWD_NONE || p->stage < 1 || p->stage >= p->cfg.n_stages)
     return;
   char who[GW_ID_SHORT_LEN + 1];
@@ -322,6 +325,39 @@ static void hold_report(peer_mb *mb, int stage, const gw_id *suspect, const gw_i
   mb->reports[i] = (mb_report){.stage = stage, .suspect = *suspect, .reporter = *reporter};
 }
 
+/* The last replacement of the gap we had rebuilt reports the repair's
+ * target, the peer after the gap, gone before the gradient it was to
+ * re-send reached the replacement: that gradient died with it. The peer
+ * after the target, had it kept its own (it does until the target's
+ * upstream confirms), reports the target itself; when every peer after the
+ * target is gone too, nobody holds the backward but us, with our loss
+ * gradient. We have the stages from the target to the last rebuilt from
+ * the replacement's output and re-send our loss gradient on REPAIR_READY,
+ * as for a gap in the last stage. Before, nobody reported it and the trip
+ * deadline deferred the microbatch 16 s on (homo-churn10 seed 170: a
+ * repair's target died 0.12 s after re-sending, the last stage's peer just
+ * before). Only the repair we know of: the target it named, a path after
+ * it that no repair rebuilt (we would not know who holds what there). */
+static void target_lost(train_peer *p, peer_mb *mb, int stage, const gw_id *from, ProtobufCBinaryData suspect_bytes) {
+  int S = p->cfg.n_stages;
+  gw_id suspect;
+  id_from_bytes(&suspect, suspect_bytes);
+  if (mb->recovering || !mb->grad || stage != mb->gap_last + 1 || !gw_id_eq(&suspect, &mb->gap_target) ||
+      (uint32_t)S + 1 != mb->path_len)
+    return;
+  /* the gap's last replacement: a repair past the target starts from its
+   * output, whoever asks for it (the peer after the target, or us) */
+  mb->path[stage - 1] = *from;
+  for (int s = stage + 1; s <= S; s++)
+    if ((mb->rebuilt & stage_bit(s)) || peer_alive(p, &mb->path[s])) return;
+  char who[GW_ID_SHORT_LEN + 1];
+  short_of(&suspect, who);
+  GW_INFO(&p->log, "backward.target_lost", "mb=%llx target=%s stage=%d", (unsigned long long)mb->id, who, stage);
+  p->counters.repair_targets_lost++;
+  mb->grad_acked = false; /* our loss gradient goes out again, on REPAIR_READY */
+  repair_begin(p, mb, S, &p->cfg.self);
+}
+
 void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecover *r) {
   gw_id origin, reporter;
   if (p->cfg.role != TRAIN_DATA || r->origin.len != GW_ID_BYTES) return;
@@ -332,9 +368,11 @@ void repair_on_recover(train_peer *p, const gw_id *from, const Gwtf__TrainRecove
   if (!mb || mb->bwd != BWD_NONE || mb->end != MB_LIVE) return;
   if (r->forward) {
     /* from the peer before the suspect: a directory member of that stage */
-    if (r->suspect_stage >= 2 && r->suspect_stage <= p->cfg.n_stages &&
-        peer_is_member(p, r->suspect_stage - 1, from, true))
-      data_forward_at_risk(p, mb, r->suspect_stage);
+    if (r->suspect_stage < 2 || r->suspect_stage > p->cfg.n_stages || r->suspect.len != GW_ID_BYTES ||
+        !peer_is_member(p, r->suspect_stage - 1, from, true))
+      return;
+    if (mb->fwd == FWD_DONE) target_lost(p, mb, (int)r->suspect_stage, from, r->suspect);
+    else data_forward_at_risk(p, mb, r->suspect_stage);
     return;
   }
   if (r->suspect_stage < 1 || r->suspect_stage >= p->cfg.n_stages || r->suspect.len != GW_ID_BYTES) return;

@@ -31,7 +31,10 @@ void repair_restart_timed_out(train_peer *p, peer_mb *mb);
  * takes several peers at once): then nobody holds the forward and only the
  * origin's trip deadline, a hop timeout per stage, would notice. We tell
  * the origin (RECOVER, forward), which waits only as long as a forward
- * takes (data_forward_at_risk). */
+ * takes (data_forward_at_risk). The last replacement of a repaired gap
+ * reports the same way when the peer after the gap (the repair's target,
+ * which was to re-send us its gradient) is gone before that gradient came:
+ * the origin repairs past it (repair_on_recover). */
 void repair_report_forward(train_peer *p, peer_mb *mb);
 /* Data node: an at-risk forward did not come back in time: sent again, as a
  * new attempt, from our embedding. */

@@ -93,6 +93,16 @@ void assert_agree(h_harness *h, uint64_t iters) {
 
 const train_counters *C(h_harness *h, int i) { return train_peer_counters(h->nodes[i].tp); }
 
+int holder(h_harness *h, int stage, uint64_t key) {
+  for (int i = 0; i < h->n_nodes; i++) {
+    h_node *r = &h->nodes[i];
+    if (!r->alive || r->stage != stage) continue;
+    for (int k = 0; k < 64; k++)
+      if (r->states[k].used && r->states[k].key == key) return i;
+  }
+  return -1;
+}
+
 /* Every iteration's loss at data node d is the reference's, to float
  * rounding; the reference's final weights into *out when it is not NULL. */
 void assert_losses_match_reference(h_harness *h, int d, ref_model *out) {

@@ -1,8 +1,8 @@
 /* test/train/peer_sim_common.h — what the deterministic-simulator tests of
- * the training peer share (test_peer_sim.c, test_peer_repair.c,
+ * the training peer share (test_peer_sim.c, test_peer_repair*.c,
  * test_peer_membership.c): the swarm's size, the direct reference
  * computation of the harness's fake model, a swarm built and placed by the
- * leader, and the checks every scenario ends with. */
+ * leader, who holds a microbatch, and the checks every scenario ends with. */
 #ifndef GWTF_TEST_PEER_SIM_COMMON_H
 #define GWTF_TEST_PEER_SIM_COMMON_H
 
@@ -37,6 +37,9 @@ int build(h_harness *h, uint64_t seed, int relays_per_stage, uint32_t relay_cap)
 
 /* Every stage agrees on its weights after each of the first iters iterations. */
 void assert_agree(h_harness *h, uint64_t iters);
+
+/* The live relay of `stage` holding state under `key` (-1: none). */
+int holder(h_harness *h, int stage, uint64_t key);
 
 /* Node i's training counters. */
 const train_counters *C(h_harness *h, int i);

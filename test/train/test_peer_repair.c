@@ -141,7 +141,6 @@ static void test_gap_reported_before_the_gradient(void **state) {
  * on. Before, a report that came during a walk was dropped (and of two
  * reports held, one), and its reporter asked again three hop timeouts
  * later (a homo-churn10 run: four gradients held 6.3–6.6 s at stage 4). */
-static int holder(h_harness *h, int stage, uint64_t key);
 
 static bool crash_stages_1_and_3(h_harness *h, h_node *n, const train_job *job, int *crash) {
   (void)n;
@@ -458,17 +457,6 @@ static void test_late_confirmation_keeps_the_repair(void **state) {
   assert_int_equal(dc->lost_microbatches + dc->deferred_microbatches, 0);
   assert_agree(&h, ITERS);
   h_free(&h);
-}
-
-/* The live relay of `stage` holding state under `key` (-1: none). */
-static int holder(h_harness *h, int stage, uint64_t key) {
-  for (int i = 0; i < h->n_nodes; i++) {
-    h_node *r = &h->nodes[i];
-    if (!r->alive || r->stage != stage) continue;
-    for (int k = 0; k < 64; k++)
-      if (r->states[k].used && r->states[k].key == key) return i;
-  }
-  return -1;
 }
 
 /* Iteration 2: stages 1 and 2 of a microbatch's path die as its loss is
