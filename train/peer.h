@@ -555,6 +555,7 @@ typedef struct train_counters {
   uint64_t wire_tensors, wire_bytes, wire_f32_bytes;
   uint64_t signatures_checked; /* certificates and tokens whose signature we checked */
   uint64_t rounds_left_out; /* we contributed, and the average we applied did not list us */
+  uint64_t rounds_deferred; /* we would have aggregated, and followed another member's average instead (agg.deferred) */
   /* averages: signed as aggregator; refused (agg.forged) by the dispatcher (not from
    * the round's aggregator), by the checks of peer_avgsig.c (unsigned, a bad
    * signature, a signer we do not follow, floats that do not match the signed

@@ -87,6 +87,28 @@ static bool joined_lately(const train_peer *p) {
   return p->dl.done_ms && p->now - p->dl.done_ms < 4 * p->cfg.tun.agg_timeout_ms;
 }
 
+/* We joined lately and would aggregate this round ourselves (the lowest
+ * ID our directory lists), but nobody's gradient came to us: the members
+ * whose directories lack us yet (our record is on its way) picked another
+ * of them and aggregated among themselves. That aggregator's average is the
+ * stage's round: we follow it (agg.deferred), leaving our own gradient
+ * out, as for a member that left us out (left_us_out). Before, with no
+ * BEGIN_AGG of theirs to say so (theirs go to their directory's members),
+ * we refused it, waited out the round, stepped with our gradient alone,
+ * and the members, seeing a lower ID's average, fetched our weights: the
+ * stage split and healed without their round's step (homo-churn20 seed
+ * 170: stage 3 lost iteration 7's step and stalled 10 s). */
+static bool aggregating_alone(train_peer *p, const gw_id *from) {
+  const peer_agg *a = &p->agg;
+  if (!p->aggregating || a->phase != AGG_COLLECT || !joined_lately(p) || !peer_is_member(p, p->stage, from, true))
+    return false;
+  gw_id pick = a->picked ? a->aggregator : agg_pick_aggregator(p);
+  if (!gw_id_eq(&pick, &p->cfg.self)) return false;
+  for (uint32_t i = 0; i < a->n_contrib; i++)
+    if (!gw_id_eq(&a->contrib[i].id, &p->cfg.self)) return false;
+  return true;
+}
+
 /* The average of a member that left us out (left_us_out). We joined lately
  * (the common case: our record has not reached its directory yet): its
  * average is the stage's, we follow it (agg.deferred) and pass it on;
@@ -141,7 +163,7 @@ bool agg_is_round_aggregator(train_peer *p, const gw_id *from) {
   /* getting ready, a directory member's average tells us the round ended
    * (missed_while_joining): nothing of it is applied now */
   if (agg_joining_from(p, from)) return true;
-  if (left_us_out(p, from)) return true;
+  if (left_us_out(p, from) || aggregating_alone(p, from)) return true;
   /* ... and the one we then asked for it (agg_ask_missed_average) */
   if (p->dl.catch_up && gw_id_eq(from, &p->dl.avg_from) && p->iteration == p->dl.iteration) return true;
   gw_id now = agg_pick_aggregator(p);

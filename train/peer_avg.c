@@ -151,6 +151,7 @@ static void begin_average(train_peer *p, const gw_id *from, const Gwtf__TrainGra
     if (agg_i_aggregate(p)) {
       char who[GW_ID_SHORT_LEN + 1];
       peer_short(from, who);
+      p->counters.rounds_deferred++;
       GW_WARN(&p->log, "agg.deferred", "iter=%llu to=%s contributors_waiting=%u", (unsigned long long)g->iteration,
               who, a->n_pass_on);
     }
