@@ -352,7 +352,7 @@ static void target_lost(train_peer *p, peer_mb *mb, int stage, const gw_id *from
     if ((mb->rebuilt & stage_bit(s)) || peer_alive(p, &mb->path[s])) return;
   char who[GW_ID_SHORT_LEN + 1];
   short_of(&suspect, who);
-  GW_INFO(&p->log, "backward.target_lost", "mb=%llx target=%s stage=%d", (unsigned long long)mb->id, who, stage);
+  GW_INFO(&p->log, "backward.target_lost", "mb=%llx target=%s target_stage=%d", (unsigned long long)mb->id, who, stage);
   p->counters.repair_targets_lost++;
   mb->grad_acked = false; /* our loss gradient goes out again, on REPAIR_READY */
   repair_begin(p, mb, S, &p->cfg.self);
