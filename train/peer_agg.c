@@ -416,10 +416,11 @@ static void finish_round(train_peer *p) {
   a->last_avg_total_count = total;
   a->n_last_contributors = a->n_contrib;
   for (uint32_t i = 0; i < a->n_contrib; i++) {
-    a->last_contributors[i] = a->contrib[i].id;
+    const agg_contrib *c = &a->contrib[i];
+    a->last_contributors[i] = c->id;
     gw_id h;
-    gw_id_hash(a->contrib[i].buf, n * sizeof(float), &h);
-    memcpy(a->last_contrib_hashes[i], h.b, 32);
+    if (!c->clipped) gw_id_hash(c->buf, n * sizeof(float), &h);
+    memcpy(a->last_contrib_hashes[i], c->clipped ? c->hash : h.b, 32);
   }
   avgsig_sign_last(p);
   peer_stage_view *v = peer_stage(p, p->stage);

@@ -42,7 +42,8 @@ typedef struct agg_contrib {
   uint64_t received; /* floats */
   bool complete;
   bool rejected; /* failed validation: not waited for, not averaged */
-  uint8_t hash[32]; /* of the floats, listed in the average */
+  bool clipped;  /* scaled down to the round's norm bound (trust_validate_round) */
+  uint8_t hash[32]; /* clipped: of the floats as sent, which the average lists */
 } agg_contrib;
 
 typedef enum agg_phase {

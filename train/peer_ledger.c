@@ -688,3 +688,12 @@ bool ledger_average(train_peer *p, float *out) {
   free(v);
   return true;
 }
+
+void ledger_scale_holder(train_peer *p, const gw_id *holder, float factor) {
+  peer_ledger *L = &p->ledger;
+  for (uint32_t i = 0; i < L->n_grads; i++) {
+    ledger_grad *e = &L->grads[i];
+    if (!e->g || !gw_id_eq(&e->holder, holder)) continue;
+    for (size_t k = 0; k < p->cfg.shape.n_params; k++) e->g[k] *= factor;
+  }
+}

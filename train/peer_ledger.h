@@ -135,5 +135,8 @@ void ledger_round(struct train_peer *p, uint32_t *total);
 /* --deterministic: writes the exact average of ledger_round's microbatches
  * (n_params floats) and returns true; false: average the sums as usual. */
 bool ledger_average(struct train_peer *p, float *out);
+/* --deterministic: scales every microbatch gradient a contributor sent (its
+ * contribution was clipped to the round's norm bound). */
+void ledger_scale_holder(struct train_peer *p, const gw_id *holder, float factor);
 
 #endif

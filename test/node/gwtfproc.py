@@ -163,20 +163,33 @@ def digest(node, n=10):
             " ".join(f"{k}={v}" for k, v in e.items() if k not in skip)[:160] for e in notable]
 
 
+def about(node, ids, n=5):
+    """node's last n notable events that name one of ids (a peer= or
+    similar field): what it did to the node a failure names."""
+    with node.cond:
+        hits = [e for e in node.events if e.get("event") not in ROUTINE and
+                any(str(v)[:8] in ids for k, v in e.items() if k != "node")][-n:]
+    skip = {"ts", "level", "node", "event"}
+    return [f"[{node.name} about it] {e.get('ts', '')[11:23]} {e.get('event')} " +
+            " ".join(f"{k}={v}" for k, v in e.items() if k not in skip)[:160] for e in hits]
+
+
 def main(test):
     """Runs test(), prints PASS/FAIL, exits 0/1. A failure ends with what CI
     shows of it (the tail): the last few notable events of every other node
-    (the cause may be a peer's: test_node_private's restarted relay waited on
-    a stage-mate whose log CI never showed), then those of the node it
-    names, then the failure itself."""
+    and the last few that name the failing node (the cause may be a peer's:
+    test_node_private's restarted relay waited on a stage-mate that had
+    banned it, which CI's digest of the stage-mate did not show), then those
+    of the node it names, then the failure itself."""
     try:
         test()
     except Exception as e:  # noqa: BLE001 - any failure fails the test
         msg = str(e)
         named = [n for n in NODES if msg.startswith(f"{n.name}:")]
+        ids = {n.short for n in named if n.id}
         for node in NODES:
             if node not in named and node.events:
-                print("\n".join(digest(node, 3)), file=sys.stderr)
+                print("\n".join(digest(node, 3) + (about(node, ids) if ids else [])), file=sys.stderr)
         for node in named:
             print("\n".join(digest(node)), file=sys.stderr)
         print(f"FAIL: {msg}", file=sys.stderr)

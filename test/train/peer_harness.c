@@ -346,8 +346,15 @@ static void weights_hash(h_node *n, uint8_t out[32]) {
 
 static void run_job_plain(h_node *n, train_job *job);
 
+/* What a hostile node multiplies the gradients it sends by (1: none). */
+static float grad_factor(const h_node *n) {
+  bool scaled = n->grad_scale != 0.0f && train_peer_iteration(n->tp) >= n->grad_scale_from;
+  return scaled ? n->grad_scale : 1.0f;
+}
+
 /* --deterministic: the job's own gradient into job->grad_part, as
- * train/grad_capture.h does on a real stage (the sum is kept). */
+ * train/grad_capture.h does on a real stage (the sum is kept). A scaled
+ * node scales these too: they are what a deterministic average sums. */
 static void run_job(h_node *n, train_job *job) {
   if (!job->grad_part) {
     run_job_plain(n, job);
@@ -358,7 +365,7 @@ static void run_job(h_node *n, train_job *job) {
   memset(n->g, 0, sizeof(n->g));
   run_job_plain(n, job);
   for (int k = 0; k < H_NP; k++) {
-    job->grad_part[k] += n->g[k];
+    job->grad_part[k] += n->g[k] * grad_factor(n);
     save[k] += n->g[k];
   }
   memcpy(n->g, save, sizeof(save));
@@ -431,11 +438,9 @@ static void run_job_plain(h_node *n, train_job *job) {
     if (st && n->role == TRAIN_DATA) n->in_flight--; /* a deferred microbatch is no longer in flight */
     state_drop(st);
     break;
-  case TRAIN_JOB_GRAD_EXPORT: {
-    bool scaled = n->grad_scale != 0.0f && train_peer_iteration(n->tp) >= n->grad_scale_from;
-    for (int k = 0; k < H_NP; k++) out[k] = n->grad_nan ? NAN : n->g[k] * (scaled ? n->grad_scale : 1.0f);
+  case TRAIN_JOB_GRAD_EXPORT:
+    for (int k = 0; k < H_NP; k++) out[k] = n->grad_nan ? NAN : n->g[k] * grad_factor(n);
     break;
-  }
   case TRAIN_JOB_APPLY:
     for (int k = 0; k < H_NP; k++) n->w[k] -= H_LR * in[k];
     memset(n->g, 0, sizeof(n->g));

@@ -7,7 +7,8 @@ iterations within a few % of the honest run's: `gwtf train-ref` on the same
 microbatches), the honest peers of every stage agree on their weights after
 every aggregation, and a NaN or wrong-shape relay is rejected
 (agg.rejected) and banned (run.banned); scale and random are rejected where
-their aggregator has something to compare them with (see ALWAYS_CAUGHT).
+their aggregator has a median of three to compare them with, and clipped
+where it has less (see ALWAYS_CAUGHT).
 With the checks off (--no-validate-contributions)
 nothing is rejected and the nan run diverges: that is what the defence
 saves. (wrong-shape is not run without checks: a vector of the wrong length
@@ -61,11 +62,11 @@ DIVERGED = 1.25
 
 
 # A NaN or a wrong length is refused wherever it lands. A finite gradient is
-# judged by its norm against the round (the median of three or more, or the
-# aggregator's own) or, loosely, the last round: an aggregator that took no
-# microbatch itself, with the hostile one its only contributor and no round
-# compared before, has nothing to hold it to (docs/TRAINING.md, known
-# limits). Where the flows put the hostile relay decides that, so for scale
+# rejected by its norm only against the round's median of three or more;
+# against the aggregator's own or past rounds' it is clipped (agg.clipped),
+# and an aggregator that took no microbatch itself, with the hostile one its
+# only contributor and no round compared before, has nothing to hold it to
+# (docs/TRAINING.md, known limits). Where the flows put the hostile relay decides that, so for scale
 # and random this test asserts convergence and agreement, and prints the
 # rejections; test_peer_trust asserts them deterministically.
 ALWAYS_CAUGHT = ("nan", "wrong-shape")
