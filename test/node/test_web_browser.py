@@ -52,7 +52,10 @@ def import_selenium():
     return webdriver, Options, Service
 
 
-def browser():
+def browser(profile):
+    """Headless Chromium with its profile, and the temporary files it makes
+    (its singleton socket's directory, which it does not remove), in
+    profile: the caller removes it, and /tmp keeps nothing of the run."""
     webdriver, Options, Service = import_selenium()
     chrome = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
     driver_bin = shutil.which("chromedriver")
@@ -61,11 +64,12 @@ def browser():
     opts = Options()
     opts.binary_location = chrome
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1400,1100", "--no-first-run", "--disable-extensions"):
+              "--window-size=1400,1100", "--no-first-run", "--disable-extensions",
+              f"--user-data-dir={os.path.join(profile, 'profile')}"):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     try:
-        return webdriver.Chrome(service=Service(driver_bin), options=opts)
+        return webdriver.Chrome(service=Service(driver_bin, env=dict(os.environ, TMPDIR=profile)), options=opts)
     except Exception as e:  # noqa: BLE001 - a browser that cannot start here is a skip, with its reason
         skip(f"Chromium did not start: {str(e).splitlines()[0]}")
 
@@ -201,8 +205,12 @@ def flood(driver, peers=100, n=10000):
 
 
 def test(screenshot):
-    driver = browser()  # skips before anything starts when there is no browser
     tmp = tempfile.mkdtemp(prefix="gwtf-web-")
+    try:
+        driver = browser(tmp)  # skips before anything starts when there is no browser
+    except SystemExit:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     sw = None
     try:
         sw = SwarmProc(tmp, ["--relays", "6", "--stages", "3", "--capacity", "3", "--iterations", "10",
