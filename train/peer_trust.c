@@ -448,7 +448,7 @@ static norm_bound round_bound(const train_peer *p, double *sorted, uint32_t m, d
 /* Scales a contribution down to the round's reference norm: past the
  * bound, a norm tells nothing the round can vouch for, so it enters with
  * the norm an honest one has (clipped to the bound itself, a 200x one still
- * stepped 10x too far: the toy model of test_peer_trust diverged). The
+ * stepped 10-40x too far: the toy model of test_peer_trust diverged). The
  * average lists the hash of what its contributor sent (it checks that
  * one); --deterministic averages the microbatches' own gradients, so they
  * are scaled too. */
@@ -474,10 +474,10 @@ static void clip(train_peer *p, agg_contrib *c, double norm, const norm_bound *b
  * contribution above it is a lie: rejected, left out of the average, its
  * sender counted toward a ban; the others still get one average,
  * bit-identical. Against our own norm or past rounds', it is scaled down to
- * the reference instead (clip): one or two norms cannot tell a scaled gradient from an
- * honest spike, and honest ones rise 200x in one iteration on a hard batch
- * (test_node_private in CI: 0.55 -> 110 per microbatch, the loss 3.4 ->
- * 4.9 as train-ref has it on that data). Rejected, the stage skipped its
+ * the reference instead (clip): one or two norms cannot tell a scaled
+ * gradient from an honest spike, and honest ones rise 200x in one iteration
+ * when the model's loss spikes (test_node_private in CI: 0.55 -> 110 per
+ * microbatch, the loss 3.4 -> 4.9 as train-ref has it on that data). Rejected, the stage skipped its
  * step three rounds running while the data nodes' stage took theirs, and
  * the honest member was banned: refused its own stage's weights after a
  * restart. Clipped, its step counts as much as an honest one does, a scaled
