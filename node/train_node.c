@@ -177,7 +177,7 @@ static int start_peer(train_rt *rt) {
     char desc[256];
     train_dataset_describe(&rt->ds, desc, sizeof(desc));
     GW_INFO(&rt->log, "dataset.opened", "path=%s desc=\"%s\"", o->dataset, desc);
-    rt->data_seed = o->data_seed ? o->data_seed : (uint64_t)node_identity(rt->n)->id.b[0] << 8 | 0x5eed;
+    rt->data_seed = o->data_seed ? o->data_seed : train_dataset_seed_for(node_identity(rt->n)->id.b);
     if (train_rt_open_validation(rt) != 0) return GW_EINVAL;
   }
   if (train_rt_probe_compute(rt, data) != 0) return GW_EINVAL;

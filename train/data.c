@@ -223,3 +223,9 @@ int train_synth_corpus(const char *path, size_t bytes, uint64_t seed) {
   free(buf);
   return rc;
 }
+
+uint64_t train_dataset_seed_for(const uint8_t id[32]) {
+  uint64_t seed = 0;
+  for (int i = 0; i < 8; i++) seed = seed << 8 | id[i];
+  return seed ? seed : 1;
+}

@@ -45,6 +45,11 @@ void train_dataset_describe(const train_dataset *ds, char *out, size_t out_len);
 int train_dataset_sample(const train_dataset *ds, uint64_t seed, uint64_t iteration, uint32_t index, int B,
                          int T, int32_t *inputs, int32_t *targets);
 
+/* A data node's sampling seed when none is given: the first 8 bytes of its
+ * node ID (uniformly random), so that two data nodes of a run draw
+ * different microbatches. Never 0 (0 means "not given"). */
+uint64_t train_dataset_seed_for(const uint8_t id[32]);
+
 /* ---- validation (held-out) data ----
  *
  * train_dataset_hold_out cuts the last `fraction` of ds's tokens off: ds then

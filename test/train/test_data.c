@@ -116,6 +116,26 @@ static void test_sampling_is_deterministic(void **state) {
 /* Held-out tokens: training windows never reach into them, the validation
  * set reads them in order, the same every time, and a token file's tail is
  * held out the same way. */
+/* Two data nodes started without --data-seed draw different microbatches.
+ * The seed was once id[0] << 8 | 0x5eed: the OR kept 3 bits of the byte, 8
+ * seeds for all IDs, so one pair of data nodes in 8 trained on the same
+ * stream. */
+static void test_default_seed_differs_per_node(void **state) {
+  (void)state;
+  uint64_t seen[256 * 8];
+  size_t n = 0;
+  for (int byte = 0; byte < 8; byte++)
+    for (int v = 0; v < 256; v++) {
+      uint8_t id[32] = {0};
+      id[byte] = (uint8_t)v;
+      uint64_t s = train_dataset_seed_for(id);
+      assert_true(s != 0);
+      if (v == 0) continue; /* the all-zero ID, once per byte */
+      for (size_t k = 0; k < n; k++) assert_true(seen[k] != s);
+      seen[n++] = s;
+    }
+}
+
 static void test_hold_out_and_validation_set(void **state) {
   (void)state;
   const char *p = path_in_tmp("val.txt");
@@ -197,6 +217,7 @@ int main(void) {
       cmocka_unit_test(test_rejects_invalid_utf8),
       cmocka_unit_test(test_llmc_tokens),
       cmocka_unit_test(test_sampling_is_deterministic),
+      cmocka_unit_test(test_default_seed_differs_per_node),
       cmocka_unit_test(test_hold_out_and_validation_set),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
