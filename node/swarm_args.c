@@ -179,6 +179,7 @@ int swarm_child_args(const swarm_opts *o, const swarm_paths *paths, const swarm_
   }
   if (o->no_validation) ARG("--no-validate-contributions");
   if (o->deterministic) ARG("--deterministic");
+  if (o->rerun_lost) ARG("--rerun-lost");
   if (o->replicate_every >= 0) {
     ARG("--replicate-every");
     ARG("%d", o->replicate_every);

@@ -46,10 +46,11 @@ void cmd_swarm_help(void) {
       "--slowdown F makes every peer's compute F times slower; --slowdowns gives\n"
       "each relay its own factor (cycled), for heterogeneous swarms; --capacities\n"
       "likewise gives each relay its own capacity.\n"
-      "--aggregate and --deterministic are passed to every peer (see gwtf help node);\n"
-      "the summary's \"ledger\" counts what each stage's average covered: duplicates\n"
-      "(0 expected), missing (a member died with its gradient during the aggregation)\n"
-      "and, with --deterministic, microbatches re-run or recovered for a dead member.\n"
+      "--aggregate, --deterministic and --rerun-lost are passed to every peer (see gwtf\n"
+      "help node); the summary's \"ledger\" counts what each stage's average covered:\n"
+      "duplicates (0 expected), missing (a member died with its gradient), microbatches\n"
+      "re-run for a dead member (--rerun-lost, --deterministic) and recovered from a\n"
+      "dead member's shared gradients (--deterministic).\n"
       "TEST TOOLS: --byzantine N:MODE makes the last N relays hostile (gwtf node\n"
       "--byzantine MODE: nan, scale=K, random, wrong-shape, lying-costs), with node IDs\n"
       "above the honest ones so that they contribute rather than aggregate;\n"
@@ -112,6 +113,7 @@ enum {
   SW_BYZANTINE,
   SW_NO_VALIDATE,
   SW_DETERMINISTIC,
+  SW_RERUN_LOST,
   SW_WIRE_DTYPE,
   SW_GRAD_CLIP,
   SW_WIRE_ACCEPT,
@@ -170,6 +172,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"byzantine", required_argument, 0, SW_BYZANTINE},
       {"no-validate-contributions", no_argument, 0, SW_NO_VALIDATE},
       {"deterministic", no_argument, 0, SW_DETERMINISTIC},
+      {"rerun-lost", no_argument, 0, SW_RERUN_LOST},
       {"wire-dtype", required_argument, 0, SW_WIRE_DTYPE}, {"grad-clip", required_argument, 0, SW_GRAD_CLIP},
       {"wire-accept", required_argument, 0, SW_WIRE_ACCEPT},
       {"http", required_argument, 0, SW_HTTP},
@@ -244,6 +247,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case SW_AGGREGATE: o->aggregate = optarg; break;
     case SW_NO_VALIDATE: o->no_validation = true; break;
     case SW_DETERMINISTIC: o->deterministic = true; break;
+    case SW_RERUN_LOST: o->rerun_lost = true; break;
     case SW_BYZANTINE: {
       char *colon = NULL;
       long k = strtol(optarg, &colon, 10);

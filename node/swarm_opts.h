@@ -27,6 +27,7 @@ typedef struct swarm_opts {
   const char *aggregate; /* --aggregate, passed to every peer (NULL: the node's default) */
   bool no_validation;    /* --no-validate-contributions, passed to every peer (tests) */
   bool deterministic;    /* --deterministic, passed to every peer */
+  bool rerun_lost;       /* --rerun-lost, passed to every peer */
   int byzantine;         /* --byzantine N:MODE: the last N relays misbehave (tests) */
   const char *byzantine_mode;
   const char *http;      /* --http [IP:]PORT: the live web view (node/swarm_web.h) */

@@ -212,6 +212,7 @@ static int start_peer(train_rt *rt) {
   cfg.tun.aggregate = o->aggregate;
   cfg.tun.no_validation = o->no_validation;
   cfg.tun.deterministic = o->deterministic;
+  cfg.tun.rerun_lost = o->rerun_lost;
   cfg.tun.byzantine = o->byzantine;
   cfg.tun.byzantine_scale = o->byzantine_scale;
   if (o->byzantine != TRAIN_BYZ_NONE)

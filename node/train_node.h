@@ -92,6 +92,7 @@ typedef struct train_node_opts {
   train_aggregate aggregate;   /* --aggregate mean|trimmed-mean */
   bool no_validation;          /* --no-validate-contributions (tests only) */
   bool deterministic;          /* --deterministic: exactly train-ref's sums (train/peer_ledger.h) */
+  bool rerun_lost;             /* --rerun-lost: re-run microbatches whose gradient died with a member */
   train_byzantine byzantine;   /* --byzantine MODE (test tool) */
   double byzantine_scale;
 } train_node_opts;

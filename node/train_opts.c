@@ -49,6 +49,7 @@ enum {
   T_AGGREGATE,
   T_NO_VALIDATE,
   T_DETERMINISTIC,
+  T_RERUN_LOST,
   T_BYZANTINE,
   T_VAL_FRACTION,
   T_VAL_DATASET,
@@ -103,6 +104,7 @@ const struct option train_node_options[] = {
     {"aggregate", required_argument, 0, T_AGGREGATE},
     {"no-validate-contributions", no_argument, 0, T_NO_VALIDATE},
     {"deterministic", no_argument, 0, T_DETERMINISTIC},
+    {"rerun-lost", no_argument, 0, T_RERUN_LOST},
     {"byzantine", required_argument, 0, T_BYZANTINE},
     {"val-fraction", required_argument, 0, T_VAL_FRACTION},
     {"val-dataset", required_argument, 0, T_VAL_DATASET},
@@ -199,6 +201,10 @@ void train_node_print_help(void) {
          "                             member died, members share each gradient with their stage\n"
          "                             (each holds n_params floats per microbatch of its stage;\n"
          "                             with --aggregate mean only)\n"
+         "  --rerun-lost                a data node re-runs a completed microbatch whose gradient died\n"
+         "                             with a member before the round, while the iteration runs, so\n"
+         "                             every stage counts it once (on with --deterministic; costs\n"
+         "                             time under churn: docs/TRAINING.md, Re-runs)\n"
          "  --no-validate-contributions\n"
          "                             TEST ONLY: take stage members' gradients unchecked (shows what\n"
          "                             the checks save; never use it in a real run)\n"
@@ -341,6 +347,7 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
     return 0;
   case T_NO_VALIDATE: o->no_validation = true; return 0;
   case T_DETERMINISTIC: o->deterministic = true; return 0;
+  case T_RERUN_LOST: o->rerun_lost = true; return 0;
   case T_BYZANTINE:
     if (train_byzantine_parse(arg, &o->byzantine, &o->byzantine_scale) != 0)
       return bad("--byzantine", arg, "nan, scale=K, random, wrong-shape or lying-costs");

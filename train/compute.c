@@ -131,12 +131,29 @@ static void run_captured(train_compute *c, train_job *job) {
   if (job->rc == 0) job->rc = rc;
 }
 
+/* A re-run's job on a stage that holds the microbatch's gradient already:
+ * the stage's sum is put back as it was (train/peer_ledger.h). */
+static void run_dropped(train_compute *c, train_job *job) {
+  size_t n = stage_n_params(c->st);
+  if (!c->cap_save) c->cap_save = malloc(n * sizeof(float));
+  if (!c->cap_save) {
+    job->rc = GW_ENOMEM;
+    return;
+  }
+  job->rc = stage_read(c->st, STAGE_GRADS, 0, n, c->cap_save);
+  if (job->rc != 0) return;
+  run_job(c, job);
+  int rc = stage_write(c->st, STAGE_GRADS, 0, n, c->cap_save);
+  if (job->rc == 0) job->rc = rc;
+}
+
 void train_compute_run(void *ctx, train_job *job) {
   train_compute *c = ctx;
   job->rc = ensure_stage(c);
   if (job->rc != 0) return;
   bool grads = job->kind == TRAIN_JOB_LOSS || job->kind == TRAIN_JOB_BACKWARD || job->kind == TRAIN_JOB_EMBED_BACKWARD;
-  if (grads && job->grad_part) run_captured(c, job);
+  if (grads && job->drop_grad) run_dropped(c, job);
+  else if (grads && job->grad_part) run_captured(c, job);
   else run_job(c, job);
 }
 

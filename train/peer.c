@@ -153,7 +153,8 @@ train_job *peer_submit(train_peer *p, train_job_kind kind, peer_mb *mb, const vo
   job->out_bytes = out_bytes;
   job->targets = mb ? mb->targets : NULL;
   job->owner = mb;
-  job->grad_part = ledger_part_for(p, mb, kind);
+  job->drop_grad = ledger_drops_grad(p, mb, kind);
+  job->grad_part = job->drop_grad ? NULL : ledger_part_for(p, mb, kind);
   if (p->io.compute(p->io.ud, job) != 0) {
     free(job);
     return NULL;

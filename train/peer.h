@@ -141,6 +141,10 @@ typedef struct train_job {
    * gradient is added into this (n_params floats, the peer's; see
    * train/grad_capture.h); NULL: accumulate as usual. */
   float *grad_part;
+  /* LOSS / BACKWARD / EMBED_BACKWARD of a ledger re-run on a stage that
+   * holds its gradient already: the job's weight gradient is dropped (the
+   * stage's sum is as before the job); its outputs are as usual. */
+  bool drop_grad;
   /* Buffers the peer let go of while this job still reads or writes them
    * (its microbatch or round was abandoned): they live until the job ends
    * and are freed with it, by train_job_free. */
@@ -323,6 +327,8 @@ typedef struct train_tunables {
   double byzantine_scale;        /* TRAIN_BYZ_SCALE: multiply our contribution by this (100) */
   bool deterministic;            /* --deterministic: per-microbatch gradients summed in microbatch-ID
                                     order (train/peer_ledger.h), bit for bit train-ref's (false) */
+  bool rerun_lost;               /* --rerun-lost: a data node re-runs a completed microbatch whose
+                                    gradient died with a member (false; implied by deterministic) */
   /* Live rebalancing (the leader, train/peer_rebalance.c): a relay is moved
    * into the bottleneck stage once the same move would have raised the
    * bottleneck's rate by more than rebalance_margin for rebalance_after
@@ -569,7 +575,7 @@ typedef struct train_counters {
    * deferred by their data node (extra); rounds averaged exactly
    * (--deterministic) */
   uint64_t ledger_duplicates, ledger_missing, ledger_extra, ledger_exact_rounds;
-  uint64_t ledger_reruns; /* data, --deterministic: microbatches run again for a member that died */
+  uint64_t ledger_reruns; /* data, --rerun-lost or --deterministic: microbatches run again for a member that died */
   uint64_t ledger_recovered; /* aggregator, --deterministic: missing, but a dead member had shared it */
   uint64_t iterations_skipped; /* a stage left behind moved on without the steps between (peer_behind.c) */
   uint64_t downloads_stale; /* the stage aggregated while we fetched: fetched again */

@@ -98,11 +98,12 @@ void data_mb_finished(train_peer *p, peer_mb *mb, mb_end how) {
 }
 
 static int data_launch_attempt(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot,
-                               uint32_t attempt) {
+                               uint32_t attempt, uint64_t rerun_stages) {
   uint64_t id = (orig_iteration << 20) | index;
   peer_mb *mb = mb_new(p, &p->cfg.self, id);
   if (!mb) return GW_ENOMEM;
   mb->attempt = attempt;
+  mb->rerun_stages = rerun_stages;
   mb->key = mb_key(&p->cfg.self, id, attempt);
   size_t bt = (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T;
   mb->iteration = p->iteration;
@@ -126,13 +127,13 @@ static int data_launch_attempt(train_peer *p, uint64_t orig_iteration, uint32_t 
 }
 
 static int data_launch(train_peer *p, uint64_t orig_iteration, uint32_t index, uint32_t slot) {
-  return data_launch_attempt(p, orig_iteration, index, slot, 0);
+  return data_launch_attempt(p, orig_iteration, index, slot, 0, 0);
 }
 
-int data_rerun(train_peer *p, uint64_t id, uint32_t attempt) {
+int data_rerun(train_peer *p, uint64_t id, uint32_t attempt, uint64_t stages) {
   if (!p->iter_running || p->iter_wrap_up || p->aggregating) return GW_EAGAIN;
   if (mb_find(p, &p->cfg.self, id)) return GW_EEXIST; /* running again already */
-  int rc = data_launch_attempt(p, id >> 20, (uint32_t)(id & 0xfffff), 0, attempt);
+  int rc = data_launch_attempt(p, id >> 20, (uint32_t)(id & 0xfffff), 0, attempt, stages);
   if (rc == 0) p->iter_sent--; /* not one of the iteration's microbatches: it takes no refill's turn */
   return rc;
 }

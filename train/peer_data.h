@@ -11,10 +11,11 @@
 /* peer_data.c: the data node's iteration (its microbatches' trip: train/peer_mb.h) */
 void data_tick(train_peer *p);
 void data_start_iteration(train_peer *p);
-/* Launches a completed microbatch of this iteration again, with `attempt`
- * (train/peer_ledger.c: a member on its path died with its gradient).
- * GW_EAGAIN: the iteration is over or wrapping up; GW_EEXIST: it runs. */
-int data_rerun(train_peer *p, uint64_t id, uint32_t attempt);
+/* Launches a completed microbatch of this iteration again, with `attempt`,
+ * for `stages` (bit s: stage s accumulates it; train/peer_ledger.c: a
+ * member on its path died with its gradient). GW_EAGAIN: the iteration is
+ * over or wrapping up; GW_EEXIST: it runs. */
+int data_rerun(train_peer *p, uint64_t id, uint32_t attempt, uint64_t stages);
 bool data_routes_ready(train_peer *p, uint32_t want, uint32_t *slots);
 uint32_t data_share(train_peer *p);
 

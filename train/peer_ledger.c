@@ -16,6 +16,8 @@
 #define LEDGER_MAX_GRADS 1024
 
 static bool det(const train_peer *p) { return p->cfg.tun.deterministic; }
+/* Data node: whether a microbatch whose gradient died with a member is run again. */
+static bool reruns_on(const train_peer *p) { return p->cfg.role == TRAIN_DATA && (det(p) || p->cfg.tun.rerun_lost); }
 
 static int mb_cmp(const ledger_mb *a, const ledger_mb *b) {
   if (a->id != b->id) return a->id < b->id ? -1 : 1;
@@ -23,6 +25,14 @@ static int mb_cmp(const ledger_mb *a, const ledger_mb *b) {
 }
 
 static bool mb_eq(const ledger_mb *a, const ledger_mb *b) { return mb_cmp(a, b) == 0; }
+
+static int mine_index(const peer_ledger *L, const ledger_mb *m) {
+  for (uint32_t i = 0; i < L->n_mine; i++)
+    if (mb_eq(&L->mine[i], m)) return (int)i;
+  return -1;
+}
+
+static bool in_mine(const peer_ledger *L, const ledger_mb *m) { return mine_index(L, m) >= 0; }
 
 static bool grow(void **arr, uint32_t *cap, uint32_t need, size_t elem) {
   if (need <= *cap) return true;
@@ -76,9 +86,23 @@ static void mb_hex(const ledger_mb *m, char origin[GW_ID_SHORT_LEN + 1]) { peer_
 
 /* ---- a member's own microbatches ---- */
 
+static bool is_grad_job(train_job_kind kind) {
+  return kind == TRAIN_JOB_LOSS || kind == TRAIN_JOB_BACKWARD || kind == TRAIN_JOB_EMBED_BACKWARD;
+}
+
+bool ledger_drops_grad(train_peer *p, peer_mb *mb, train_job_kind kind) {
+  if (!mb || mb->eval || !is_grad_job(kind) || !ledger_is_rerun(mb) || mb->iteration != p->iteration) return false;
+  sync(p);
+  ledger_mb e = {mb->origin, mb->id, true};
+  bool ours = p->stage >= 0 && p->stage < 64 && (mb->rerun_stages >> p->stage) & 1;
+  /* not our stage's to redo (its holder lives), or we hold it already */
+  bool drop = (mb->rerun_stages && !ours) || in_mine(&p->ledger, &e);
+  mb->grad_dropped = drop;
+  return drop;
+}
+
 float *ledger_part_for(train_peer *p, peer_mb *mb, train_job_kind kind) {
-  if (!det(p) || !mb || mb->eval) return NULL;
-  if (kind != TRAIN_JOB_LOSS && kind != TRAIN_JOB_BACKWARD && kind != TRAIN_JOB_EMBED_BACKWARD) return NULL;
+  if (!det(p) || !mb || mb->eval || !is_grad_job(kind)) return NULL;
   /* A data node's microbatch gradient is its loss job's plus its embedding
    * backward's (the LM head is tied to the token embedding): without the
    * first, the second alone would be a wrong gradient, so it is not taken. */
@@ -130,18 +154,36 @@ static void log_path(train_peer *p, const char *event, const peer_mb *mb) {
             (unsigned long long)mb->id, path);
 }
 
-/* Data node: entry i's path is mb's; a member on it that is already gone
- * (it died after its backward, before the microbatch completed here) took
- * its stage's gradient: a re-run is wanted. */
+static uint8_t *path_row(peer_ledger *L, uint32_t i, size_t plen) { return L->paths + (size_t)i * plen * GW_ID_BYTES; }
+
+/* Data node: entry i's stages, the bits of stages whose holder (the peer
+ * that accumulated it) is gone: it died after its backward, before the
+ * iteration's round, and took that stage's gradient with it. */
+static uint64_t dead_holders(train_peer *p, uint32_t i) {
+  peer_ledger *L = &p->ledger;
+  size_t plen = (size_t)p->cfg.n_stages + 1;
+  const uint8_t *row = path_row(L, i, plen);
+  uint64_t dead = 0;
+  for (size_t s = 1; s < plen && s < 64; s++) {
+    gw_id h;
+    memcpy(h.b, row + s * GW_ID_BYTES, GW_ID_BYTES);
+    if (!gw_id_is_zero(&h) && !peer_alive(p, &h)) dead |= 1ull << s;
+  }
+  return dead;
+}
+
+/* Data node: entry i's holders are mb's path; a re-run's replaces only the
+ * stages it was for (the others dropped theirs). One already gone wants a
+ * re-run. */
 static void store_path(train_peer *p, uint32_t i, const peer_mb *mb) {
   peer_ledger *L = &p->ledger;
   size_t plen = (size_t)p->cfg.n_stages + 1;
-  uint8_t *row = L->paths + (size_t)i * plen * GW_ID_BYTES;
-  memset(row, 0, plen * GW_ID_BYTES);
-  for (uint32_t s = 0; s < mb->path_len && s < plen; s++) {
-    memcpy(row + s * GW_ID_BYTES, mb->path[s].b, GW_ID_BYTES);
-    if (s > 0 && p->cfg.tun.deterministic && !peer_alive(p, &mb->path[s])) L->reruns[i] |= 0x80;
-  }
+  uint8_t *row = path_row(L, i, plen);
+  bool whole = !ledger_is_rerun(mb) || !mb->rerun_stages;
+  if (whole) memset(row, 0, plen * GW_ID_BYTES);
+  for (uint32_t s = 0; s < mb->path_len && s < plen; s++)
+    if (whole || (s < 64 && (mb->rerun_stages >> s) & 1)) memcpy(row + s * GW_ID_BYTES, mb->path[s].b, GW_ID_BYTES);
+  if (reruns_on(p) && dead_holders(p, i)) L->reruns[i] |= 0x80;
 }
 
 void ledger_on_backward(train_peer *p, peer_mb *mb) {
@@ -151,13 +193,14 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
   ledger_mb e = {mb->origin, mb->id, ledger_is_rerun(mb)};
   char origin[GW_ID_SHORT_LEN + 1];
   mb_hex(&e, origin);
-  for (uint32_t i = 0; i < L->n_mine; i++) {
-    if (!mb_eq(&L->mine[i], &e)) continue;
-    if (ledger_is_rerun(mb)) {
-      /* expected: we keep the gradient we have (the same bits, by ID) */
-      if (p->cfg.role == TRAIN_DATA) store_path(p, i, mb);
-      return;
-    }
+  int i = mine_index(L, &e);
+  if (i >= 0 && ledger_is_rerun(mb)) {
+    /* expected: we keep the gradient we have (the re-run's job dropped its) */
+    if (p->cfg.role == TRAIN_DATA) store_path(p, (uint32_t)i, mb);
+    return;
+  }
+  if (mb->grad_dropped) return; /* a re-run for other stages: a stage-mate holds ours */
+  if (i >= 0) {
     /* Its gradient is in our sum twice; with --deterministic the copy by
      * ID is kept once (the second one is not stored). */
     p->counters.ledger_duplicates++;
@@ -195,53 +238,55 @@ void ledger_on_backward(train_peer *p, peer_mb *mb) {
   share_grad(p, g);
 }
 
-/* ---- re-runs (--deterministic, data node) ---- */
+/* ---- re-runs (data node) ---- */
 
 void ledger_peer_down(train_peer *p, const gw_id *peer) {
-  if (!p->cfg.tun.deterministic || p->cfg.role != TRAIN_DATA || p->ledger.iteration != p->iteration) return;
+  if (!reruns_on(p) || p->ledger.iteration != p->iteration) return;
   peer_ledger *L = &p->ledger;
   size_t plen = (size_t)p->cfg.n_stages + 1;
   for (uint32_t i = 0; i < L->n_mine; i++) {
-    const uint8_t *row = L->paths + (size_t)i * plen * GW_ID_BYTES;
+    const uint8_t *row = path_row(L, i, plen);
     for (size_t s = 1; s < plen; s++)
       if (memcmp(row + s * GW_ID_BYTES, peer->b, GW_ID_BYTES) == 0) L->reruns[i] |= 0x80;
   }
   ledger_launch_reruns(p);
 }
 
-void ledger_launch_reruns(train_peer *p) {
-  if (!p->cfg.tun.deterministic || p->cfg.role != TRAIN_DATA || p->ledger.iteration != p->iteration) return;
+/* Entry i is wanted again: launch it for the stages whose holder is gone. */
+static void launch_one(train_peer *p, uint32_t i) {
   peer_ledger *L = &p->ledger;
-  for (uint32_t i = 0; i < L->n_mine; i++) {
-    if (!(L->reruns[i] & 0x80)) continue;
-    uint32_t done = L->reruns[i] & 0x7f;
-    char origin[GW_ID_SHORT_LEN + 1];
-    mb_hex(&L->mine[i], origin);
-    if (done >= LEDGER_MAX_RERUNS) {
-      L->reruns[i] = (uint8_t)done;
-      GW_WARN(&p->log, "ledger.rerun_given_up", "iter=%llu mb=%llx reruns=%u", (unsigned long long)p->iteration,
-              (unsigned long long)L->mine[i].id, done);
-      continue;
-    }
-    uint32_t attempt = LEDGER_RERUN_ATTEMPT + ((done + 1) << 8);
-    int rc = data_rerun(p, L->mine[i].id, attempt);
-    if (rc == GW_EAGAIN) {
-      /* the iteration is over (or wrapping up): the aggregators report it missing */
-      L->reruns[i] = (uint8_t)done;
-      GW_WARN(&p->log, "ledger.rerun_too_late", "iter=%llu mb=%llx", (unsigned long long)p->iteration,
-              (unsigned long long)L->mine[i].id);
-      continue;
-    }
-    if (rc == GW_EEXIST) {
-      L->reruns[i] = (uint8_t)done; /* its re-run's path is checked when it completes */
-      continue;
-    }
-    if (rc != 0) continue; /* out of memory: the next completion tries again */
-    L->reruns[i] = (uint8_t)(done + 1);
-    p->counters.ledger_reruns++;
-    GW_INFO(&p->log, "ledger.rerun", "iter=%llu mb=%llx attempt=%u msg=\"a member on its path died with its "
-            "gradient\"", (unsigned long long)p->iteration, (unsigned long long)L->mine[i].id, attempt);
+  uint32_t done = L->reruns[i] & 0x7f;
+  unsigned long long it = (unsigned long long)p->iteration, id = (unsigned long long)L->mine[i].id;
+  L->reruns[i] = (uint8_t)done;
+  uint64_t stages = dead_holders(p, i);
+  if (!stages) return; /* its holders live (a peer that was down is back) */
+  if (done >= LEDGER_MAX_RERUNS) {
+    GW_WARN(&p->log, "ledger.rerun_given_up", "iter=%llu mb=%llx reruns=%u", it, id, done);
+    return;
   }
+  uint32_t attempt = LEDGER_RERUN_ATTEMPT + ((done + 1) << 8);
+  int rc = data_rerun(p, L->mine[i].id, attempt, stages);
+  if (rc == GW_EAGAIN) {
+    /* the iteration is over (or wrapping up): the aggregators report it missing */
+    GW_WARN(&p->log, "ledger.rerun_too_late", "iter=%llu mb=%llx", it, id);
+    return;
+  }
+  if (rc == GW_EEXIST) return; /* its re-run's holders are checked when it completes */
+  if (rc != 0) {
+    L->reruns[i] |= 0x80; /* out of memory: the next completion tries again */
+    return;
+  }
+  L->reruns[i] = (uint8_t)(done + 1);
+  p->counters.ledger_reruns++;
+  GW_INFO(&p->log, "ledger.rerun", "iter=%llu mb=%llx attempt=%u stages=%llx msg=\"a member on its path died "
+          "with its gradient\"", it, id, attempt, (unsigned long long)stages);
+}
+
+void ledger_launch_reruns(train_peer *p) {
+  if (!reruns_on(p) || p->ledger.iteration != p->iteration) return;
+  peer_ledger *L = &p->ledger;
+  for (uint32_t i = 0; i < L->n_mine; i++)
+    if (L->reruns[i] & 0x80) launch_one(p, i);
 }
 
 void ledger_rerun_finished(train_peer *p, peer_mb *mb, bool complete) {
@@ -610,8 +655,9 @@ void ledger_round(train_peer *p, uint32_t *total) {
       }
       uint32_t j = 0;
       while (j < n && !mb_eq(&c[j].mb, m)) j++;
-      if (j < n && (c[j].mb.rerun || m->rerun)) {
-        /* the data node re-ran it: a second copy is expected, the same bits */
+      if (j < n && (c[j].mb.rerun || m->rerun) && det(p)) {
+        /* the data node re-ran it for a holder it thought dead: a second
+         * copy of the same bits; without --deterministic both are in */
         GW_DEBUG(&p->log, "ledger.rerun_copy", "iter=%llu mb=%llx origin=%s member=%s", it,
                  (unsigned long long)m->id, origin, who);
         if (!c[j].grad && det(p)) c[j].grad = usable(L, member, m);

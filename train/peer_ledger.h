@@ -96,6 +96,10 @@ typedef struct peer_ledger {
 struct peer_mb;
 
 void ledger_free(struct train_peer *p);
+/* Whether a gradient job of mb drops its weight gradient (sets
+ * mb->grad_dropped): mb is a re-run, and our stage is not one it is for, or
+ * we hold its gradient already. */
+bool ledger_drops_grad(struct train_peer *p, struct peer_mb *mb, train_job_kind kind);
 /* --deterministic: the buffer a gradient job of mb adds its own gradient
  * into (mb->gpart, allocated here; LOSS starts a new one, EMBED_BACKWARD
  * adds to it); NULL otherwise or when out of memory. */
@@ -103,11 +107,12 @@ float *ledger_part_for(struct train_peer *p, struct peer_mb *mb, train_job_kind 
 /* mb's backward (a data node's embedding backward: it completed) is done
  * on us: list it, or report it as a duplicate; keep its own gradient. */
 void ledger_on_backward(struct train_peer *p, struct peer_mb *mb);
-/* --deterministic, data node: a completed microbatch whose path holds a
- * member that died took that stage's gradient with it; while the iteration
- * runs, it is run again through the pipeline (a re-run: the stages that
- * still hold its gradient keep theirs, by ID; the dead member's stage
- * computes it anew). ledger_peer_down marks them, ledger_launch_reruns
+/* Data node: a completed microbatch whose path holds a member that died
+ * took that stage's gradient with it; while the iteration runs, it is run
+ * again through the pipeline (a re-run, TrainMicrobatch.rerun_stages: the
+ * dead members' stages compute it anew on another member; the stages that
+ * still hold its gradient compute its backward and drop the weight
+ * gradient; --rerun-lost, implied by --deterministic). ledger_peer_down marks them, ledger_launch_reruns
  * launches what is marked (data_mb_finished calls it before it decides the
  * iteration is over), ledger_rerun_finished accounts for one that ended. */
 bool ledger_is_rerun(const struct peer_mb *mb);

@@ -170,6 +170,7 @@ void mb_fill_msg(Gwtf__TrainMicrobatch *m, ProtobufCBinaryData *path, const peer
   m->origin = id_bytes(&mb->origin);
   m->iteration = mb->iteration;
   m->attempt = mb->attempt;
+  m->rerun_stages = mb->rerun_stages;
   for (uint32_t i = 0; i < mb->path_len; i++) path[i] = id_bytes(&mb->path[i]);
   m->n_path = mb->path_len;
   m->path = path;

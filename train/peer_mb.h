@@ -55,6 +55,8 @@ typedef struct peer_mb {
   uint64_t id, iteration;
   uint32_t index;   /* data: position in the iteration (the router slot) */
   uint32_t attempt; /* bumped by a SWARM-style restart */
+  uint64_t rerun_stages; /* a ledger re-run: the stages that keep its gradient (train/peer_ledger.h) */
+  bool grad_dropped;     /* a re-run's gradient jobs on us dropped theirs: we or a stage-mate hold it */
   mb_fwd fwd;
   mb_bwd bwd;
   mb_end end;

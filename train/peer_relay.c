@@ -158,6 +158,7 @@ void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicroba
   if (!full) p->counters.repair_reserve_used += p->held > p->cfg.capacity;
   mb->iteration = m->iteration;
   mb->attempt = m->attempt;
+  mb->rerun_stages = m->rerun_stages;
   mb->key = mb_key(&origin, m->id, m->attempt);
   mb->flow_in = m->flow_id;
   mb->prev = *from;
@@ -358,7 +359,7 @@ static void backward_done(train_peer *p, peer_mb *mb) {
   mb->has_state = false; /* backward frees the activations kept for it */
   mb->bwd = BWD_DONE;
   p->counters.backward_computed++;
-  if (mb->iteration == p->iteration) p->bwd_count++;
+  if (mb->iteration == p->iteration && !mb->grad_dropped) p->bwd_count++;
   ledger_on_backward(p, mb); /* exactly once: train/peer_ledger.h */
   /* Capacity is activation memory, which the backward just freed; the
    * gradient we keep for a re-send is small. */

@@ -356,6 +356,13 @@ static float grad_factor(const h_node *n) {
  * train/grad_capture.h does on a real stage (the sum is kept). A scaled
  * node scales these too: they are what a deterministic average sums. */
 static void run_job(h_node *n, train_job *job) {
+  if (job->drop_grad) { /* a re-run where the gradient is held: as train/compute.c */
+    float save[H_NP];
+    memcpy(save, n->g, sizeof(save));
+    run_job_plain(n, job);
+    memcpy(n->g, save, sizeof(save));
+    return;
+  }
   if (!job->grad_part) {
     run_job_plain(n, job);
     return;

@@ -370,9 +370,11 @@ def leader_crash(tmp):
 
 
 def churn_soak(tmp):
+    # --rerun-lost: re-runs without --deterministic, across processes (and
+    # under the sanitizers); test_peer_ledger checks what they compute
     n = 30
     s, ev, _ = run_swarm(tmp, "churn_soak", "--relays", "6", "--stages", "3", "--iterations", str(n),
-                         "--churn", "0.2", "--seed", "4", timeout=400)
+                         "--churn", "0.2", "--seed", "4", "--rerun-lost", timeout=400)
     check_common(s, n)
     check(s["crashes"] >= 3, f"only {s['crashes']} crashes")
     ls = [x for x in losses(s) if x is not None]
@@ -381,7 +383,8 @@ def churn_soak(tmp):
     # Known limits), and churn decides which iteration of which run does
     check(sorted(ls[-5:])[2] < sorted(ls[:5])[2] - 0.5, f"loss did not fall: {ls}")
     print(f"churn soak: {s['crashes']} crashes, {s['forward_reroutes']} re-routes, "
-          f"{s['backward_recoveries']} recoveries, loss {ls[0]:.3f} -> {ls[-1]:.3f}")
+          f"{s['backward_recoveries']} recoveries, ledger {s['ledger']}, "
+          f"loss {ls[0]:.3f} -> {ls[-1]:.3f}")
 
 
 def train_ref(tmp, n, *args):
