@@ -654,6 +654,7 @@ static void dispatch(train_peer *p, const gw_id *from, uint32_t type, const uint
     CASE(TRAIN_REPLICA_CHUNK, Gwtf__TrainWeightsChunk, gwtf__train_weights_chunk, join_on_chunk(p, from, m, t))
     CASE(TRAIN_STAGE_LOST, Gwtf__TrainStageLost, gwtf__train_stage_lost, leader_on_stage_lost(p, from, m))
     CASE(TRAIN_MOVE, Gwtf__TrainAssign, gwtf__train_assign, move_on_move(p, from, m))
+    CASE(TRAIN_BANNED, Gwtf__TrainBanned, gwtf__train_banned, trust_on_banned(p, from, m))
 #undef CASE
   default:
     peer_short(from, who);

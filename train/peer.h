@@ -551,6 +551,7 @@ typedef struct train_counters {
    * rejected by validation, bans, resyncs started */
   uint64_t messages_refused, contributions_rejected, peers_banned, resyncs;
   uint64_t contributions_clipped; /* scaled down to a bound no median of three backed (agg.clipped) */
+  uint64_t banned_by; /* TRAIN_BANNED received: a peer refuses our messages (run.banned_by) */
   /* private runs: messages refused for want of a certificate, certificates
    * issued (holders) and verified; downloads refuted by the stage's hashes */
   uint64_t admissions_refused, certs_issued, certs_verified, downloads_refuted;

@@ -204,6 +204,7 @@ typedef struct trust_offender {
   gw_id id;
   uint32_t rejections;   /* contributions rejected since its last ban */
   uint64_t banned_until; /* 0: not banned */
+  uint64_t told_ms;      /* when we last sent it TRAIN_BANNED (0: not this ban) */
 } trust_offender;
 
 typedef struct trust_claim {

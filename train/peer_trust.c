@@ -61,6 +61,8 @@
 #define TRUST_BAN_AFTER 3
 /* ... for this long. */
 #define TRUST_BAN_MS (10 * 60 * 1000)
+/* A banned peer hears of its ban at most this often (TRAIN_BANNED). */
+#define TRUST_TELL_MS (60 * 1000)
 /* A round with nothing to compare a contribution with (one or two, none of
  * ours) holds it to past rounds' norms this many times looser before it
  * clips: honest per-microbatch norms rise tenfold between two iterations
@@ -134,6 +136,8 @@ static const trust_row table[] = {
      * only while its own view shows the stage empty (peer_leader.c) */
     ROW(TRAIN_STAGE_LOST, CIRCLE_ANYONE),
     ROW(TRAIN_MOVE, CIRCLE_LEADER),
+    /* only logged: a forged one tells a user something false, changes nothing */
+    ROW(TRAIN_BANNED, CIRCLE_ANYONE),
 };
 #undef ROW
 
@@ -242,11 +246,34 @@ static void refused_average(train_peer *p, const gw_id *from, const char *why) {
   GW_ERROR(&p->log, "agg.forged", "peer=%s iter=%llu reason=%s", who, (unsigned long long)p->iteration, why);
 }
 
+/* A banned peer is told, at its ban and again at most once a minute while
+ * we refuse it: refused in silence, a restarted honest relay asked its only
+ * stage-mate for weights for 80 s with no word of why (issue 20's CI run). */
+static void tell_banned(train_peer *p, trust_offender *o) {
+  if (!o || !o->banned_until || p->now >= o->banned_until) return;
+  if (o->told_ms && p->now - o->told_ms < TRUST_TELL_MS) return;
+  o->told_ms = p->now;
+  Gwtf__TrainBanned m = GWTF__TRAIN_BANNED__INIT;
+  m.secs_left = (uint32_t)((o->banned_until - p->now + 999) / 1000);
+  m.rejections = o->rejections;
+  peer_send(p, &o->id, GWTF__TRAIN_MSG__TRAIN_BANNED, &m.base, NULL);
+}
+
+void trust_on_banned(train_peer *p, const gw_id *from, const Gwtf__TrainBanned *m) {
+  char who[GW_ID_SHORT_LEN + 1];
+  peer_short(from, who);
+  p->counters.banned_by++;
+  GW_ERROR(&p->log, "run.banned_by", "peer=%s secs=%u rejections=%u msg=\"this peer refuses everything we send "
+           "for %u s: it rejected %u of our gradient contributions (agg.rejected in its log)\"", who, m->secs_left,
+           m->rejections, m->secs_left, m->rejections);
+}
+
 bool trust_admit(train_peer *p, const gw_id *from, uint32_t type) {
   const trust_row *r = row_for(type);
   if (!r) return true; /* the dispatcher logs unknown types */
   if (trust_banned(p, from)) {
     trust_refuse(p, from, type, "banned");
+    tell_banned(p, offender(p, from, false));
     return false;
   }
   /* A private run: every circle is inside the run's members (peer_admit.c). */
@@ -268,8 +295,10 @@ void trust_reject(train_peer *p, const gw_id *from, uint64_t iteration, const ch
   if (!o || o->banned_until) return;
   if (++o->rejections < TRUST_BAN_AFTER) return;
   o->banned_until = p->now + TRUST_BAN_MS;
+  o->told_ms = 0;
   p->counters.peers_banned++;
   GW_WARN(&p->log, "run.banned", "peer=%s rejections=%u secs=%d", who, o->rejections, TRUST_BAN_MS / 1000);
+  tell_banned(p, o);
   /* out of every view at once: not waited for, not picked, not asked */
   for (int s = 0; s <= p->cfg.n_stages; s++) {
     peer_stage_view *v = &p->members[s];

@@ -13,6 +13,8 @@
 bool trust_admit(train_peer *p, const gw_id *from, uint32_t type);
 void trust_refuse(train_peer *p, const gw_id *from, uint32_t type, const char *reason);
 bool trust_banned(train_peer *p, const gw_id *id);
+/* TRAIN_BANNED: a peer says it banned us (logged as run.banned_by). */
+void trust_on_banned(train_peer *p, const gw_id *from, const Gwtf__TrainBanned *m);
 /* A contribution failed validation: logged, counted toward a ban. */
 void trust_reject(train_peer *p, const gw_id *from, uint64_t iteration, const char *reason);
 /* The aggregator checks the round's complete contributions (shape was

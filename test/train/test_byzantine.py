@@ -143,9 +143,11 @@ def main():
                 check(s["unexpected_exits"] == 0, f"{mode}: a peer exited abnormally")
                 rejected = [e for e in ev if e["event"] == "agg.rejected" and e["f"].get("peer") == bad]
                 banned = [e for e in ev if e["event"] == "run.banned" and e["f"].get("peer") == bad]
+                told = [e for e in ev if e["event"] == "run.banned_by" and e["name"] == name]
                 if mode in ALWAYS_CAUGHT:
                     check(rejected, f"{mode}: {name} ({bad}) was never rejected")
                     check(banned, f"{mode}: {name} ({bad}) was never banned")
+                    check(told, f"{mode}: {name} ({bad}) was banned and never told (run.banned_by)")
                 cut = [(e["name"], e["event"], e["rest"].strip()) for e in ev
                        if e["event"] in ("flow.cost_claim_clamped", "flow.rate_limited")]
                 check(not cut, f"{mode}: an honest peer's costs were clamped or its flow messages cut: {cut}")

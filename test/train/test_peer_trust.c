@@ -169,7 +169,7 @@ static void test_forged_claims_make_nobody_resync(void **state) {
 /* A hostile stage-1 member (not the aggregator: it would not be checked). */
 typedef struct hostile_run {
   double first_loss, last_loss;
-  uint64_t rejected, banned;
+  uint64_t rejected, banned, told; /* told: TRAIN_BANNED the hostile member received */
   bool finished, agree;
 } hostile_run;
 
@@ -186,6 +186,7 @@ static void run_hostile(bool nan, float scale, bool validate, hostile_run *r) {
   r->last_loss = h.nodes[d].last_loss;
   r->rejected = C(&h, agg)->contributions_rejected;
   r->banned = C(&h, agg)->peers_banned;
+  r->told = C(&h, bad)->banned_by;
   h.nodes[bad].stage = 99; /* the honest ones must agree */
   char why[200] = "";
   r->agree = h_hashes_agree(&h, ITERS, why, sizeof(why));
@@ -204,6 +205,8 @@ static void check_hostile(bool nan, float scale) {
   assert_true(r.last_loss < r.first_loss);
   assert_true(r.rejected >= 3);
   assert_int_equal(r.banned, 1);
+  /* it was told (at its ban; again at most once a minute: the run is shorter) */
+  assert_int_equal(r.told, 1);
   run_hostile(nan, scale, false, &off);
   if (verbose()) fprintf(stderr, "hostile: checked loss %g, unchecked %g\n", r.last_loss, off.last_loss);
   assert_true(!isfinite(off.last_loss) || off.last_loss > 10 * r.last_loss);
