@@ -202,7 +202,8 @@ typedef struct peer_pending_snapshot {
 
 typedef struct trust_offender {
   gw_id id;
-  uint32_t rejections;   /* contributions rejected since its last ban */
+  uint32_t rejections;   /* contributions rejected since its last ban or clean stretch */
+  uint64_t rejected_iteration; /* the iteration of its last rejection */
   uint64_t banned_until; /* 0: not banned */
   uint64_t told_ms;      /* when we last sent it TRAIN_BANNED (0: not this ban) */
 } trust_offender;

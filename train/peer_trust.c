@@ -61,6 +61,11 @@
 #define TRUST_BAN_AFTER 3
 /* ... for this long. */
 #define TRUST_BAN_MS (10 * 60 * 1000)
+/* A rejection is forgotten after this many iterations without another: a
+ * member rejected now and then over a long run (an honest one in a judged
+ * round, say) is not banned for rejections months apart. One that fails
+ * every few rounds is (what it sends is left out every time anyway). */
+#define TRUST_STRIKE_ITERS 8
 /* A banned peer hears of its ban at most this often (TRAIN_BANNED). */
 #define TRUST_TELL_MS (60 * 1000)
 /* A round with nothing to compare a contribution with (one or two, none of
@@ -293,6 +298,8 @@ void trust_reject(train_peer *p, const gw_id *from, uint64_t iteration, const ch
   if (gw_id_eq(from, &p->cfg.self)) return; /* our own: nobody to ban */
   trust_offender *o = offender(p, from, true);
   if (!o || o->banned_until) return;
+  if (o->rejections && iteration > o->rejected_iteration + TRUST_STRIKE_ITERS) o->rejections = 0;
+  o->rejected_iteration = iteration;
   if (++o->rejections < TRUST_BAN_AFTER) return;
   o->banned_until = p->now + TRUST_BAN_MS;
   o->told_ms = 0;

@@ -346,10 +346,16 @@ static void weights_hash(h_node *n, uint8_t out[32]) {
 
 static void run_job_plain(h_node *n, train_job *job);
 
+/* Whether a hostile node misbehaves in the iteration it is in. */
+static bool hostile_now(const h_node *n) {
+  uint64_t it = train_peer_iteration(n->tp);
+  if (it < n->grad_scale_from) return false;
+  return !n->hostile_every || (it - n->grad_scale_from) % n->hostile_every == 0;
+}
+
 /* What a hostile node multiplies the gradients it sends by (1: none). */
 static float grad_factor(const h_node *n) {
-  bool scaled = n->grad_scale != 0.0f && train_peer_iteration(n->tp) >= n->grad_scale_from;
-  return scaled ? n->grad_scale : 1.0f;
+  return n->grad_scale != 0.0f && hostile_now(n) ? n->grad_scale : 1.0f;
 }
 
 /* --deterministic: the job's own gradient into job->grad_part, as
@@ -446,7 +452,7 @@ static void run_job_plain(h_node *n, train_job *job) {
     state_drop(st);
     break;
   case TRAIN_JOB_GRAD_EXPORT:
-    for (int k = 0; k < H_NP; k++) out[k] = n->grad_nan ? NAN : n->g[k] * grad_factor(n);
+    for (int k = 0; k < H_NP; k++) out[k] = n->grad_nan && hostile_now(n) ? NAN : n->g[k] * grad_factor(n);
     break;
   case TRAIN_JOB_APPLY:
     for (int k = 0; k < H_NP; k++) n->w[k] -= H_LR * in[k];

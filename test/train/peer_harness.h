@@ -61,6 +61,8 @@ typedef struct h_node {
   float grad_scale;        /* hostile: exports its gradient times this (0: 1) */
   uint64_t grad_scale_from; /* grad_scale from this iteration on (0: from the start) */
   bool grad_nan;           /* hostile: exports NaN gradients */
+  uint64_t hostile_every;  /* grad_scale / grad_nan only every this many iterations from
+                              grad_scale_from on (0: every iteration) */
   bool bad_snapshot;       /* hostile: serves its weights + 1 to joiners (its own stay right) */
   bool unrouted;           /* the router never picks it (a driver's flows leave out revoked peers) */
   uint64_t unrouted_from;  /* unrouted from this iteration on (0: from the start) */

@@ -26,16 +26,21 @@ static const train_counters *C(h_harness *h, int i) { return train_peer_counters
 
 /* One data node, PER_STAGE relays per stage (fixed, seeded init), and a
  * stranger: a connected peer that is in no stage. */
-static int build(h_harness *h, uint64_t seed, bool validate, bool deterministic, int *stranger) {
+static int build_iters(h_harness *h, uint64_t seed, bool validate, bool deterministic, uint64_t iters,
+                       int *stranger) {
   h_init(h, STAGES, seed, verbose());
   h->tun.no_validation = !validate;
   h->tun.deterministic = deterministic;
-  int d = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
+  int d = h_add(h, TRAIN_DATA, 0, M, iters, true);
   for (int s = 1; s <= STAGES; s++)
     for (int k = 0; k < PER_STAGE; k++) h_add(h, TRAIN_RELAY, s, M, 0, true);
   *stranger = h_add(h, TRAIN_RELAY, -1, M, 0, false); /* never started: never placed */
   for (int i = 0; i < *stranger; i++) h_start(h, i);
   return d;
+}
+
+static int build(h_harness *h, uint64_t seed, bool validate, bool deterministic, int *stranger) {
+  return build_iters(h, seed, validate, deterministic, ITERS, stranger);
 }
 
 static int by_id(h_harness *h, int stage, int *out) { return h_by_id(h, stage, out, 8); }
@@ -297,6 +302,42 @@ static void test_lone_scaled_gradient_is_clipped_deterministic(void **state) {
   check_lone_scaled(true);
 }
 
+/* A stage-1 member sends NaN every `every` iterations from iteration 2,
+ * over 32 iterations; returns its rejections and bans at the aggregator. */
+static void run_now_and_then(uint64_t every, uint64_t *rejected, uint64_t *banned) {
+  h_harness h;
+  int stranger, d = build_iters(&h, 31, true, false, 32, &stranger);
+  (void)d;
+  int s1[8];
+  by_id(&h, 1, s1);
+  int bad = s1[PER_STAGE - 1], agg = s1[0];
+  h.nodes[bad].grad_nan = true;
+  h.nodes[bad].grad_scale_from = 2;
+  h.nodes[bad].hostile_every = every;
+  assert_true(h_run_until_finished(&h, 600000));
+  *rejected = C(&h, agg)->contributions_rejected;
+  *banned = C(&h, agg)->peers_banned;
+  if (verbose())
+    fprintf(stderr, "NaN every %llu: rejected %llu, banned %llu\n", (unsigned long long)every,
+            (unsigned long long)*rejected, (unsigned long long)*banned);
+  h_free(&h);
+}
+
+/* Rejections are forgotten after TRUST_STRIKE_ITERS (8) clean iterations:
+ * a member rejected every 10 iterations is rejected each time and never
+ * banned (before: banned at its third rejection, 20 iterations after the
+ * first); one rejected every other iteration is banned at its third. */
+static void test_rejections_now_and_then_are_forgotten(void **state) {
+  (void)state;
+  uint64_t rejected, banned;
+  run_now_and_then(10, &rejected, &banned);
+  assert_int_equal(rejected, 3); /* iterations 2, 12, 22 */
+  assert_int_equal(banned, 0);
+  run_now_and_then(2, &rejected, &banned);
+  assert_int_equal(rejected, 3); /* 2, 4, 6: then banned, nothing more of it is taken */
+  assert_int_equal(banned, 1);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_forged_nan_average_is_refused),
@@ -305,6 +346,7 @@ int main(void) {
       cmocka_unit_test(test_nan_contributor_is_rejected_and_banned),
       cmocka_unit_test(test_scaled_contributor_is_rejected),
       cmocka_unit_test(test_lone_spike_is_clipped_not_banned),
+      cmocka_unit_test(test_rejections_now_and_then_are_forgotten),
       cmocka_unit_test(test_lone_scaled_gradient_is_bounded_by_the_clip),
       cmocka_unit_test(test_lone_scaled_gradient_is_clipped_deterministic),
   };
