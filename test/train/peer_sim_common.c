@@ -115,3 +115,28 @@ void assert_losses_match_reference(h_harness *h, int d, ref_model *out) {
   }
   if (out) *out = rm;
 }
+
+/* ---- crashes ---- */
+
+/* Crash the stage-`stage` relay that carried a microbatch when its loss is
+ * computed, i.e. after its forward and before its backward. */
+bool crash_stage_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash, int stage) {
+  if (job->kind != TRAIN_JOB_LOSS || train_peer_iteration(n->tp) != 2) return false;
+  for (int i = 0; i < h->n_nodes; i++) {
+    h_node *r = &h->nodes[i];
+    if (!r->alive || r->stage != stage) continue;
+    for (int k = 0; k < 64; k++)
+      if (r->states[k].used && r->states[k].key == job->key) {
+        *crash = i;
+        return true;
+      }
+  }
+  return false;
+}
+
+bool crash_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash) {
+  return crash_stage_before_backward(h, n, job, crash, 2);
+}
+
+/* How long a data node waits for a microbatch's backward after its loss. */
+uint64_t trip_deadline_ms(const h_harness *h) { return h->tun.hop_timeout_ms * (uint64_t)(h->n_stages + 2); }

@@ -48,4 +48,14 @@ const train_counters *C(h_harness *h, int i);
  * rounding; the reference's final weights into *out when it is not NULL. */
 void assert_losses_match_reference(h_harness *h, int d, ref_model *out);
 
+/* ---- crashes (h_job_hook) ---- */
+
+/* In iteration 2, the stage-`stage` relay that carried a microbatch dies
+ * as its loss is computed: after its forward, before its backward. */
+bool crash_stage_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash, int stage);
+/* ... the stage-2 relay. */
+bool crash_before_backward(h_harness *h, h_node *n, const train_job *job, int *crash);
+/* How long a data node waits for a microbatch's backward after its loss. */
+uint64_t trip_deadline_ms(const h_harness *h);
+
 #endif
