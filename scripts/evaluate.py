@@ -337,68 +337,71 @@ Bold: the better mean of the pair.
 ## Reading the results
 
 What the logs of these runs (`swarm.log` in each run's folder) show
-(grid of 2026-11-27: both halves with the code of 23bb1c4, SWARM first in
-each cell, nothing else on the machine, at `nice -n -10`; figures of the
-grid before, e185978 on 2026-11-26, in brackets):
+(grid of 2026-12-08: both halves with the code of cf835b9, SWARM first in
+each cell, at normal priority, with a single-threaded PyTorch job at `nice
+-n 19` beside most of it; figures of the grid before, 23bb1c4 on
+2026-11-27, in brackets; docs/evaluation/changes.md, "Grid of 2026-12-08",
+has both tables):
 
-- Without churn GWTF's flows send work down the cheapest paths: 32 % less
+- Without churn GWTF's flows send work down the cheapest paths: 26 % less
   communication per microbatch than SWARM's round-robin on heterogeneous
-  relays (1.39 against 2.03 s) and 36 % less on homogeneous ones (1.12
-  against 1.76 s), and 24 % (homogeneous) and 2 % (heterogeneous) less
-  time per microbatch [9 %, 22 %]. In one heterogeneous run (seed 100)
-  GWTF trained 6 microbatches per iteration instead of 8: the flows gave
-  d0 4 of the 5 paths the narrowest stages allow and d1 one. d0 finished
-  its 4 in 0.7 s, so d1 wrapped up (`iteration.wrapping_up`): it finished
-  the 2 microbatches on their way and deferred the other 2, in every iteration
-  (time per microbatch 0.54 s, still the middle of the three). The flows
-  are min-cost max-flow over both data nodes, with nothing to share them
-  fairly between data nodes. A
-  data node starts its share of the narrowest stage rounded up (rounded
-  down, with 3 slots and 2 data nodes each sent its microbatches one after
-  another).
+  relays (1.68 against 2.25 s) and 28 % less on homogeneous ones (1.11
+  against 1.55 s) [32 %, 36 %], and 16 % (heterogeneous) and 28 %
+  (homogeneous) less time per microbatch [2 %, 24 %]. Every run of both
+  routings trained all 8 microbatches of every iteration without churn
+  [one heterogeneous GWTF run trained 6: its flows gave one data node 4 of
+  the 5 paths; a data node now starts its share of the narrowest stage
+  rounded up]. The flows are min-cost max-flow over both data nodes, with
+  nothing to share them fairly between data nodes.
 - Under churn the two recoveries differ most. A SWARM microbatch whose
   backward breaks waits out its trip deadline (16 s) and then a whole new
-  trip: SWARM's churned iterations took a median 6.4 s, 90th percentile
-  22.5 s, against GWTF's median 5.1 s, 90th percentile 7.3 s [SWARM 5.4
-  and 21.3 s, GWTF 4.7 and 7.2 s]. A GWTF repair took up to 7.2 s to the
-  microbatch's completion (median 0.81 s, 115 repairs [0.68 s]); the
-  gradient flowed again past the gap after a median 0.36 s, 95th
-  percentile 0.65 s [0.29 and 0.58 s] (`scripts/churn_times.py` over the
-  four churned GWTF cells). Hence 43–60 % less time per microbatch under
-  churn [39–62 %].
+  trip: SWARM's churned iterations took a median 5.4 s, 90th percentile
+  20.6 s, against GWTF's median 4.5 s, 90th percentile 7.2 s [SWARM 6.4
+  and 22.5 s, GWTF 5.1 and 7.3 s]. A GWTF repair took at most 2.3 s to the
+  microbatch's completion (median 0.85 s, 117 repairs) [at most 7.2 s,
+  median 0.81 s, 115 repairs]; the gradient flowed again past the gap
+  after a median 0.39 s, 95th percentile 0.85 s [0.36 and 0.65 s], and a
+  gradient that reached a gap waited there a median 0.19 s, 95th
+  percentile 0.80 s (`scripts/churn_times.py` over the four churned GWTF
+  cells). Hence 65–70 % less time per microbatch than SWARM under
+  homogeneous churn and 32–36 % under heterogeneous churn [43–60 %]:
+  SWARM's heterogeneous churn cells got faster since (1.40 → 1.11 s at
+  10 %, 1.96 → 1.22 s at 20 %; the placement and rejoin changes both
+  routings share), GWTF's less (0.80 → 0.76 s, 0.91 → 0.78 s).
+- Against its own fault-free cell GWTF's churn costs 1.32× (homogeneous
+  10 %), 1.70× (20 %), 1.59× and 1.63× (heterogeneous) the time per
+  microbatch here; the cells use different seeds (churn0 100–102, churn10
+  110–112, churn20 120–122), and the ratio against the same seeds without
+  churn is the one issue 20 targets (1.15×, 1.3×): measured at 502f172 in
+  "Churn against the same seeds without it" below (1.38×, 1.66×, 1.38×,
+  1.93×).
 - A relay killed by churn comes back as a new peer: from its start, the
-  run record was found after a median 0.20 s, it was placed at 0.64 s,
-  ready at 1.63 s and carried its first forward at 4.9 s (GWTF, 188
-  rejoins; the grid before: 0.20, 0.69, 2.2 and 5.8 s; docs/TRAINING.md,
-  "Rejoining fast"). Under SWARM routing the same steps take 0.20, 0.62
-  and 1.64 s, and the first forward comes at 11.6 s.
-- Heterogeneous 10 % churn: 43 % less time per microbatch and about a
-  thirteenth of the wasted compute (0.021 s against 0.272 s). The three
-  runs of each spread widely (GWTF 0.80, 0.83, 0.75 s; SWARM 1.54, 1.55,
-  1.11 s); the grid before measured 45 %, the one of 2026-11-22 46 %.
-- Wasted compute rose in both routings against the grid before, and the
-  code is not why: e185978's binary, run again on SWARM hetero-churn10's
-  first seed just after this grid, wasted 0.260 s where the grid before
-  measured 0.084 s on that seed (this grid's binary: 0.246 s). Wasted
-  compute is in seconds of compute, and this run of the grid had the machine
-  to itself; what else differs between the two days, I did not find
-  (docs/evaluation/changes.md, "Grid of 2026-11-27").
+  run record was found after a median 0.20 s, it was placed at 0.69 s,
+  ready at 1.67 s and carried its first forward at 4.8 s (GWTF, 175
+  rejoins; the grid before: 0.20, 0.64, 1.63 and 4.9 s; docs/TRAINING.md,
+  "Rejoining fast"). Under SWARM routing the same steps take 0.20, 0.65
+  and 1.54 s, and the first forward comes at 12.2 s [11.6 s].
+- Heterogeneous 10 % churn: 32 % less time per microbatch and a fifth of
+  the wasted compute (0.026 s against 0.138 s) [43 %, 0.021 against
+  0.272 s]: both targets missed in this grid. The three runs of each
+  spread widely (GWTF 0.84, 0.75, 0.68 s; SWARM 0.95, 1.20, 1.19 s).
 - Wasted compute, by the paper's definition: what GWTF wastes is the
   forwards of relays that died before their backward and a few forwards of
-  spare copies; SWARM also throws away every broken attempt. Spare copies
-  (a re-route away from a lost next hop that had already passed the
-  microbatch on) used to be carried on as if refused and to hold slots until
-  the aggregation: half of GWTF's waste in the grid before they were
-  dropped. The compute that never reached an aggregation (the last column)
-  is mostly what crashed relays had accumulated; both routings lose it,
-  GWTF somewhat less.
+  spare copies; SWARM also throws away every broken attempt. SWARM's fell
+  by half against the grid before on the same seeds (0.272 → 0.138 s
+  hetero 10 %), the grid before having measured it unusually high
+  (changes.md, "Grid of 2026-11-27"); GWTF's is 0.003–0.047 s per run
+  but one heterogeneous 20 % run at 0.132 s. The compute that never
+  reached an aggregation (the last row) is mostly what crashed relays had
+  accumulated; both routings lose it.
 - All 36 runs completed with every stage's weights agreeing after every
-  aggregation and no microbatch lost (and all 36 of the grid before). The grid of 2026-11-22 had one run
-  whose stage split for an iteration, and later grids split 1 to 3 runs
-  and lost a microbatch: members that picked different aggregators when
-  their views of a joiner differed, a directory refresh that dropped live
-  stage-mates, a repair budget spent on one break (docs/TRAINING.md,
-  "Agreeing on the round's aggregator" and "A microbatch's journey").
+  aggregation, with no microbatch trip timed out; 16 microbatches in the
+  churned GWTF cells (2, 4, 4 and 6 over each cell's three runs) were
+  deferred to the next iteration as it wrapped up (throughput below 8). Without `--rerun-lost` the contributions whose holder died
+  before the round are missing from their stage's average: 31, 64, 30 and
+  51 microbatch-stage contributions over the three runs of the homo 10 %,
+  homo 20 %, hetero 10 % and hetero 20 % cells (`ledger.missing`; of 480
+  per run; docs/TRAINING.md, "Re-runs").
 
 {changes}## Our flows against the exact optimum
 
