@@ -98,8 +98,10 @@ static int io_compute(void *ud, train_job *job) {
  * one line per aggregation, cumulative. */
 void train_rt_log_wire(train_rt *rt, uint64_t iteration) {
   const train_counters *c = train_peer_counters(rt->peer);
-  GW_INFO(&rt->log, "wire.sent", "iter=%llu tensors=%llu bytes=%llu fp32_bytes=%llu", (unsigned long long)iteration,
-          (unsigned long long)c->wire_tensors, (unsigned long long)c->wire_bytes, (unsigned long long)c->wire_f32_bytes);
+  GW_INFO(&rt->log, "wire.sent", "iter=%llu tensors=%llu bytes=%llu fp32_bytes=%llu early=%llu early_bytes=%llu",
+          (unsigned long long)iteration, (unsigned long long)c->wire_tensors, (unsigned long long)c->wire_bytes,
+          (unsigned long long)c->wire_f32_bytes, (unsigned long long)c->wire_early_tensors,
+          (unsigned long long)c->wire_early_bytes);
 }
 
 static uint64_t io_unix_s(void *ud) {

@@ -561,6 +561,9 @@ typedef struct train_counters {
   /* activations and gradients sent (FORWARD, BACKWARD): tensors, payload
    * bytes on the wire, and what they would have taken as fp32 */
   uint64_t wire_tensors, wire_bytes, wire_f32_bytes;
+  /* of those, sent as fp32 before the receiver's HELLO said what it
+   * decodes (a session just up), though we want another dtype */
+  uint64_t wire_early_tensors, wire_early_bytes;
   uint64_t signatures_checked; /* certificates and tokens whose signature we checked */
   uint64_t rounds_left_out; /* we contributed, and the average we applied did not list us */
   uint64_t rounds_deferred; /* we would have aggregated, and followed another member's average instead (agg.deferred) */

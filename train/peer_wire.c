@@ -125,8 +125,20 @@ static int send_counted(train_peer *p, const gw_id *to, uint32_t type, const Pro
 int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data) {
   train_tensor t;
   peer_tensor_f32(&t, data, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
-  train_dtype d = train_peer_wire_to(p, to, type == GWTF__TRAIN_MSG__TRAIN_BACKWARD);
-  if (d == TRAIN_F32) return send_counted(p, to, type, msg, &t);
+  bool grad = type == GWTF__TRAIN_MSG__TRAIN_BACKWARD;
+  train_dtype d = train_peer_wire_to(p, to, grad);
+  if (d == TRAIN_F32) {
+    /* A session that came up a moment ago: the peer's HELLO, which says
+     * what it decodes, is still on its way, and fp32 is what every peer
+     * takes. Counted apart, so that the bytes add up. */
+    bool early = !link_find(p, to) && (grad ? my_want_grad(p) : my_want(p)) != TRAIN_F32;
+    int rc = send_counted(p, to, type, msg, &t);
+    if (rc == 0 && early) {
+      p->counters.wire_early_tensors++;
+      p->counters.wire_early_bytes += t.nbytes;
+    }
+    return rc;
+  }
   size_t rows = act_rows(p), cols = (size_t)p->cfg.shape.C, need = wire_bytes(d, rows, cols);
   /* a format bigger than fp32 (a high rank on a tiny shape) saves nothing */
   if (need == 0 || need >= t.nbytes) return send_counted(p, to, type, msg, &t);

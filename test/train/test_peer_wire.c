@@ -9,6 +9,8 @@
  *     not rot2 gets rot4 activations and fp32 gradients;
  *   - a format bigger than fp32 (rank 8 on the harness's 8 x 3 tensors) is
  *     never sent: fp32 instead;
+ *   - a tensor sent before the receiver's HELLO goes as fp32 and is
+ *     counted as early, so the bytes add up;
  *   - a hostile FORWARD or BACKWARD (short payload, wrong shape, NaN row
  *     scale, a dtype the receiver does not accept, rotated rows with a
  *     negative scale or padding bits set, a low-rank tensor with an Inf
@@ -143,6 +145,60 @@ static void test_hello_owed_goes_at_ready(void **state) {
   assert_true(h_run_until_finished(&h, 120000));
   assert_int_equal(train_peer_wire_to(h.nodes[d].tp, &h.nodes[r].peer.id, false), TRAIN_BF16);
   assert_int_equal(h.nodes[r].act_recv[TRAIN_F32], 0);
+  h_free(&h);
+}
+
+/* A tensor sent before the receiver's HELLO goes as fp32 and is counted
+ * apart (train_counters.wire_early_*), so the bytes add up: the stage-1
+ * relays' first HELLO to the data node is held back 3 s, and the data node
+ * sends them its first activations as fp32. Every fp32 tensor of this bf16
+ * run is an early one, every other tensor takes half its fp32 bytes
+ * (swarm_wire_bf16 under ASan, where this happened by chance). */
+typedef struct slow_hello {
+  h_harness *h;
+  int data, held; /* HELLOs held back so far */
+} slow_hello;
+
+static uint64_t slow_hello_delay(void *ud, int from, int to, size_t len, gw_rng *rng) {
+  (void)len;
+  slow_hello *w = ud;
+  h_node *f = NULL;
+  for (int i = 0; i < w->h->n_nodes; i++)
+    if (w->h->nodes[i].index == from) f = &w->h->nodes[i];
+  bool to_data = w->h->nodes[w->data].index == to;
+  if (f && f->stage == 1 && to_data && w->h->sending == GWTF__TRAIN_MSG__TRAIN_HELLO && w->held < 2) {
+    w->held++;
+    return 3000;
+  }
+  return 1 + gw_rng_below(rng, 3);
+}
+
+static void test_early_tensors_counted(void **state) {
+  (void)state;
+  h_harness h;
+  h_init(&h, STAGES, 43, verbose());
+  slow_hello w = {.h = &h};
+  sim_set_delay_fn(h.s, slow_hello_delay, &w);
+  h.wire_dtype = TRAIN_BF16;
+  w.data = h_add(&h, TRAIN_DATA, 0, M, ITERS, true);
+  for (int s = 1; s <= STAGES; s++)
+    for (int k = 0; k < 2; k++) h_add(&h, TRAIN_RELAY, s, M, 0, true);
+  for (int i = 0; i < h.n_nodes; i++) h_start(&h, i);
+  assert_true(h_run_until_finished(&h, 120000));
+  assert_int_equal(w.held, 2);
+  uint64_t f32_recv = 0, early = 0;
+  for (int i = 0; i < h.n_nodes; i++) {
+    const train_counters *c = train_peer_counters(h.nodes[i].tp);
+    f32_recv += h.nodes[i].act_recv[TRAIN_F32];
+    early += c->wire_early_tensors;
+    assert_int_equal(2 * (c->wire_bytes - c->wire_early_bytes), c->wire_f32_bytes - c->wire_early_bytes);
+  }
+  const train_counters *dc = train_peer_counters(h.nodes[w.data].tp);
+  if (verbose()) fprintf(stderr, "early tensors %llu (data node %llu), fp32 received %llu\n", (unsigned long long)early,
+                         (unsigned long long)dc->wire_early_tensors, (unsigned long long)f32_recv);
+  assert_true(dc->wire_early_tensors > 0);
+  assert_true(dc->wire_early_tensors < dc->wire_tensors); /* bf16 once the HELLO came */
+  assert_int_equal(f32_recv, early);
   h_free(&h);
 }
 
@@ -312,6 +368,7 @@ int main(void) {
       cmocka_unit_test(test_grad_dtype),
       cmocka_unit_test(test_bigger_than_fp32),
       cmocka_unit_test(test_hello_owed_goes_at_ready),
+      cmocka_unit_test(test_early_tensors_counted),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

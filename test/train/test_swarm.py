@@ -415,8 +415,13 @@ def wire_bf16(tmp):
     carriers = {name: f for name, f in last.items() if int(f["tensors"]) > 0}  # a relay without flows sends none
     check("d0" in carriers and len(carriers) >= 4, f"activations sent by {sorted(carriers)} only")
     for name, f in carriers.items():
-        check(2 * int(f["bytes"]) == int(f["fp32_bytes"]),
-              f"{name} sent {f['bytes']} bytes for {f['fp32_bytes']} in fp32: not all bf16")
+        # A tensor sent over a session whose HELLO had not arrived yet goes
+        # as fp32 (early); every other one as bf16, half its fp32 bytes.
+        early, early_bytes = int(f["early"]), int(f["early_bytes"])
+        check(2 * (int(f["bytes"]) - early_bytes) == int(f["fp32_bytes"]) - early_bytes,
+              f"{name} sent {f['bytes']} bytes ({early_bytes} of them before a HELLO) for {f['fp32_bytes']} "
+              f"in fp32: not all bf16")
+        check(early <= 8, f"{name} sent {early} tensors as fp32 before a HELLO: more than first contacts")
     want, fp32 = train_ref(tmp, n, "--wire-dtype", "bf16"), train_ref(tmp, n)
     # Not bit for bit: two relays per stage average their gradients in
     # another order than train-ref sums them, and a last-bit difference
