@@ -19,6 +19,7 @@
 #include "train/data.h"
 #include "train/grad_capture.h"
 #include "train/run.h"
+#include "train/subspace.h"
 #include "train/wire_codec.h"
 #include "util/err.h"
 #include "util/file.h"
@@ -28,7 +29,8 @@ void cmd_train_ref_help(void) {
          "                      [--microbatches M] [--batch B] [--seq T] [--lr X] [--grad-clip N]\n"
          "                      [--seed S]\n"
          "                      [--data-seed D] [--threads N] [--json]\n"
-         "                      [--wire-dtype DTYPE[/GRAD_DTYPE]] [--deterministic [--replay FILE]]\n"
+         "                      [--wire-dtype DTYPE[/GRAD_DTYPE]] [--subspace K[:R]]\n"
+         "                      [--deterministic [--replay FILE]]\n"
          "                      [--checkpoint-dir DIR [--run NAME]]\n"
          "                      [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
          "                      [--eval-microbatches N]\n\n"
@@ -48,6 +50,13 @@ void cmd_train_ref_help(void) {
          "that wire format (" WIRE_DTYPE_LIST "; ACT/GRAD:\n"
          "activations in ACT, their gradients in GRAD, e.g. rot4/lr8), as a swarm whose\n"
          "peers all use it does.\n"
+         "--subspace K[:R] confines every activation between stages to x0(tokens) + U z\n"
+         "(U: C x K from the seed; x0: the embedding's part outside U, a table every\n"
+         "stage holds): every block's residual writes are projected onto U after each\n"
+         "step, a link carries z (K numbers a row, in --wire-dtype) and the token ids,\n"
+         "and U^T g back; the table steps every R iterations (default 10; 0: never) at R times\n"
+         "the rate with the gradient outside U summed where it arrives\n"
+         "(docs/TRAINING.md, \"Subspace crossings\").\n"
          "--grad-clip N clips each stage's gradient to L2 norm N before its step, as the\n"
          "run record's grad_clip makes every peer do (default 1; 0: off).\n"
          "--deterministic trains as a swarm of `gwtf node --deterministic` peers does: each\n"
@@ -80,15 +89,39 @@ typedef struct ref {
   } *replay;
   size_t n_replay;
   float *cap_save, *cap_scratch;
+  int sub_k, sub_refresh; /* --subspace K[:R] (k 0: off) */
+  subspace sub;
+  float *zbuf; /* (B*T, k): what crosses a link under --subspace */
 } ref;
 
-/* What crossing one link in dtype d does to an activation or gradient. */
-static int wire_cross(ref *r, train_dtype d, float *x) {
+/* What crossing one link in dtype d does to a (B*T, cols) tensor. */
+static int wire_cross(ref *r, train_dtype d, float *x, size_t cols) {
   if (d == TRAIN_F32) return 0;
-  size_t rows = (size_t)r->run.batch * r->run.seq, cols = (size_t)r->run.model.d_model;
+  size_t rows = (size_t)r->run.batch * r->run.seq;
   size_t n = wire_bytes(d, rows, cols);
   int rc = wire_encode(d, x, rows, cols, r->wire_buf, n);
   return rc ? rc : wire_decode(d, r->wire_buf, n, rows, cols, x);
+}
+
+/* An activation crossing a link: in full, or under --subspace as z = U^T (x
+ * - x0), rebuilt by the receiver from z and the token ids. */
+static int cross_act(ref *r, float *x, const int32_t *tok) {
+  if (!r->sub_k) return wire_cross(r, r->wire, x, (size_t)r->run.model.d_model);
+  size_t rows = (size_t)r->run.batch * r->run.seq;
+  int rc = subspace_encode(&r->sub, x, tok, rows, r->run.seq, r->zbuf);
+  if (rc == 0) rc = wire_cross(r, r->wire, r->zbuf, (size_t)r->sub_k);
+  return rc ? rc : subspace_decode(&r->sub, r->zbuf, tok, rows, r->run.seq, x);
+}
+
+/* A gradient crossing back: under --subspace U^T g crosses, the receiver of
+ * the activation keeps g's part outside U for the table. */
+static int cross_grad(ref *r, float *g, const int32_t *tok) {
+  if (!r->sub_k) return wire_cross(r, r->wire_grad, g, (size_t)r->run.model.d_model);
+  size_t rows = (size_t)r->run.batch * r->run.seq;
+  int rc = subspace_grad_split(&r->sub, g, tok, rows, r->run.seq, r->zbuf);
+  if (rc == 0) rc = wire_cross(r, r->wire_grad, r->zbuf, (size_t)r->sub_k);
+  if (rc == 0) subspace_grad_lift(&r->sub, r->zbuf, rows, g);
+  return rc;
 }
 
 static int build(ref *r, char *err, size_t err_len) {
@@ -108,13 +141,13 @@ static int one_microbatch(ref *r, uint64_t it, uint32_t j, float *bufs[2], int32
   uint64_t key = it << 20 | j;
   if ((rc = train_dataset_sample(&r->ds, r->data_seed, it, j, run->batch, run->seq, tok, tgt)) != 0) return rc;
   float *x = bufs[0], *y = bufs[1], *t;
-  if ((rc = stage_embed_forward(r->st[0], key, tok, x)) != 0 || (rc = wire_cross(r, r->wire, x)) != 0) return rc;
+  if ((rc = stage_embed_forward(r->st[0], key, tok, x)) != 0 || (rc = cross_act(r, x, tok)) != 0) return rc;
   for (int s = 1; s <= S; s++, t = x, x = y, y = t)
-    if ((rc = stage_forward(r->st[s], key, x, y)) != 0 || (rc = wire_cross(r, r->wire, y)) != 0) return rc;
+    if ((rc = stage_forward(r->st[s], key, x, y)) != 0 || (rc = cross_act(r, y, tok)) != 0) return rc;
   if ((rc = stage_loss(r->st[0], x, tgt, loss, y)) != 0) return rc; /* y = d loss / d x */
-  if ((rc = wire_cross(r, r->wire_grad, y)) != 0) return rc;
+  if ((rc = cross_grad(r, y, tok)) != 0) return rc;
   for (int s = S; s >= 1; s--, t = x, x = y, y = t) {
-    if ((rc = stage_backward(r->st[s], key, y, x)) != 0 || (rc = wire_cross(r, r->wire_grad, x)) != 0) return rc;
+    if ((rc = stage_backward(r->st[s], key, y, x)) != 0 || (rc = cross_grad(r, x, tok)) != 0) return rc;
     stage_release(r->st[s], key);
   }
   rc = stage_embed_backward(r->st[0], key, y);
@@ -155,9 +188,11 @@ static int evaluate(ref *r, float *bufs[2], int32_t *tok, int32_t *tgt, double *
     int rc = train_dataset_val_sample(&r->val, j, run->batch, run->seq, tok, tgt);
     float *x = bufs[0], *y = bufs[1], *t, loss = 0;
     if (rc == 0) rc = stage_embed_forward(r->st[0], key, tok, x);
+    if (rc == 0) rc = cross_act(r, x, tok);
     stage_release(r->st[0], key);
     for (int s = 1; rc == 0 && s <= run->stages; s++, t = x, x = y, y = t) {
       rc = stage_forward(r->st[s], key, x, y);
+      if (rc == 0) rc = cross_act(r, y, tok);
       stage_release(r->st[s], key);
     }
     if (rc == 0) rc = stage_loss_eval(r->st[0], x, tgt, &loss);
@@ -184,14 +219,46 @@ static int print_eval(ref *r, int it, float *bufs[2], int32_t *tok, int32_t *tgt
   return 0;
 }
 
+/* --subspace after every stage's step: block writes back into U; every
+ * refresh iterations the table steps (at refresh times the rate: it learns
+ * from refresh iterations' gradient at once) and the data node's embedding
+ * takes it. */
+static int subspace_after_step(ref *r) {
+  int rc = 0;
+  for (int s = 1; rc == 0 && s <= r->run.stages; s++) rc = subspace_project_block(&r->sub, r->st[s]);
+  long long steps = stage_step_count(r->st[0]);
+  if (rc == 0 && subspace_table_due(&r->sub, steps - 1)) {
+    float lr = adamw_lr_at(&r->opt, steps) * (float)r->sub.refresh;
+    subspace_table_step(&r->sub, &r->opt, lr, 1.0f / (float)r->run.microbatches);
+  }
+  return rc ? rc : subspace_head_post_step(&r->sub, r->st[0]);
+}
+
+/* --subspace: U and the table from the seed and the data node's initial
+ * embedding, every block's residual writes in U from the start. */
+static int subspace_setup(ref *r, char *err, size_t err_len) {
+  size_t rows = (size_t)r->run.batch * r->run.seq;
+  int rc = subspace_init(&r->sub, &r->run.model, r->sub_k, r->sub_refresh, r->run.seed, rows, err, err_len);
+  if (rc == 0) rc = subspace_head_post_step(&r->sub, r->st[0]);
+  for (int s = 1; rc == 0 && s <= r->run.stages; s++) rc = subspace_project_block(&r->sub, r->st[s]);
+  if (rc == 0 && !(r->zbuf = malloc(rows * (size_t)r->sub_k * sizeof(float)))) rc = GW_ENOMEM;
+  return rc;
+}
+
 static int step_all(ref *r) {
+  if (r->sub_k) {
+    int rc = subspace_head_pre_step(&r->sub, r->st[0]);
+    for (int s = 1; rc == 0 && s <= r->run.stages; s++)
+      rc = subspace_block_pre_step(&r->sub, r->st[s]);
+    if (rc != 0) return rc;
+  }
   for (int s = 0; s <= r->run.stages; s++) {
     float lr = adamw_lr_at(&r->opt, stage_step_count(r->st[s]) + 1);
     int rc = stage_step(r->st[s], &r->opt, lr, 1.0f / (float)r->run.microbatches);
     if (rc == 0) rc = stage_zero_grads(r->st[s]);
     if (rc != 0) return rc;
   }
-  return 0;
+  return r->sub_k ? subspace_after_step(r) : 0;
 }
 
 /* ---- --deterministic ---- */
@@ -249,14 +316,14 @@ static int det_microbatch(ref *r, uint64_t id, float *bufs[2], int32_t *tok, int
                                  tok, tgt)) != 0)
     return rc;
   float *x = bufs[0], *y = bufs[1], *t;
-  if ((rc = stage_embed_forward(r->st[0], id, tok, x)) != 0 || (rc = wire_cross(r, r->wire, x)) != 0) return rc;
+  if ((rc = stage_embed_forward(r->st[0], id, tok, x)) != 0 || (rc = cross_act(r, x, tok)) != 0) return rc;
   for (int s = 1; s <= S; s++, t = x, x = y, y = t)
-    if ((rc = stage_forward(r->st[s], id, x, y)) != 0 || (rc = wire_cross(r, r->wire, y)) != 0) return rc;
+    if ((rc = stage_forward(r->st[s], id, x, y)) != 0 || (rc = cross_act(r, y, tok)) != 0) return rc;
   if ((rc = CAPTURED(r->st[0], part[0], stage_loss(r->st[0], x, tgt, loss, y))) != 0) return rc;
-  if ((rc = wire_cross(r, r->wire_grad, y)) != 0) return rc;
+  if ((rc = cross_grad(r, y, tok)) != 0) return rc;
   for (int s = S; s >= 1; s--, t = x, x = y, y = t) {
     if ((rc = CAPTURED(r->st[s], part[s], stage_backward(r->st[s], id, y, x))) != 0 ||
-        (rc = wire_cross(r, r->wire_grad, x)) != 0)
+        (rc = cross_grad(r, x, tok)) != 0)
       return rc;
     stage_release(r->st[s], id);
   }
@@ -383,6 +450,32 @@ static int load_replay(ref *r, const char *path) {
   return rc;
 }
 
+/* Bytes one microbatch puts on the links between stages (S + 1 of them,
+ * an activation each way out and a gradient back), against fp32; under
+ * --subspace the token ids travel with each activation (2 bytes an id when
+ * the vocabulary fits), and the table's refresh is counted apart: every R
+ * iterations each relay sends its sum and receives the table, in bf16. */
+static void print_wire(const ref *r, bool json) {
+  const train_run *run = &r->run;
+  size_t rows = (size_t)run->batch * run->seq, C = (size_t)run->model.d_model, links = (size_t)run->stages + 1;
+  size_t cols = r->sub_k ? (size_t)r->sub_k : C;
+  size_t ids = r->sub_k ? rows * (run->model.vocab_size <= 65536 ? 2 : 4) : 0;
+  double per = (double)links * (double)(wire_bytes(r->wire, rows, cols) + ids + wire_bytes(r->wire_grad, rows, cols));
+  double fp32 = (double)links * 2.0 * (double)(rows * C * 4), table = 0;
+  if (r->sub_k)
+    table = 2.0 * run->stages * (double)((size_t)r->sub.V + (size_t)r->sub.P) * (double)C * 2.0 /
+            ((double)r->sub.refresh * run->microbatches);
+  if (json) {
+    printf(",\"wire\":{\"bytes_per_microbatch\":%.0f,\"fp32_bytes_per_microbatch\":%.0f,"
+           "\"table_bytes_per_microbatch\":%.0f}",
+           per, fp32, table);
+  } else {
+    printf("wire bytes/microbatch %.0f (fp32 %.0f: %.2fx fewer)", per, fp32, fp32 / per);
+    if (r->sub_k) printf(", with the table's refresh %.0f (%.2fx fewer)", per + table, fp32 / (per + table));
+    printf("\n");
+  }
+}
+
 static void hash_hex16(const uint8_t *h, char out[17]) {
   for (int i = 0; i < 8; i++) snprintf(out + 2 * i, 3, "%02x", h[i]);
 }
@@ -438,9 +531,11 @@ static int train(ref *r, int iterations, bool json) {
       if (isfinite(losses[it])) printf("%s{\"iteration\":%d,\"loss\":%.9g}", it ? "," : "", it, losses[it]);
       else printf("%s{\"iteration\":%d,\"loss\":null}", it ? "," : "", it); /* --replay: no microbatch */
     printf("]");
+    print_wire(r, true);
     if (rc == 0) rc = print_hashes(r, true);
     printf("}\n");
   } else if (rc == 0) {
+    print_wire(r, false);
     rc = print_hashes(r, false);
   }
   free(losses);
@@ -464,6 +559,7 @@ int cmd_train_ref(int argc, char **argv) {
       {"eval-every", required_argument, 0, 'E'}, {"eval-microbatches", required_argument, 0, 'N'},
       {"wire-dtype", required_argument, 0, 'w'}, {"grad-clip", required_argument, 0, 'G'},
       {"deterministic", no_argument, 0, 'X'}, {"replay", required_argument, 0, 'P'},
+      {"subspace", required_argument, 0, 'K'},
       {"help", no_argument, 0, 'h'},          {0}};
   static ref r;
   memset(&r, 0, sizeof(r));
@@ -512,6 +608,13 @@ int cmd_train_ref(int argc, char **argv) {
     case 'N': eval_mbs = atoi(optarg); break;
     case 'X': r.det = true; break;
     case 'P': replay = optarg; break;
+    case 'K':
+      if (subspace_parse(optarg, &r.sub_k, &r.sub_refresh) != 0) {
+        fprintf(stderr, "gwtf train-ref: --subspace is K or K:R (rank K >= 1, the table stepped every R "
+                        "iterations, 0: never)\n");
+        return 2;
+      }
+      break;
     case 'h': cmd_train_ref_help(); return 0;
     default: cmd_train_ref_help(); return 2;
     }
@@ -529,6 +632,10 @@ int cmd_train_ref(int argc, char **argv) {
       eval_mbs < 0 || eval_mbs > 65536) {
     fprintf(stderr, "gwtf train-ref: --val-fraction in [0, 0.5] or --val-dataset, --eval-every >= 0, "
                     "--eval-microbatches in [0, 65536]\n");
+    return 2;
+  }
+  if (r.sub_k && r.det) {
+    fprintf(stderr, "gwtf train-ref: --subspace does not go with --deterministic yet\n");
     return 2;
   }
   if (replay && !r.det) {
@@ -566,6 +673,7 @@ int cmd_train_ref(int argc, char **argv) {
     r.wire_buf = n ? malloc(n) : NULL;
     if (!r.wire_buf) rc = GW_ENOMEM;
   }
+  if (rc == 0 && r.sub_k) rc = subspace_setup(&r, err, sizeof(err));
   if (rc == 0 && r.det) {
     size_t big = 0;
     for (int s = 0; s <= r.run.stages; s++) big = stage_n_params(r.st[s]) > big ? stage_n_params(r.st[s]) : big;
@@ -578,6 +686,8 @@ int cmd_train_ref(int argc, char **argv) {
   if (rc != 0) fprintf(stderr, "gwtf train-ref: %s\n", *err ? err : gw_strerror(rc));
   for (int s = 0; s <= r.run.stages; s++) stage_destroy(r.st[s]);
   free(r.wire_buf);
+  free(r.zbuf);
+  subspace_free(&r.sub);
   free(r.cap_save);
   free(r.cap_scratch);
   for (size_t i = 0; i < r.n_replay; i++) free(r.replay[i].ids);

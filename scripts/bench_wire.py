@@ -24,6 +24,10 @@ arithmetic in one process, no network). Reports per dtype:
     seeds too (the swarm's data node samples with --data-seed 1000), and
     their mean: at 200 iterations one run's loss moves by several percent
     with any perturbation, so one seed cannot tell 2 % apart.
+A dtype "D@K" or "D@K:R" (--ref-only) is --wire-dtype D with --subspace K[:R]:
+the activations confined to a K-dimensional subspace (docs/TRAINING.md,
+"Subspace crossings"); its bytes count the token ids and, apart, the
+table's refresh.
 With --ref-only, no swarm: train-ref alone for every dtype and data seed
 (1000 and --data-seeds; --jobs at once), and per dtype the last-10 mean
 of each seed, their mean over the seeds and its difference from fp32's,
@@ -76,12 +80,19 @@ def swarm(gwtf, tmp, dtype, a):
     return s, last, costs[len(costs) // 2:]  # the second half: links measured under load
 
 
+def train_ref_run(gwtf, tmp, dtype, iterations, seed=1000, grad_clip=0.0):
+    """One train-ref; dtype "D@K[:R]" is --wire-dtype D with --subspace K[:R].
+    Returns (losses, its "wire" byte counts)."""
+    d, _, sub = dtype.partition("@")
+    cmd = [gwtf, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(iterations),
+           "--data-seed", str(seed), "--json", "--wire-dtype", d, "--grad-clip", str(grad_clip)]
+    r = subprocess.run(cmd + (["--subspace", sub] if sub else []), stdout=subprocess.PIPE, text=True, check=True)
+    out = json.loads(r.stdout)
+    return [it["loss"] for it in out["iterations"]], out["wire"]
+
+
 def train_ref(gwtf, tmp, dtype, iterations, seed=1000, grad_clip=0.0):
-    r = subprocess.run([gwtf, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations",
-                        str(iterations), "--data-seed", str(seed), "--json", "--wire-dtype", dtype,
-                        "--grad-clip", str(grad_clip)],
-                       stdout=subprocess.PIPE, text=True, check=True)
-    return [it["loss"] for it in json.loads(r.stdout)["iterations"]]
+    return train_ref_run(gwtf, tmp, dtype, iterations, seed, grad_clip)[0]
 
 
 def ref_only(gwtf, tmp, a):
@@ -90,29 +101,33 @@ def ref_only(gwtf, tmp, a):
     dtypes = a.dtypes.split(",")
     if "fp32" not in dtypes:
         dtypes = ["fp32"] + dtypes
-    last10 = {}
+    last10, wire = {}, {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-        futs = {ex.submit(train_ref, gwtf, tmp, d, a.iterations, sd, a.grad_clip): (d, sd) for d in dtypes
+        futs = {ex.submit(train_ref_run, gwtf, tmp, d, a.iterations, sd, a.grad_clip): (d, sd) for d in dtypes
                 for sd in seeds}
         for f in concurrent.futures.as_completed(futs):
             d, sd = futs[f]
-            ls = f.result()
+            ls, wire[d] = f.result()
             last10[(d, sd)] = sum(ls[-10:]) / len(ls[-10:])
             print(json.dumps({"dtype": d, "data_seed": sd, "iterations": a.iterations, "last10": last10[(d, sd)]}),
                   flush=True)
     base = statistics.mean(last10[("fp32", sd)] for sd in seeds)
     print(f"\ntrain-ref, {a.iterations} iterations, last-10 mean loss per data seed ({', '.join(map(str, seeds))})")
-    print("| --wire-dtype | per seed | mean | Δ fp32 (of the means) | median per-seed ratio to fp32 |")
-    print("|---|---|---|---|---|")
+    print("| --wire-dtype[@subspace] | bytes / microbatch (+ table) | vs fp32 | per seed | mean | Δ fp32 (of the means) "
+          "| median per-seed ratio to fp32 |")
+    print("|---|---|---|---|---|---|---|")
     rows = []
     for d in dtypes:
         per = [last10[(d, sd)] for sd in seeds]
         m = statistics.mean(per)
         ratio = statistics.median(last10[(d, sd)] / last10[("fp32", sd)] for sd in seeds)
+        w = wire[d]
+        nbytes = w["bytes_per_microbatch"] + w["table_bytes_per_microbatch"]
         rows.append({"dtype": d, "iterations": a.iterations, "by_seed": dict(zip(seeds, per)), "mean": m,
-                     "delta_fp32": m / base - 1, "median_ratio": ratio})
-        print(f"| {d} | {' / '.join(f'{x:.4f}' for x in per)} | {m:.4f} | {(m / base - 1) * 100:+.1f} % | "
-              f"{ratio:.3f} |")
+                     "delta_fp32": m / base - 1, "median_ratio": ratio, "wire": w})
+        table = f" (+{w['table_bytes_per_microbatch']:.0f})" if w["table_bytes_per_microbatch"] else ""
+        print(f"| {d} | {w['bytes_per_microbatch']:.0f}{table} | {w['fp32_bytes_per_microbatch'] / nbytes:.2f} x | "
+              f"{' / '.join(f'{x:.4f}' for x in per)} | {m:.4f} | {(m / base - 1) * 100:+.1f} % | {ratio:.3f} |")
     return rows
 
 
@@ -142,6 +157,8 @@ def main():
                 with open(a.json, "w") as f:
                     json.dump(rows, f, indent=1)
             return 0
+        if any("@" in d for d in a.dtypes.split(",")):
+            sys.exit("bench_wire.py: DTYPE@K (--subspace) is train-ref only so far: add --ref-only")
         for d in a.dtypes.split(","):
             s, sent, costs = swarm(gwtf, tmp, d, a)
             its = s["iterations"]

@@ -15,6 +15,11 @@ validation loss matches the log").
      (j*B + b)*T of the validation file) must equal the logged val_loss;
   4. gwtf sample writes text with the exported model, and a seeded run is
      repeatable.
+With --subspace K the run confines its activations between stages to a
+K-dimensional subspace (gwtf train-ref --subspace): every crossing carries z
+and the token ids and the receiver rebuilds the activation, while PyTorch
+runs the exported weights as a plain GPT-2 with nothing rebuilt; the losses
+agree only if the rebuild is exact (docs/TRAINING.md, "Subspace crossings").
 Needs Debian's python3-torch (/usr/bin/python3); exits 77 (skip) with the
 reason when torch is missing.
 """
@@ -57,16 +62,23 @@ def validation_loss(sd, cfg, data):
 
 
 def main():
+    sub = sys.argv[sys.argv.index("--subspace") + 1] if "--subspace" in sys.argv else None
     tmp = tempfile.mkdtemp(prefix="gwtf_export_val_")
     try:
         corpus, val = os.path.join(tmp, "corpus.txt"), os.path.join(tmp, "val.txt")
         X.run("data", "synth", "--out", corpus, "--bytes", "200000")
         X.run("data", "synth", "--out", val, "--bytes", "20000", "--seed", "99")
+        if sub:  # refused with a reason: a malformed value, a rank past d_model, --deterministic
+            for bad, code, why in ((["--subspace", "32:x"], 2, "K:R"), (["--subspace", "128"], 1, "rank"),
+                                   (["--subspace", sub, "--deterministic"], 2, "--deterministic")):
+                p = X.run("train-ref", "--dataset", corpus, "--iterations", "1", *bad, ok=False)
+                err = p.stderr.decode()
+                assert p.returncode == code and why in err, f"train-ref {bad}: exit {p.returncode}, {err!r}"
         dd = os.path.join(tmp, "peer")
         p = X.run("train-ref", "--dataset", corpus, "--model", "tiny", "--stages", "3", "--iterations",
                   str(ITERATIONS), "--batch", str(B), "--seq", str(T), "--microbatches", str(MICROBATCHES),
                   "--val-dataset", val, "--eval-every", str(ITERATIONS), "--eval-microbatches", str(EVAL_MB),
-                  "--checkpoint-dir", dd, "--run", "demo", "--json")
+                  "--checkpoint-dir", dd, "--run", "demo", "--json", *(["--subspace", sub] if sub else []))
         out = json.loads(p.stdout)
         logged = [e for e in out["validation"] if e["iteration"] == ITERATIONS]
         assert logged, f"no validation loss after iteration {ITERATIONS}: {out['validation']}"
