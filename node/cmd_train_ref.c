@@ -462,7 +462,7 @@ static void print_wire(const ref *r, bool json) {
   size_t ids = r->sub_k ? rows * (run->model.vocab_size <= 65536 ? 2 : 4) : 0;
   double per = (double)links * (double)(wire_bytes(r->wire, rows, cols) + ids + wire_bytes(r->wire_grad, rows, cols));
   double fp32 = (double)links * 2.0 * (double)(rows * C * 4), table = 0;
-  if (r->sub_k)
+  if (r->sub_k && r->sub.refresh > 0) /* a fixed table (K:0) never travels */
     table = 2.0 * run->stages * (double)((size_t)r->sub.V + (size_t)r->sub.P) * (double)C * 2.0 /
             ((double)r->sub.refresh * run->microbatches);
   if (json) {
@@ -471,7 +471,7 @@ static void print_wire(const ref *r, bool json) {
            per, fp32, table);
   } else {
     printf("wire bytes/microbatch %.0f (fp32 %.0f: %.2fx fewer)", per, fp32, fp32 / per);
-    if (r->sub_k) printf(", with the table's refresh %.0f (%.2fx fewer)", per + table, fp32 / (per + table));
+    if (table > 0) printf(", with the table's refresh %.0f (%.2fx fewer)", per + table, fp32 / (per + table));
     printf("\n");
   }
 }

@@ -136,6 +136,10 @@ int swarm_child_args(const swarm_opts *o, const swarm_paths *paths, const swarm_
     ARG("%g", o->lr);
     ARG("--grad-clip"); /* always: 0 (off) is not the node's default */
     ARG("%.17g", o->grad_clip);
+    if (o->subspace) {
+      ARG("--subspace");
+      ARG("%s", o->subspace);
+    }
     ARG("--seed");
     ARG("%llu", (unsigned long long)o->seed);
   } else {

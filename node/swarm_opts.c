@@ -10,6 +10,7 @@
 #include "node/swarm_web.h"
 #include "train/peer.h"
 #include "train/run.h"
+#include "train/subspace.h"
 #include "train/wire_codec.h"
 
 void cmd_swarm_help(void) {
@@ -70,6 +71,8 @@ void cmd_swarm_help(void) {
       "iterations into its data dir under --workdir (default 0: none), for gwtf export.\n"
       "--grad-clip N goes into the run record: every peer clips its stage's gradient to\n"
       "L2 norm N before each step (default 1; 0: off; see gwtf help node).\n"
+      "--subspace K:0 goes into the run record too: activations between stages cross as\n"
+      "K numbers a row and the token ids (see gwtf help node).\n"
       "--wire-dtype and --wire-accept go to every peer (see gwtf help node): activations\n"
       "and their gradients between stages compressed where the receiver accepts it\n"
       "(" WIRE_DTYPE_LIST "; ACT/GRAD: activations in ACT,\n"
@@ -116,6 +119,7 @@ enum {
   SW_RERUN_LOST,
   SW_WIRE_DTYPE,
   SW_GRAD_CLIP,
+  SW_SUBSPACE,
   SW_WIRE_ACCEPT,
   SW_HTTP,
   SW_HTTP_PUBLIC,
@@ -175,6 +179,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
       {"rerun-lost", no_argument, 0, SW_RERUN_LOST},
       {"wire-dtype", required_argument, 0, SW_WIRE_DTYPE}, {"grad-clip", required_argument, 0, SW_GRAD_CLIP},
       {"wire-accept", required_argument, 0, SW_WIRE_ACCEPT},
+      {"subspace", required_argument, 0, SW_SUBSPACE},
       {"http", required_argument, 0, SW_HTTP},
       {"http-public", no_argument, 0, SW_HTTP_PUBLIC},
       {"val-fraction", required_argument, 0, SW_VAL_FRACTION},
@@ -242,6 +247,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
     case 'H': o->hop_timeout = atoi(optarg); break;
     case SW_WIRE_DTYPE: o->wire_dtype = optarg; break;
     case SW_GRAD_CLIP: o->grad_clip = atof(optarg); break;
+    case SW_SUBSPACE: o->subspace = optarg; break;
     case SW_WIRE_ACCEPT: o->wire_accept = optarg; break;
     case 'q': o->quiet = true; break;
     case SW_AGGREGATE: o->aggregate = optarg; break;
@@ -286,6 +292,7 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   }
   const char *bad = NULL;
   train_dtype wd, wg;
+  int sub_k, sub_r;
   uint32_t wa;
   char why[300];
   bool is_public = false;
@@ -317,6 +324,8 @@ int swarm_opts_parse(int argc, char **argv, swarm_opts *o) {
   else if (o->flow_tick < 10 || o->hop_timeout < 50) bad = "--flow-tick >= 10 ms, --hop-timeout >= 50 ms";
   else if (o->slowdown < 1) bad = "--slowdown must be >= 1";
   else if (!(o->grad_clip >= 0 && o->grad_clip < 1e30)) bad = "--grad-clip must be >= 0 (0: off)";
+  else if (o->subspace && (subspace_parse(o->subspace, &sub_k, &sub_r) != 0 || sub_r != 0))
+    bad = "--subspace is K:0 (rank K; a swarm keeps the table fixed so far)";
   else if (o->byzantine >= o->relays) bad = "--byzantine N needs N below --relays";
   else if (o->aggregate && strcmp(o->aggregate, "mean") != 0 && strcmp(o->aggregate, "trimmed-mean") != 0)
     bad = "--aggregate is mean or trimmed-mean";

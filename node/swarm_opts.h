@@ -17,6 +17,7 @@ typedef struct swarm_opts {
   int capacity, microbatches, batch, seq, threads, base_port, restart_after, flow_tick, hop_timeout;
   double lr;
   double grad_clip; /* the run's (0: off), given to the data node that creates it */
+  const char *subspace; /* the run's --subspace K:0 (NULL: off), given to the data node that creates it */
   bool quiet;
   const char *faults[16]; /* NAME:KIND:ITER */
   int n_faults;

@@ -184,6 +184,7 @@ void train_rt_run_job(void *ctx, train_job *job) {
     train_compute_free(&rt->compute);
     train_compute_init(&rt->compute, &rt->switch_spec, &rt->switch_dev, rt->o->threads, rt->run.seed,
                        &rt->switch_opt);
+    train_compute_set_subspace(&rt->compute, rt->run.subspace_k, rt->run.subspace_refresh);
     return;
   }
   uint64_t t0 = uv_hrtime();

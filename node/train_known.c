@@ -52,7 +52,9 @@ double train_rt_link_cost(train_rt *rt, const gw_id *peer) {
    * negotiated (train_peer_wire_to/from): our activation to a next-stage
    * peer and its gradient back, or the reverse for a previous-stage peer.
    * Compression makes a slow link cheaper, and the flows follow. */
-  size_t rows = (size_t)rt->run.batch * (size_t)rt->run.seq, cols = (size_t)rt->run.model.d_model;
+  size_t rows = (size_t)rt->run.batch * (size_t)rt->run.seq;
+  /* subspace crossings: k numbers a row (the token ids, 2 or 4 bytes a row, left out) */
+  size_t cols = (size_t)(rt->run.subspace_k ? rt->run.subspace_k : rt->run.model.d_model);
   bool next = k && k->stage == train_rt_next_stage(rt); /* else previous: gradients go, activations come */
   train_dtype to = rt->peer ? train_peer_wire_to(rt->peer, peer, !next) : TRAIN_F32;
   train_dtype from = rt->peer ? train_peer_wire_from(rt->peer, peer, next) : TRAIN_F32;

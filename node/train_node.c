@@ -218,6 +218,10 @@ static int start_peer(train_rt *rt) {
   if (o->byzantine != TRAIN_BYZ_NONE)
     GW_WARN(&rt->log, "debug.byzantine", "mode=%s scale=%g msg=\"test tool: this peer misbehaves on purpose\"",
             train_byzantine_name(o->byzantine), o->byzantine_scale);
+  cfg.subspace_k = rt->run.subspace_k;
+  cfg.subspace_refresh = rt->run.subspace_refresh;
+  cfg.model = rt->run.model;
+  cfg.seed = rt->run.seed;
   cfg.wire_dtype = o->wire_dtype;
   cfg.wire_grad_dtype = o->wire_grad_dtype;
   cfg.wire_accept = o->wire_accept;
@@ -290,6 +294,11 @@ void train_rt_run_cb(void *ud, int status, const stage_run *runs, size_t n) {
       continue;
     }
     if (!gw_id_eq(&info.leader, &runs[i].publisher)) continue;
+    if (info.subspace_refresh != 0) { /* the swarm has no protocol for the table's refresh yet */
+      GW_WARN(&rt->log, "run.bad_record", "err=\"subspace refresh %d: this build keeps the subspace's table fixed\"",
+              info.subspace_refresh);
+      continue;
+    }
     /* the invite (or our copy of the run key) is the root of trust: a
      * record naming another key is someone else's run of that name */
     const uint8_t *want = rt->o->join ? rt->o->invite.run_key : rt->acc.have_key ? rt->acc.key.pk : NULL;
@@ -365,6 +374,8 @@ int train_rt_create_run(train_rt *rt) {
   r->microbatches = o->microbatches;
   r->lr = o->lr;
   r->grad_clip = o->grad_clip;
+  r->subspace_k = o->subspace_k;
+  r->subspace_refresh = o->subspace_refresh;
   r->seed = o->seed;
   r->leader = node_identity(rt->n)->id;
   snprintf(r->dataset, sizeof(r->dataset), "%s", o->dataset ? o->dataset : "");
@@ -391,9 +402,10 @@ int train_rt_create_run(train_rt *rt) {
   if (prc != 0) return prc;
   rt->have_run = true;
   GW_INFO(&rt->log, "run.created",
-          "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d lr=%g grad_clip=%g access=%s",
+          "run=%s model=%s stages=%d layers=%d d_model=%d microbatches=%d batch=%d seq=%d lr=%g grad_clip=%g "
+          "subspace=%d access=%s",
           r->name, model_arch_name(r->model.arch), r->stages, r->model.n_layers, r->model.d_model, r->microbatches,
-          r->batch, r->seq, r->lr, r->grad_clip, r->private_run ? "private" : "open");
+          r->batch, r->seq, r->lr, r->grad_clip, r->subspace_k, r->private_run ? "private" : "open");
   int rc = start_peer(rt);
   if (rc == 0) train_rt_publish_run(rt);
   return rc;

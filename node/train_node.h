@@ -45,6 +45,8 @@ typedef struct train_node_opts {
   int batch, seq;         /* create only */
   double lr;              /* create only */
   double grad_clip;       /* create only: 0 off */
+  int subspace_k;         /* create only: subspace crossings of rank k (0 off), --subspace K:0 */
+  int subspace_refresh;   /* create only: the table's refresh (the swarm keeps it fixed: 0) */
   uint64_t seed;          /* create only: weight init and the run's randomness */
   uint64_t data_seed;     /* data nodes: microbatch sampling (0: derived from the node ID) */
   uint64_t iterations;    /* data nodes: stop after this many (0: forever) */

@@ -11,6 +11,7 @@
 #include "node/train_node.h"
 #include "train/model.h"
 #include "train/run.h"
+#include "train/subspace.h"
 #include "train/wire_codec.h"
 #include "util/err.h"
 
@@ -29,6 +30,7 @@ enum {
   T_ITERS,
   T_LR,
   T_GRAD_CLIP,
+  T_SUBSPACE,
   T_SEED,
   T_DATA_SEED,
   T_ROUTING,
@@ -84,6 +86,7 @@ const struct option train_node_options[] = {
     {"iterations", required_argument, 0, T_ITERS},
     {"lr", required_argument, 0, T_LR},
     {"grad-clip", required_argument, 0, T_GRAD_CLIP},
+    {"subspace", required_argument, 0, T_SUBSPACE},
     {"seed", required_argument, 0, T_SEED},
     {"data-seed", required_argument, 0, T_DATA_SEED},
     {"routing", required_argument, 0, T_ROUTING},
@@ -238,6 +241,9 @@ void train_node_print_help(void) {
          "  --lr X                     AdamW learning rate (default 1e-3)\n"
          "  --grad-clip N              clip each stage's gradient to L2 norm N before its step\n"
          "                             (default 1; 0: off; llm.c and GPT-2 clip the whole model to 1)\n"
+         "  --subspace K:0             activations between stages cross as K numbers a row and the\n"
+         "                             token ids, rebuilt exactly by the receiver (docs/TRAINING.md,\n"
+         "                             \"Subspace crossings\"); the embedding's table stays fixed\n"
          "  --seed S                   weight init seed (default 1)\n");
 }
 
@@ -322,6 +328,12 @@ int train_node_parse_opt(train_node_opts *o, int code, const char *arg) {
   case T_GRAD_CLIP:
     o->grad_clip = atof(arg);
     return o->grad_clip >= 0 && o->grad_clip < 1e30 ? 0 : bad("--grad-clip", arg, "a norm >= 0 (0: off)");
+  case T_SUBSPACE:
+    if (subspace_parse(arg, &o->subspace_k, &o->subspace_refresh) != 0)
+      return bad("--subspace", arg, "K:0 (rank K >= 1 below d_model; the table fixed)");
+    if (o->subspace_refresh != 0)
+      return bad("--subspace", arg, "K:0: a swarm keeps the table fixed so far (its refresh is train-ref's)");
+    return 0;
   case T_SEED: o->seed = strtoull(arg, NULL, 10); return 0;
   case T_DATA_SEED: o->data_seed = strtoull(arg, NULL, 10); return 0;
   case T_RESUME: o->resume = true; return 0;

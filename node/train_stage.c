@@ -155,6 +155,7 @@ static int start_compute(train_rt *rt, int s) {
   adamw_config opt;
   if (compute_args(rt, s, &spec, &dev, &opt) != 0) return GW_EINVAL;
   train_compute_init(&rt->compute, &spec, &dev, rt->o->threads, rt->run.seed, &opt);
+  train_compute_set_subspace(&rt->compute, rt->run.subspace_k, rt->run.subspace_refresh);
   rt->compute_ready = true;
   return stage_shape(rt, s, &spec);
 }

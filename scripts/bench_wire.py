@@ -24,10 +24,10 @@ arithmetic in one process, no network). Reports per dtype:
     seeds too (the swarm's data node samples with --data-seed 1000), and
     their mean: at 200 iterations one run's loss moves by several percent
     with any perturbation, so one seed cannot tell 2 % apart.
-A dtype "D@K" or "D@K:R" (--ref-only) is --wire-dtype D with --subspace K[:R]:
-the activations confined to a K-dimensional subspace (docs/TRAINING.md,
+A dtype "D@K" or "D@K:R" is --wire-dtype D with --subspace K[:R]: the
+activations confined to a K-dimensional subspace (docs/TRAINING.md,
 "Subspace crossings"); its bytes count the token ids and, apart, the
-table's refresh.
+table's refresh. A swarm takes only "D@K:0" (the table fixed) so far.
 With --ref-only, no swarm: train-ref alone for every dtype and data seed
 (1000 and --data-seeds; --jobs at once), and per dtype the last-10 mean
 of each seed, their mean over the seeds and its difference from fp32's,
@@ -57,12 +57,13 @@ def fields(rest):
 
 
 def swarm(gwtf, tmp, dtype, a):
-    tag = dtype.replace("/", "_")
+    tag = dtype.replace("/", "_").replace("@", "_at_").replace(":", "_")
+    d, _, sub = dtype.partition("@")
     summary = os.path.join(tmp, f"summary-{tag}.json")
     cmd = [gwtf, "swarm", "--dataset", os.path.join(tmp, "corpus.txt"), "--summary-json", summary,
            "--base-port", str(a.base_port), "--workdir", os.path.join(tmp, f"peers-{tag}"),
            "--relays", str(a.relays), "--stages", "3", "--iterations", str(a.iterations),
-           "--links", a.links, "--wire-dtype", dtype, "--grad-clip", str(a.grad_clip)]
+           "--links", a.links, "--wire-dtype", d, "--grad-clip", str(a.grad_clip)] + (["--subspace", sub] if sub else [])
     print("$", " ".join(cmd), flush=True)
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
     if p.returncode != 0:
@@ -80,12 +81,12 @@ def swarm(gwtf, tmp, dtype, a):
     return s, last, costs[len(costs) // 2:]  # the second half: links measured under load
 
 
-def train_ref_run(gwtf, tmp, dtype, iterations, seed=1000, grad_clip=0.0):
+def train_ref_run(gwtf, tmp, dtype, iterations, seed=1000, grad_clip=0.0, model="tiny"):
     """One train-ref; dtype "D@K[:R]" is --wire-dtype D with --subspace K[:R].
     Returns (losses, its "wire" byte counts)."""
     d, _, sub = dtype.partition("@")
     cmd = [gwtf, "train-ref", "--dataset", os.path.join(tmp, "corpus.txt"), "--iterations", str(iterations),
-           "--data-seed", str(seed), "--json", "--wire-dtype", d, "--grad-clip", str(grad_clip)]
+           "--data-seed", str(seed), "--json", "--wire-dtype", d, "--grad-clip", str(grad_clip), "--model", model]
     r = subprocess.run(cmd + (["--subspace", sub] if sub else []), stdout=subprocess.PIPE, text=True, check=True)
     out = json.loads(r.stdout)
     return [it["loss"] for it in out["iterations"]], out["wire"]
@@ -103,8 +104,8 @@ def ref_only(gwtf, tmp, a):
         dtypes = ["fp32"] + dtypes
     last10, wire = {}, {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-        futs = {ex.submit(train_ref_run, gwtf, tmp, d, a.iterations, sd, a.grad_clip): (d, sd) for d in dtypes
-                for sd in seeds}
+        futs = {ex.submit(train_ref_run, gwtf, tmp, d, a.iterations, sd, a.grad_clip, a.model): (d, sd)
+                for d in dtypes for sd in seeds}
         for f in concurrent.futures.as_completed(futs):
             d, sd = futs[f]
             ls, wire[d] = f.result()
@@ -112,7 +113,7 @@ def ref_only(gwtf, tmp, a):
             print(json.dumps({"dtype": d, "data_seed": sd, "iterations": a.iterations, "last10": last10[(d, sd)]}),
                   flush=True)
     base = statistics.mean(last10[("fp32", sd)] for sd in seeds)
-    print(f"\ntrain-ref, {a.iterations} iterations, last-10 mean loss per data seed ({', '.join(map(str, seeds))})")
+    print(f"\ntrain-ref --model {a.model}, {a.iterations} iterations, last-10 mean loss per data seed ({', '.join(map(str, seeds))})")
     print("| --wire-dtype[@subspace] | bytes / microbatch (+ table) | vs fp32 | per seed | mean | Δ fp32 (of the means) "
           "| median per-seed ratio to fp32 |")
     print("|---|---|---|---|---|---|---|")
@@ -145,6 +146,7 @@ def main():
     ap.add_argument("--ref-only", action="store_true", help="train-ref only, every dtype x data seed")
     ap.add_argument("--jobs", type=int, default=2, help="train-ref runs at once (--ref-only)")
     ap.add_argument("--grad-clip", type=float, default=0.0, help="the run's --grad-clip (default 0: off)")
+    ap.add_argument("--model", default="tiny", help="train-ref's --model (--ref-only; default tiny)")
     a = ap.parse_args()
     gwtf = os.path.join(a.build, "node/gwtf")
     rows = []
@@ -157,8 +159,8 @@ def main():
                 with open(a.json, "w") as f:
                     json.dump(rows, f, indent=1)
             return 0
-        if any("@" in d for d in a.dtypes.split(",")):
-            sys.exit("bench_wire.py: DTYPE@K (--subspace) is train-ref only so far: add --ref-only")
+        if any("@" in d and not d.endswith(":0") for d in a.dtypes.split(",")):
+            sys.exit("bench_wire.py: a swarm keeps the subspace's table fixed so far: DTYPE@K:0, or --ref-only")
         for d in a.dtypes.split(","):
             s, sent, costs = swarm(gwtf, tmp, d, a)
             its = s["iterations"]

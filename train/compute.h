@@ -11,6 +11,7 @@
 #include "train/adamw.h"
 #include "train/peer.h"
 #include "train/stage.h"
+#include "train/subspace.h"
 
 typedef struct train_compute {
   stage_spec spec;
@@ -22,12 +23,19 @@ typedef struct train_compute {
   gpu_backend *be;
   stage *st;
   float *cap_save, *cap_scratch; /* --deterministic: grad_capture's scratch (n_params each), lazily */
+  /* subspace crossings (the run record's subspace, train/subspace.h): the
+   * step holds the residual writes in U and the embedding's part outside U
+   * at the table; sub_k 0: off */
+  int sub_k, sub_refresh;
+  subspace sub;
   char err[256];
 } train_compute;
 
 /* Sets up (does not allocate the stage). */
 void train_compute_init(train_compute *c, const stage_spec *spec, const gpu_device *dev, int threads,
                         uint64_t init_seed, const adamw_config *opt);
+/* Subspace crossings for this run (before the first job; k 0: off). */
+void train_compute_set_subspace(train_compute *c, int k, int refresh);
 /* Runs one job; matches node/worker.h's run signature. */
 void train_compute_run(void *ctx, train_job *job);
 /* Frees the stage and the backend (worker thread stopped first). */

@@ -214,6 +214,12 @@ int train_peer_new(train_peer **out, const train_peer_config *cfg, const train_i
   p->stage = cfg->stage;
   p->state = PEER_UNASSIGNED;
   replica_store_init(&p->rep.store, 0, 0);
+  int rc = wire_init(p);
+  if (rc != 0) {
+    wire_free(p);
+    free(p);
+    return rc;
+  }
   *out = p;
   return 0;
 }

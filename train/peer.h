@@ -55,6 +55,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "train/model.h"
 #include "util/addr.h"
 #include "util/log.h"
 
@@ -352,6 +353,11 @@ typedef struct train_peer_config {
   int stage;            /* relays: -1 until assigned (or a fixed stage); data nodes: 0 */
   uint32_t capacity;    /* relays: microbatches held at once; data nodes: microbatches per iteration */
   train_shape shape;    /* the driver fills n_params once the stage is known (train_peer_set_shape) */
+  /* Subspace crossings (the run record's subspace, train/subspace.h):
+   * subspace_k 0 is off; model and seed are the run's (U and the table). */
+  int subspace_k, subspace_refresh;
+  model_config model;
+  uint64_t seed;
   uint64_t data_seed;   /* data nodes: sampling seed */
   uint64_t iterations;  /* data nodes: stop after this many (0 = forever) */
   train_recovery recovery;

@@ -478,7 +478,7 @@ void data_on_return(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatc
   mb->risk_waited = false;
   size_t n = peer_act_floats(p);
   free(mb->in);
-  mb->in = wire_act_decode(p, t);
+  mb->in = wire_act_decode(p, t, mb->tokens);
   if (mb->eval) return eval_on_return(p, mb);
   if (!mb->grad) mb->grad = malloc(n * sizeof(float)); /* reused by a restarted attempt */
   if (!mb->in || !mb->grad) return data_mb_finished(p, mb, MB_DEFERRED);

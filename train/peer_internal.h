@@ -11,6 +11,7 @@
 
 #include "train/member.h"
 #include "train/replica_store.h"
+#include "train/subspace.h"
 #include "train/peer.h"
 #include "train/peer_ledger.h"
 #include "train/peer_mb.h"
@@ -513,6 +514,11 @@ struct train_peer {
   uint32_t n_wire;
   uint8_t *wire_buf; /* encoded activations, reused (the driver copies what it sends) */
   size_t wire_buf_len;
+  /* --subspace: U and the table, z of what we send (rows x k), the token
+   * ids of a FORWARD we send (train/peer_wire.c) */
+  subspace sub;
+  float *sub_z;
+  uint8_t *sub_tokens;
   train_counters counters;
   peer_liveness live;
   bool closing; /* train_peer_free: no more jobs; the compute layer drops its own state */

@@ -294,7 +294,7 @@ void mb_send_forward(train_peer *p, peer_mb *mb) {
   mb->fwd = FWD_SENT;
   mb->sent_ms = p->now;
   mb->fwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
-  if (wire_send_act(p, &next, GWTF__TRAIN_MSG__TRAIN_FORWARD, &m.base, mb->out) != 0) {
+  if (wire_send_act(p, &next, GWTF__TRAIN_MSG__TRAIN_FORWARD, &m.base, mb->out, mb->tokens) != 0) {
     /* The session is gone: the tick re-routes at once. */
     mb->fwd_deadline = mb->fwd_cap = p->now;
   } else {
@@ -441,7 +441,7 @@ void mb_send_backward(train_peer *p, peer_mb *mb) {
   }
   mb->bwd_cap = p->now + p->cfg.tun.hop_timeout_ms;
   if (!peer_alive(p, &mb->path[up]) ||
-      wire_send_act(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, mb->grad) != 0)
+      wire_send_act(p, &mb->path[up], GWTF__TRAIN_MSG__TRAIN_BACKWARD, &m.base, mb->grad, mb->tokens) != 0)
     mb->bwd_deadline = mb->bwd_cap = p->now; /* session gone: report at the next tick */
   else
     mb->bwd_deadline = live_deadline(p, &mb->path[up], 0, mb->bwd_cap);
@@ -454,7 +454,7 @@ bool mb_take_gradient(train_peer *p, const gw_id *from, peer_mb *mb, const train
   mb_ack(p, from, GWTF__TRAIN_MSG__TRAIN_BACKWARD_RECEIVED, mb, NULL);
   if (mb->bwd != BWD_NONE) return false;
   free(mb->in);
-  mb->in = wire_act_decode(p, t);
+  mb->in = wire_act_decode(p, t, NULL);
   if (!mb->in) return false;
   mb->next = *from; /* whoever sent the gradient gets our BACKWARD_DONE */
   mb->bwd = BWD_COMPUTE;

@@ -168,7 +168,11 @@ void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicroba
   mb->repair_end_stage = m->repair_end_stage;
   if (m->repair) id_from_bytes(&mb->repair_target, m->repair_target);
   mb->eval = m->eval && !m->repair; /* forward only: nothing kept for a backward */
-  mb->in = wire_act_decode(p, t);
+  if (wire_subspace(p) && !(mb->tokens = wire_tokens_take(p, m))) {
+    mb_free(p, mb);
+    return mb_deny(p, from, m, "bad_tokens");
+  }
+  mb->in = wire_act_decode(p, t, mb->tokens);
   mb->out = malloc(peer_act_floats(p) * sizeof(float));
   if (!mb->in || !mb->out) {
     mb_free(p, mb);

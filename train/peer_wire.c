@@ -111,6 +111,76 @@ train_dtype train_peer_wire_from(const train_peer *p, const gw_id *peer, bool gr
 
 static size_t act_rows(const train_peer *p) { return (size_t)p->cfg.shape.B * (size_t)p->cfg.shape.T; }
 
+/* ---- subspace crossings (train/subspace.h) ----
+ * The run decides, not the link: every peer of a subspace run sends z
+ * (k numbers a row) whatever the dtype, so a tensor's columns are k. */
+
+bool wire_subspace(const train_peer *p) { return p->cfg.subspace_k > 0; }
+
+static size_t act_cols(const train_peer *p) {
+  return wire_subspace(p) ? (size_t)p->cfg.subspace_k : (size_t)p->cfg.shape.C;
+}
+
+/* Bytes of one token id on the wire: 2 while the vocabulary fits. */
+static size_t token_bytes(const train_peer *p) { return p->cfg.model.vocab_size <= 65536 ? 2 : 4; }
+
+int wire_init(train_peer *p) {
+  if (!wire_subspace(p)) return 0;
+  char err[256];
+  size_t rows = act_rows(p);
+  int rc = subspace_init(&p->sub, &p->cfg.model, p->cfg.subspace_k, p->cfg.subspace_refresh, p->cfg.seed, rows, err,
+                         sizeof(err));
+  if (rc != 0) {
+    GW_ERROR(&p->log, "subspace.failed", "reason=\"%s\"", err);
+    return rc;
+  }
+  p->sub_z = malloc(rows * (size_t)p->cfg.subspace_k * sizeof(float));
+  p->sub_tokens = malloc(rows * token_bytes(p));
+  if (!p->sub_z || !p->sub_tokens) return GW_ENOMEM;
+  return 0;
+}
+
+/* FORWARD: the token ids into the message (little-endian, token_bytes each). */
+static void attach_tokens(train_peer *p, Gwtf__TrainMicrobatch *m, const int32_t *tokens) {
+  size_t rows = act_rows(p), w = token_bytes(p);
+  for (size_t r = 0; r < rows; r++)
+    for (size_t b = 0; b < w; b++) p->sub_tokens[r * w + b] = (uint8_t)((uint32_t)tokens[r] >> (8 * b));
+  m->tokens.data = p->sub_tokens;
+  m->tokens.len = rows * w;
+}
+
+int32_t *wire_tokens_take(const train_peer *p, const Gwtf__TrainMicrobatch *m) {
+  size_t rows = act_rows(p), w = token_bytes(p);
+  if (!wire_subspace(p) || m->tokens.len != rows * w) return NULL;
+  int32_t *t = malloc(rows * sizeof(int32_t));
+  for (size_t r = 0; t && r < rows; r++) {
+    uint32_t v = 0;
+    for (size_t b = 0; b < w; b++) v |= (uint32_t)m->tokens.data[r * w + b] << (8 * b);
+    if (v >= (uint32_t)p->cfg.model.vocab_size) {
+      free(t);
+      return NULL;
+    }
+    t[r] = (int32_t)v;
+  }
+  return t;
+}
+
+/* What crosses instead of `data` (rows x C): z, or U^T g (its part outside
+ * U into the table's sums). NULL when the ids do not fit (not ours). */
+static const float *to_subspace(train_peer *p, uint32_t type, const ProtobufCMessage *msg, const float *data,
+                                const int32_t *tokens) {
+  size_t rows = act_rows(p);
+  int T = p->cfg.shape.T;
+  if (!tokens) return NULL;
+  if (type == GWTF__TRAIN_MSG__TRAIN_BACKWARD)
+    return subspace_grad_split(&p->sub, data, tokens, rows, T, p->sub_z) == 0 ? p->sub_z : NULL;
+  if (subspace_encode(&p->sub, data, tokens, rows, T, p->sub_z) != 0) return NULL;
+  Gwtf__TrainMicrobatch *m = (Gwtf__TrainMicrobatch *)msg;
+  attach_tokens(p, m, tokens);
+  p->counters.wire_bytes += m->tokens.len; /* they cross with every activation */
+  return p->sub_z;
+}
+
 static int send_counted(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg,
                         const train_tensor *t) {
   int rc = peer_send(p, to, type, msg, t);
@@ -122,9 +192,12 @@ static int send_counted(train_peer *p, const gw_id *to, uint32_t type, const Pro
   return rc;
 }
 
-int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data) {
+int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufCMessage *msg, const float *data,
+                  const int32_t *tokens) {
+  if (wire_subspace(p) && !(data = to_subspace(p, type, msg, data, tokens))) return GW_EINVAL;
+  size_t cols = act_cols(p);
   train_tensor t;
-  peer_tensor_f32(&t, data, p->cfg.shape.B, p->cfg.shape.T, p->cfg.shape.C);
+  peer_tensor_f32(&t, data, p->cfg.shape.B, p->cfg.shape.T, (int)cols);
   bool grad = type == GWTF__TRAIN_MSG__TRAIN_BACKWARD;
   train_dtype d = train_peer_wire_to(p, to, grad);
   if (d == TRAIN_F32) {
@@ -139,7 +212,7 @@ int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufC
     }
     return rc;
   }
-  size_t rows = act_rows(p), cols = (size_t)p->cfg.shape.C, need = wire_bytes(d, rows, cols);
+  size_t rows = act_rows(p), need = wire_bytes(d, rows, cols);
   /* a format bigger than fp32 (a high rank on a tiny shape) saves nothing */
   if (need == 0 || need >= t.nbytes) return send_counted(p, to, type, msg, &t);
   if (need > p->wire_buf_len) {
@@ -164,7 +237,7 @@ int wire_send_act(train_peer *p, const gw_id *to, uint32_t type, const ProtobufC
 const char *wire_act_refusal(const train_peer *p, const train_tensor *t) {
   if (!t) return "missing";
   if (t->dtype >= 32 || !wire_dtype_ok(t->dtype) || !(my_accept(p) & WIRE_BIT(t->dtype))) return "dtype";
-  size_t rows = act_rows(p), cols = (size_t)p->cfg.shape.C;
+  size_t rows = act_rows(p), cols = act_cols(p);
   uint64_t last = wire_shape_last(t->dtype, cols);
   size_t need = wire_bytes(t->dtype, rows, cols);
   /* A header without a shape (raw bytes) is fine as long as the size is. */
@@ -178,10 +251,17 @@ const char *wire_act_refusal(const train_peer *p, const train_tensor *t) {
   return wire_check(t->dtype, t->data, t->nbytes, rows, cols) == 0 ? NULL : "rows";
 }
 
-float *wire_act_decode(const train_peer *p, const train_tensor *t) {
-  size_t rows = act_rows(p), cols = (size_t)p->cfg.shape.C;
-  float *f = malloc(rows * cols * sizeof(float));
-  if (f && wire_decode(t->dtype, t->data, t->nbytes, rows, cols, f) != 0) {
+float *wire_act_decode(train_peer *p, const train_tensor *t, const int32_t *tokens) {
+  size_t rows = act_rows(p), cols = act_cols(p), C = (size_t)p->cfg.shape.C;
+  float *f = malloc(rows * C * sizeof(float));
+  /* under subspace crossings z lands in p->sub_z, then is rebuilt or lifted into f */
+  float *dst = wire_subspace(p) ? p->sub_z : f;
+  int rc = f ? wire_decode(t->dtype, t->data, t->nbytes, rows, cols, dst) : GW_ENOMEM;
+  if (rc == 0 && wire_subspace(p)) {
+    if (tokens) rc = subspace_decode(&p->sub, p->sub_z, tokens, rows, p->cfg.shape.T, f);
+    else subspace_grad_lift(&p->sub, p->sub_z, rows, f);
+  }
+  if (rc != 0) {
     free(f);
     return NULL;
   }
@@ -192,4 +272,9 @@ void wire_free(train_peer *p) {
   free(p->wire_buf);
   p->wire_buf = NULL;
   p->wire_buf_len = 0;
+  subspace_free(&p->sub);
+  free(p->sub_z);
+  free(p->sub_tokens);
+  p->sub_z = NULL;
+  p->sub_tokens = NULL;
 }

@@ -43,6 +43,12 @@ int train_run_validate(const train_run *r, char *err, size_t err_len) {
     snprintf(err, err_len, "grad_clip %g out of range (>= 0; 0: off)", r->grad_clip);
     return GW_EINVAL;
   }
+  if (r->subspace_k < 0 || r->subspace_k >= r->model.d_model || r->subspace_refresh < 0 ||
+      r->subspace_refresh > 1000000 || (!r->subspace_k && r->subspace_refresh)) {
+    snprintf(err, err_len, "subspace k %d (in [1, d_model %d); 0: off) or refresh %d out of range", r->subspace_k,
+             r->model.d_model, r->subspace_refresh);
+    return GW_EINVAL;
+  }
   return 0;
 }
 
@@ -66,6 +72,8 @@ char *train_run_encode(const train_run *r) {
                         r->dataset);
   if (o) json_object_set_new(o, "access", json_string(r->private_run ? "private" : "open"));
   if (o && r->grad_clip > 0) json_object_set_new(o, "grad_clip", json_real(r->grad_clip)); /* absent: off */
+  if (o && r->subspace_k > 0)
+    json_object_set_new(o, "subspace", json_pack("{s:i,s:i}", "k", r->subspace_k, "refresh", r->subspace_refresh));
   if (o && r->private_run) {
     char key[65];
     for (int i = 0; i < 32; i++) snprintf(key + 2 * i, 3, "%02x", r->run_key[i]);
@@ -86,14 +94,20 @@ int train_run_decode(const uint8_t *buf, size_t len, train_run *r, char *err, si
   int version = 0;
   json_int_t seed = 0;
   const char *name = NULL, *leader = NULL, *dataset = "", *access = "open", *run_key = NULL;
-  json_t *model = NULL;
+  json_t *model = NULL, *sub = NULL;
   memset(r, 0, sizeof(*r));
   int rc = GW_EINVAL;
-  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s,s?s,s?s,s?F}", "version", &version,
-                     "name", &name, "model", &model, "stages", &r->stages, "batch", &r->batch, "seq", &r->seq,
-                     "microbatches", &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader, "dataset",
-                     &dataset, "access", &access, "run_key", &run_key, "grad_clip", &r->grad_clip) != 0) {
+  if (json_unpack_ex(o, &jerr, 0, "{s:i,s:s,s:o,s:i,s:i,s:i,s:i,s:F,s:I,s:s,s?s,s?s,s?s,s?F,s?o}", "version",
+                     &version, "name", &name, "model", &model, "stages", &r->stages, "batch", &r->batch, "seq",
+                     &r->seq, "microbatches", &r->microbatches, "lr", &r->lr, "seed", &seed, "leader", &leader,
+                     "dataset", &dataset, "access", &access, "run_key", &run_key, "grad_clip", &r->grad_clip,
+                     "subspace", &sub) != 0) {
     snprintf(err, err_len, "run record: %s", jerr.text);
+    goto out;
+  }
+  if (sub && json_unpack_ex(sub, &jerr, JSON_STRICT, "{s:i,s:i}", "k", &r->subspace_k, "refresh",
+                            &r->subspace_refresh) != 0) {
+    snprintf(err, err_len, "run record: subspace: %s", jerr.text);
     goto out;
   }
   if (strcmp(access, "private") == 0) {

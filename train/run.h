@@ -36,6 +36,11 @@ typedef struct train_run {
    * ("access":"open", or a record without the field) admits anyone. */
   bool private_run;
   uint8_t run_key[32];
+  /* Subspace crossings (train/subspace.h): every activation between stages
+   * crosses as subspace_k numbers a row and the token ids; 0: off. The
+   * table steps every subspace_refresh iterations (0: never). The record
+   * says "subspace":{"k":K,"refresh":R}, absent when off. */
+  int subspace_k, subspace_refresh;
 } train_run;
 
 /* Blocks of relay stage s (1..stages): an even split, the first stages taking

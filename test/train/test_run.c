@@ -1,7 +1,7 @@
 /* test/train/test_run.c — the run record (train/run.h): what a creator
  * writes is what every peer reads, grad_clip included; a record without
  * grad_clip (every run made before it existed) clips nothing; a bad one is
- * refused with a reason. */
+ * refused with a reason. The same for subspace (absent: off). */
 #include "train_testutil.h"
 
 #include <jansson.h>
@@ -63,10 +63,40 @@ static void test_bad_grad_clip(void **state) {
   free(text);
 }
 
+static void test_subspace(void **state) {
+  (void)state;
+  train_run r = a_run(1.0), back;
+  char err[256] = "";
+  char *text = train_run_encode(&r);
+  assert_null(strstr(text, "subspace")); /* off: not written, as before it existed */
+  free(text);
+  r.subspace_k = 32, r.subspace_refresh = 10;
+  text = train_run_encode(&r);
+  assert_non_null(strstr(text, "\"subspace\":{\"k\":32,\"refresh\":10}"));
+  assert_int_equal(decode(text, &back, err, sizeof(err)), 0);
+  assert_int_equal(back.subspace_k, 32);
+  assert_int_equal(back.subspace_refresh, 10);
+  json_t *o = json_loads(text, 0, NULL);
+  assert_non_null(o);
+  free(text);
+  /* a rank at or past d_model, a negative refresh, an unknown or missing field */
+  const char *bad[] = {"{\"k\":128,\"refresh\":0}", "{\"k\":-1,\"refresh\":0}", "{\"k\":8,\"refresh\":-1}",
+                       "{\"k\":8,\"refresh\":0,\"x\":1}", "{\"k\":8}", "8"};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    json_object_set_new(o, "subspace", json_loads(bad[i], JSON_DECODE_ANY, NULL));
+    char *t = json_dumps(o, JSON_COMPACT);
+    assert_int_equal(decode(t, &back, err, sizeof(err)), GW_EINVAL);
+    assert_non_null(strstr(err, "subspace"));
+    free(t);
+  }
+  json_decref(o);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_round_trip),
       cmocka_unit_test(test_bad_grad_clip),
+      cmocka_unit_test(test_subspace),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,7 +6,7 @@ and the merged log stream.
     test_swarm.py SCENARIO     (fault_free, forward_crash, backward_crash,
                                 join, leader_crash, churn_soak, validation,
                                 validation_crash, wire_bf16, deterministic,
-                                deterministic_churn)
+                                deterministic_churn, subspace)
 
 Every scenario is seeded; crashes are injected at exact protocol moments
 with --fault (the node kills itself with SIGKILL as it queues that job), so
@@ -23,7 +23,8 @@ LINE = re.compile(r"^(?P<name>\S+)\s+\| (?P<ts>\S+) (?P<level>\S+)\s+(?P<node>\S
 # below the ephemeral port range (32768+), one block per scenario so they run side by side
 PORTS = {"fault_free": 21000, "forward_crash": 21300, "backward_crash": 21600, "join": 21900,
          "leader_crash": 22200, "churn_soak": 22500, "validation": 23700, "validation_crash": 24000,
-         "wire_bf16": 24300, "deterministic": 30600, "deterministic_churn": 30700}
+         "wire_bf16": 24300, "deterministic": 30600, "deterministic_churn": 30700,
+         "subspace": 30800}
 
 
 class Failure(Exception):
@@ -442,6 +443,47 @@ def wire_bf16(tmp):
           f"{d_bf16:.2e} off it, {d_fp32:.2e} off fp32); half the bytes on every peer")
 
 
+def subspace(tmp):
+    # Subspace crossings (--subspace 32:0, docs/TRAINING.md "Subspace
+    # crossings"): every activation crosses as 32 numbers a row in int8 plus
+    # the token ids, every gradient as 32 in int8; the swarm trains what
+    # train-ref trains with the same crossings, not what it trains with int8
+    # rows of the full width, on about a fourteenth of fp32's bytes.
+    n = 10
+    s, ev, _ = run_swarm(tmp, "subspace", "--relays", "6", "--stages", "3", "--iterations", str(n),
+                         "--wire-dtype", "int8", "--subspace", "32:0")
+    check_common(s, n)
+    created = [e for e in ev if e["event"] == "run.created"]
+    check(created and created[0]["f"]["subspace"] == "32", f"run.created {created[:1]}")
+    for it in s["iterations"]:
+        check(it["microbatches_done"] == 4 and it["microbatches_deferred"] == 0,
+              f"iteration {it['iteration']}: {it['microbatches_done']} done, {it['microbatches_deferred']} deferred")
+    ls = losses(s)
+    check(ls[-1] < ls[0] - 0.5, f"loss did not fall: {ls}")
+    bad = [e for e in ev if e["event"] in ("train.malformed", "subspace.failed")]
+    check(not bad, f"{len(bad)} refused or failed: {bad[:2]}")
+    last = {}
+    for e in ev:
+        if e["event"] == "wire.sent":
+            last[e["name"]] = e["f"]
+    carriers = {name: f for name, f in last.items() if int(f["tensors"]) > 0}
+    check("d0" in carriers and len(carriers) >= 4, f"activations sent by {sorted(carriers)} only")
+    sent, fp32 = sum(int(f["bytes"]) for f in carriers.values()), sum(int(f["fp32_bytes"]) for f in carriers.values())
+    # 256 rows: int8 z 256 x (32 + 4) = 9216 bytes, + 512 of token ids forward,
+    # against 256 x 128 x 4 = 131072; the first tensors before a HELLO go as fp32 z
+    check(fp32 >= 12 * sent, f"{sent} bytes sent for {fp32} in fp32: not subspace crossings")
+    want = train_ref(tmp, n, "--wire-dtype", "int8", "--subspace", "32:0")
+    full = train_ref(tmp, n, "--wire-dtype", "int8")
+    # int8 rounding, as wire_bf16: not bit for bit, close to the reference
+    for i, (got, exp) in enumerate(zip(ls, want)):
+        check(abs(got - exp) <= 1e-3 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, reference {exp}")
+    d_sub = sum(abs(a - b) for a, b in zip(ls, want))
+    d_full = sum(abs(a - b) for a, b in zip(ls, full))
+    check(3 * d_sub < d_full, f"losses {ls} as close to full-width int8 {full} as to the subspace run {want}")
+    print(f"subspace: losses {['%.5f' % x for x in ls]} follow train-ref --subspace 32:0 ({d_sub:.2e} off it, "
+          f"{d_full:.2e} off full-width int8); {fp32 / sent:.1f}x fewer bytes than fp32")
+
+
 # ---- exactly once and --deterministic (issue 20, item 4; docs/TRAINING.md) ----
 
 def final_hashes(ev, n):
@@ -553,7 +595,8 @@ def deterministic_churn(tmp):
 
 
 SCENARIOS = {f.__name__: f for f in (fault_free, forward_crash, backward_crash, join, leader_crash, churn_soak,
-                                     validation, validation_crash, wire_bf16, deterministic, deterministic_churn)}
+                                     validation, validation_crash, wire_bf16, deterministic, deterministic_churn,
+                                     subspace)}
 
 
 # What a failed run's reader wants first: which peer died when, what was
