@@ -342,7 +342,10 @@ static int det_step(ref *r, int s, const float *const *vecs, uint32_t m, float *
   if (m > 0) {
     train_agg_mean(vecs, m, n, m, avg);
     rc = stage_write(st, STAGE_GRADS, 0, n, avg);
+    /* --subspace K:0, as a swarm's APPLY job does it (train/compute.c) */
+    if (rc == 0 && r->sub_k) rc = s ? subspace_block_pre_step(&r->sub, st) : subspace_head_pre_step(&r->sub, st);
     if (rc == 0) rc = stage_step(st, &r->opt, adamw_lr_at(&r->opt, stage_step_count(st) + 1), 1.0f);
+    if (rc == 0 && r->sub_k) rc = s ? subspace_project_block(&r->sub, st) : subspace_head_post_step(&r->sub, st);
   }
   return rc ? rc : stage_zero_grads(st);
 }
@@ -634,8 +637,8 @@ int cmd_train_ref(int argc, char **argv) {
                     "--eval-microbatches in [0, 65536]\n");
     return 2;
   }
-  if (r.sub_k && r.det) {
-    fprintf(stderr, "gwtf train-ref: --subspace does not go with --deterministic yet\n");
+  if (r.sub_k && r.sub_refresh && r.det) { /* the table's sums would need a fixed order too */
+    fprintf(stderr, "gwtf train-ref: --deterministic takes --subspace K:0 only (a fixed table)\n");
     return 2;
   }
   if (replay && !r.det) {

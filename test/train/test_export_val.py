@@ -70,7 +70,7 @@ def main():
         X.run("data", "synth", "--out", val, "--bytes", "20000", "--seed", "99")
         if sub:  # refused with a reason: a malformed value, a rank past d_model, --deterministic
             for bad, code, why in ((["--subspace", "32:x"], 2, "K:R"), (["--subspace", "128"], 1, "rank"),
-                                   (["--subspace", sub, "--deterministic"], 2, "--deterministic")):
+                                   (["--subspace", "32:10", "--deterministic"], 2, "--deterministic")):
                 p = X.run("train-ref", "--dataset", corpus, "--iterations", "1", *bad, ok=False)
                 err = p.stderr.decode()
                 assert p.returncode == code and why in err, f"train-ref {bad}: exit {p.returncode}, {err!r}"

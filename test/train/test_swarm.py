@@ -446,12 +446,13 @@ def wire_bf16(tmp):
 def subspace(tmp):
     # Subspace crossings (--subspace 32:0, docs/TRAINING.md "Subspace
     # crossings"): every activation crosses as 32 numbers a row in int8 plus
-    # the token ids, every gradient as 32 in int8; the swarm trains what
-    # train-ref trains with the same crossings, not what it trains with int8
-    # rows of the full width, on about a fourteenth of fp32's bytes.
+    # the token ids, every gradient as 32 in int8; with --deterministic the
+    # swarm ends with train-ref's weights bit for bit (the same crossings,
+    # the same projections at every step), not those of int8 rows of the
+    # full width, on about a fourteenth of fp32's bytes.
     n = 10
     s, ev, _ = run_swarm(tmp, "subspace", "--relays", "6", "--stages", "3", "--iterations", str(n),
-                         "--wire-dtype", "int8", "--subspace", "32:0")
+                         "--wire-dtype", "int8", "--subspace", "32:0", "--deterministic")
     check_common(s, n)
     created = [e for e in ev if e["event"] == "run.created"]
     check(created and created[0]["f"]["subspace"] == "32", f"run.created {created[:1]}")
@@ -472,16 +473,15 @@ def subspace(tmp):
     # 256 rows: int8 z 256 x (32 + 4) = 9216 bytes, + 512 of token ids forward,
     # against 256 x 128 x 4 = 131072; the first tensors before a HELLO go as fp32 z
     check(fp32 >= 12 * sent, f"{sent} bytes sent for {fp32} in fp32: not subspace crossings")
-    want = train_ref(tmp, n, "--wire-dtype", "int8", "--subspace", "32:0")
-    full = train_ref(tmp, n, "--wire-dtype", "int8")
-    # int8 rounding, as wire_bf16: not bit for bit, close to the reference
-    for i, (got, exp) in enumerate(zip(ls, want)):
-        check(abs(got - exp) <= 1e-3 * max(1.0, abs(exp)), f"iteration {i}: swarm loss {got}, reference {exp}")
-    d_sub = sum(abs(a - b) for a, b in zip(ls, want))
-    d_full = sum(abs(a - b) for a, b in zip(ls, full))
-    check(3 * d_sub < d_full, f"losses {ls} as close to full-width int8 {full} as to the subspace run {want}")
-    print(f"subspace: losses {['%.5f' % x for x in ls]} follow train-ref --subspace 32:0 ({d_sub:.2e} off it, "
-          f"{d_full:.2e} off full-width int8); {fp32 / sent:.1f}x fewer bytes than fp32")
+    got, want = final_hashes(ev, n), ref_hashes(tmp, n, 1, "--wire-dtype", "int8", "--subspace", "32:0")
+    check([got.get(i) for i in range(4)] == want, f"weights {got}, train-ref --deterministic --subspace {want}")
+    full = ref_hashes(tmp, n, 1, "--wire-dtype", "int8")
+    check(all(a != b for a, b in zip(want, full)), f"the subspace changed no stage: {want}")
+    ref = train_ref(tmp, n, "--wire-dtype", "int8", "--subspace", "32:0")
+    for i, (g, e) in enumerate(zip(ls, ref)):
+        check(abs(g - e) <= 1e-5 * max(1.0, abs(e)), f"iteration {i}: swarm loss {g}, reference {e}")
+    print(f"subspace: stage weights {want} equal train-ref --deterministic --subspace 32:0's bit for bit "
+          f"(full-width int8: {full}); {fp32 / sent:.1f}x fewer bytes than fp32")
 
 
 # ---- exactly once and --deterministic (issue 20, item 4; docs/TRAINING.md) ----
