@@ -330,6 +330,12 @@ void mb_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicrobatch
     log_malformed(p, from, "forward", t);
     return;
   }
+  if (!wire_tokens_ok(p, m)) { /* a subspace run's activation cannot be rebuilt without them */
+    char who[GW_ID_SHORT_LEN + 1];
+    peer_short(from, who);
+    GW_WARN(&p->log, "train.malformed", "peer=%s what=forward dtype=%u why=tokens", who, (unsigned)t->dtype);
+    return;
+  }
   if (p->cfg.role == TRAIN_DATA) data_on_return(p, from, m, t);
   else relay_on_forward(p, from, m, t);
 }

@@ -168,9 +168,9 @@ void relay_on_forward(train_peer *p, const gw_id *from, const Gwtf__TrainMicroba
   mb->repair_end_stage = m->repair_end_stage;
   if (m->repair) id_from_bytes(&mb->repair_target, m->repair_target);
   mb->eval = m->eval && !m->repair; /* forward only: nothing kept for a backward */
-  if (wire_subspace(p) && !(mb->tokens = wire_tokens_take(p, m))) {
+  if (wire_subspace(p) && !(mb->tokens = wire_tokens_take(p, m))) { /* checked at the door: out of memory */
     mb_free(p, mb);
-    return mb_deny(p, from, m, "bad_tokens");
+    return mb_deny(p, from, m, "out_of_memory");
   }
   mb->in = wire_act_decode(p, t, mb->tokens);
   mb->out = malloc(peer_act_floats(p) * sizeof(float));

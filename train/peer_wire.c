@@ -149,19 +149,27 @@ static void attach_tokens(train_peer *p, Gwtf__TrainMicrobatch *m, const int32_t
   m->tokens.len = rows * w;
 }
 
+static uint32_t token_at(const train_peer *p, const Gwtf__TrainMicrobatch *m, size_t r) {
+  size_t w = token_bytes(p);
+  uint32_t v = 0;
+  for (size_t b = 0; b < w; b++) v |= (uint32_t)m->tokens.data[r * w + b] << (8 * b);
+  return v;
+}
+
+bool wire_tokens_ok(const train_peer *p, const Gwtf__TrainMicrobatch *m) {
+  size_t rows = act_rows(p);
+  if (!wire_subspace(p)) return true;
+  if (m->tokens.len != rows * token_bytes(p)) return false;
+  for (size_t r = 0; r < rows; r++)
+    if (token_at(p, m, r) >= (uint32_t)p->cfg.model.vocab_size) return false;
+  return true;
+}
+
 int32_t *wire_tokens_take(const train_peer *p, const Gwtf__TrainMicrobatch *m) {
-  size_t rows = act_rows(p), w = token_bytes(p);
-  if (!wire_subspace(p) || m->tokens.len != rows * w) return NULL;
+  size_t rows = act_rows(p);
+  if (!wire_subspace(p) || !wire_tokens_ok(p, m)) return NULL;
   int32_t *t = malloc(rows * sizeof(int32_t));
-  for (size_t r = 0; t && r < rows; r++) {
-    uint32_t v = 0;
-    for (size_t b = 0; b < w; b++) v |= (uint32_t)m->tokens.data[r * w + b] << (8 * b);
-    if (v >= (uint32_t)p->cfg.model.vocab_size) {
-      free(t);
-      return NULL;
-    }
-    t[r] = (int32_t)v;
-  }
+  for (size_t r = 0; t && r < rows; r++) t[r] = (int32_t)token_at(p, m, r);
   return t;
 }
 

@@ -644,7 +644,8 @@ int h_add(h_harness *h, train_role role, int stage, uint32_t capacity, uint64_t 
                            .recovery = h->recovery, .tun = h->tun, .initial_weights = initial, .movable = h->movable,
                            .wire_dtype = h->wire_dtype, .wire_grad_dtype = h->wire_grad_dtype,
                            .wire_accept = h->wire_accept, .join_stage = h->join_stage,
-                           .grant_join_stage = h->grant_join_stage};
+                           .grant_join_stage = h->grant_join_stage, .subspace_k = h->subspace_k,
+                           .model = {MODEL_GPT, H_C, 1, 2, 4, 256, H_T, 1e-5f, 10000.0f}, .seed = h->seed};
   memcpy(cfg.node_pk, n->pk, sizeof(cfg.node_pk));
   memcpy(cfg.run_id, h_run_id()->b, sizeof(cfg.run_id));
   train_io io = {.ud = n, .send = io_send, .want_tick = io_want_tick, .random = io_random,

@@ -148,6 +148,7 @@ struct h_harness {
   bool movable;       /* relays take the leader's TRAIN_MOVE (train_peer_config.movable) */
   /* wire compression for the nodes h_add creates next (train_peer_config) */
   train_dtype wire_dtype, wire_grad_dtype;
+  int subspace_k; /* subspace crossings of the toy model (H_C wide, vocabulary 256); 0: off */
   uint32_t wire_accept;
   /* test tool: the stage the nodes h_add creates next ask for in JOIN, and
    * whether data nodes (as the leader) grant it (train_peer_config) */

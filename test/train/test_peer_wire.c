@@ -15,7 +15,11 @@
  *     scale, a dtype the receiver does not accept, rotated rows with a
  *     negative scale or padding bits set, a low-rank tensor with an Inf
  *     mean) is refused with one train.malformed line each, and the run goes
- *     on. */
+ *     on;
+ *   - subspace crossings (--subspace, the toy model's rows crossing as 1
+ *     number each): the run trains with every activation [B,T,1] wide, and
+ *     a FORWARD without token ids, with too few or with one outside the
+ *     vocabulary, or a full-width one, is refused the same way. */
 #include "testutil.h"
 
 #include <math.h>
@@ -37,10 +41,13 @@ typedef struct net {
   int s1[2], s2[2]; /* s2[1]: accepts fp32 and bf16 only */
 } net;
 
+static int subspace_k; /* the next build's subspace crossings (0: off) */
+
 /* want: what every peer wants to send (stage-1 relays: want1). */
 static void build(net *n, uint64_t seed, train_dtype want, train_dtype want1, bool picky) {
   h_harness *h = &n->h;
   h_init(h, STAGES, seed, verbose());
+  h->subspace_k = subspace_k;
   h->wire_dtype = want;
   n->data = h_add(h, TRAIN_DATA, 0, M, ITERS, true);
   h->wire_dtype = want1;
@@ -285,10 +292,13 @@ static void count_hook(void *ud, gw_log_level level, const char *event, const ch
   if (strcmp(event, "train.malformed") == 0) malformed++;
 }
 
+static ProtobufCBinaryData inject_tokens; /* the token ids the next inject carries */
+
 static void inject(net *n, uint32_t type, int from, int to, train_dtype d, uint32_t ndim, uint64_t last_dim,
                    size_t nbytes, const void *data) {
   h_node *dn = &n->h.nodes[n->data];
   Gwtf__TrainMicrobatch m = GWTF__TRAIN_MICROBATCH__INIT;
+  m.tokens = inject_tokens;
   ProtobufCBinaryData path[1] = {{GW_ID_BYTES, dn->peer.id.b}};
 
   m.id = 0xabcdef;
@@ -360,8 +370,52 @@ static void test_hostile_headers(void **state) {
   fclose(null);
 }
 
+static void test_subspace_tokens(void **state) {
+  (void)state;
+  net n;
+  subspace_k = 1;
+  build(&n, 35, TRAIN_F32, TRAIN_F32, false);
+  subspace_k = 0;
+  n.h.sink.level = GW_LOG_WARN;
+  FILE *null = fopen("/dev/null", "w");
+  assert_non_null(null);
+  if (!verbose()) n.h.sink.fp = null;
+  n.h.sink.hook = count_hook;
+  malformed = 0;
+  while (train_peer_iteration(n.h.nodes[n.data].tp) < 2) h_run_for(&n.h, 1);
+  enum { ROWS = H_B * H_T };
+  float z[ROWS], x[ROWS * H_C];
+  for (int i = 0; i < ROWS; i++) z[i] = (float)i;
+  for (int i = 0; i < ROWS * H_C; i++) x[i] = (float)i;
+  uint8_t ids[2 * ROWS];
+  for (int i = 0; i < 2 * ROWS; i++) ids[i] = (uint8_t)(i % 2 ? 0 : i); /* uint16 LE, all below 256 */
+  inject_tokens = (ProtobufCBinaryData){0, NULL};
+  inject_forward(&n, n.data, n.s1[0], TRAIN_F32, 1, sizeof(z), z); /* no token ids */
+  inject_tokens = (ProtobufCBinaryData){2 * ROWS - 2, ids};
+  inject_forward(&n, n.data, n.s1[0], TRAIN_F32, 1, sizeof(z), z); /* one id short */
+  ids[3] = 1;                                                       /* id 256: past the vocabulary */
+  inject_tokens = (ProtobufCBinaryData){2 * ROWS, ids};
+  inject_forward(&n, n.data, n.s1[0], TRAIN_F32, 1, sizeof(z), z);
+  ids[3] = 0;
+  inject_forward(&n, n.data, n.s1[0], TRAIN_F32, H_C, sizeof(x), x); /* full width */
+  inject_tokens = (ProtobufCBinaryData){0, NULL};
+  assert_true(h_run_until_finished(&n.h, 120000));
+  assert_int_equal(malformed, 4);
+  /* the toy model's rows are not in the subspace, so its loss need not
+   * fall through a 1-wide crossing: the run finishes, members agree */
+  char why[200] = "";
+  if (!h_hashes_agree(&n.h, ITERS, why, sizeof(why))) fail_msg("%s", why);
+  assert_true(isfinite(n.h.nodes[n.data].last_loss));
+  uint64_t received = 0;
+  for (int i = 0; i < n.h.n_nodes; i++) received += n.h.nodes[i].act_recv[TRAIN_F32];
+  assert_true(received > 0);
+  h_free(&n.h);
+  fclose(null);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_subspace_tokens),
       cmocka_unit_test(test_negotiation),
       cmocka_unit_test(test_loss_close_to_fp32),
       cmocka_unit_test(test_hostile_headers),
