@@ -318,17 +318,24 @@ static void inject_forward(net *n, int from, int to, train_dtype d, uint64_t las
   inject(n, GWTF__TRAIN_MSG__TRAIN_FORWARD, from, to, d, 3, last_dim, nbytes, data);
 }
 
+/* Quiet logs (the sink the caller closes), train.malformed counted from
+ * here; runs the net to its iteration 2, where the injections go. */
+static FILE *count_malformed_from_iteration_2(net *n) {
+  n->h.sink.level = GW_LOG_WARN;
+  FILE *null = fopen("/dev/null", "w");
+  assert_non_null(null);
+  if (!verbose()) n->h.sink.fp = null;
+  n->h.sink.hook = count_hook;
+  malformed = 0;
+  while (train_peer_iteration(n->h.nodes[n->data].tp) < 2) h_run_for(&n->h, 1);
+  return null;
+}
+
 static void test_hostile_headers(void **state) {
   (void)state;
   net n;
   build(&n, 33, TRAIN_F32, TRAIN_F32, true);
-  n.h.sink.level = GW_LOG_WARN;
-  FILE *null = fopen("/dev/null", "w");
-  assert_non_null(null);
-  if (!verbose()) n.h.sink.fp = null;
-  n.h.sink.hook = count_hook;
-  malformed = 0;
-  while (train_peer_iteration(n.h.nodes[n.data].tp) < 2) h_run_for(&n.h, 1);
+  FILE *null = count_malformed_from_iteration_2(&n);
   enum { ROWS = H_B * H_T };
   uint8_t buf[ROWS * (H_C + 4) + 64];
   float x[ROWS * H_C];
@@ -376,13 +383,7 @@ static void test_subspace_tokens(void **state) {
   subspace_k = 1;
   build(&n, 35, TRAIN_F32, TRAIN_F32, false);
   subspace_k = 0;
-  n.h.sink.level = GW_LOG_WARN;
-  FILE *null = fopen("/dev/null", "w");
-  assert_non_null(null);
-  if (!verbose()) n.h.sink.fp = null;
-  n.h.sink.hook = count_hook;
-  malformed = 0;
-  while (train_peer_iteration(n.h.nodes[n.data].tp) < 2) h_run_for(&n.h, 1);
+  FILE *null = count_malformed_from_iteration_2(&n);
   enum { ROWS = H_B * H_T };
   float z[ROWS], x[ROWS * H_C];
   for (int i = 0; i < ROWS; i++) z[i] = (float)i;
