@@ -454,16 +454,19 @@ static int load_replay(ref *r, const char *path) {
 }
 
 /* Bytes one microbatch puts on the links between stages (S + 1 of them,
- * an activation each way out and a gradient back), against fp32; under
- * --subspace the token ids travel with each activation (2 bytes an id when
- * the vocabulary fits), and the table's refresh is counted apart: every R
- * iterations each relay sends its sum and receives the table, in bf16. */
+ * an activation out and a gradient back on each), against fp32; under
+ * --subspace the token ids travel with each activation to a relay (2 bytes
+ * an id when the vocabulary fits), and the table's refresh is counted
+ * apart: every R iterations each relay sends its sum and receives the
+ * table, in bf16. */
 static void print_wire(const ref *r, bool json) {
   const train_run *run = &r->run;
   size_t rows = (size_t)run->batch * run->seq, C = (size_t)run->model.d_model, links = (size_t)run->stages + 1;
   size_t cols = r->sub_k ? (size_t)r->sub_k : C;
+  /* the ids go to every relay (S links), not back to the data node */
   size_t ids = r->sub_k ? rows * (run->model.vocab_size <= 65536 ? 2 : 4) : 0;
-  double per = (double)links * (double)(wire_bytes(r->wire, rows, cols) + ids + wire_bytes(r->wire_grad, rows, cols));
+  double per = (double)links * (double)(wire_bytes(r->wire, rows, cols) + wire_bytes(r->wire_grad, rows, cols)) +
+               (double)run->stages * (double)ids;
   double fp32 = (double)links * 2.0 * (double)(rows * C * 4), table = 0;
   if (r->sub_k && r->sub.refresh > 0) /* a fixed table (K:0) never travels */
     table = 2.0 * run->stages * (double)((size_t)r->sub.V + (size_t)r->sub.P) * (double)C * 2.0 /

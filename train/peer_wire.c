@@ -158,7 +158,7 @@ static uint32_t token_at(const train_peer *p, const Gwtf__TrainMicrobatch *m, si
 
 bool wire_tokens_ok(const train_peer *p, const Gwtf__TrainMicrobatch *m) {
   size_t rows = act_rows(p);
-  if (!wire_subspace(p)) return true;
+  if (!wire_subspace(p) || p->cfg.role == TRAIN_DATA) return true; /* the data node has its own */
   if (m->tokens.len != rows * token_bytes(p)) return false;
   for (size_t r = 0; r < rows; r++)
     if (token_at(p, m, r) >= (uint32_t)p->cfg.model.vocab_size) return false;
@@ -183,9 +183,10 @@ static const float *to_subspace(train_peer *p, uint32_t type, const ProtobufCMes
   if (type == GWTF__TRAIN_MSG__TRAIN_BACKWARD)
     return subspace_grad_split(&p->sub, data, tokens, rows, T, p->sub_z) == 0 ? p->sub_z : NULL;
   if (subspace_encode(&p->sub, data, tokens, rows, T, p->sub_z) != 0) return NULL;
+  if (p->cfg.role == TRAIN_RELAY && p->stage == p->cfg.n_stages) return p->sub_z; /* to the data node: it has them */
   Gwtf__TrainMicrobatch *m = (Gwtf__TrainMicrobatch *)msg;
   attach_tokens(p, m, tokens);
-  p->counters.wire_bytes += m->tokens.len; /* they cross with every activation */
+  p->counters.wire_bytes += m->tokens.len; /* they cross with every other activation */
   return p->sub_z;
 }
 

@@ -36,7 +36,8 @@ const char *wire_act_refusal(const train_peer *p, const train_tensor *t);
  * its ids) is rebuilt as x0 + U z, a gradient (tokens NULL) lifted as U g. */
 float *wire_act_decode(train_peer *p, const train_tensor *t, const int32_t *tokens);
 /* Whether a FORWARD's token ids are usable: true without subspace
- * crossings; with them, B*T ids of the run's width, all in the vocabulary.
+ * crossings and on a data node (the last stage sends none: the data node
+ * has them); else B*T ids of the run's width, all in the vocabulary.
  * A FORWARD that fails is malformed (refused before any role sees it). */
 bool wire_tokens_ok(const train_peer *p, const Gwtf__TrainMicrobatch *m);
 /* The token ids a FORWARD carries under subspace crossings: new B*T int32,
