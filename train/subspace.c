@@ -203,9 +203,9 @@ int subspace_head_pre_step(subspace *s, stage *head) {
     if (rc == 0) {
       memcpy(out, g, n * sizeof(float));
       drop_inside(s, out, rows, tmp);
-      float *sum = s->gsum + row0[e] * (size_t)s->C;
+      float *sum = s->refresh ? s->gsum + row0[e] * (size_t)s->C : NULL;
       for (size_t i = 0; i < n; i++) {
-        if (s->refresh) sum[i] += out[i];
+        if (sum) sum[i] += out[i];
         g[i] -= out[i];
       }
       rc = stage_write(head, STAGE_GRADS, t[e]->offset, n, g);
@@ -304,12 +304,14 @@ int subspace_init(subspace *s, const model_config *cfg, int k, int refresh, uint
   s->scratch_rows = rows < 256 ? 256 : rows;
   s->U = malloc((size_t)s->C * k * sizeof(float));
   s->table = malloc(n * sizeof(float));
-  s->gsum = calloc(n, sizeof(float));
   s->w = calloc(n, sizeof(float));
-  s->m = calloc(n, sizeof(float));
-  s->v = calloc(n, sizeof(float));
   s->scratch = malloc(s->scratch_rows * (size_t)s->C * sizeof(float));
-  if (!s->U || !s->table || !s->gsum || !s->w || !s->m || !s->v || !s->scratch) {
+  if (refresh) { /* a fixed table keeps neither sums nor an optimizer */
+    s->gsum = calloc(n, sizeof(float));
+    s->m = calloc(n, sizeof(float));
+    s->v = calloc(n, sizeof(float));
+  }
+  if (!s->U || !s->table || !s->w || !s->scratch || (refresh && (!s->gsum || !s->m || !s->v))) {
     subspace_free(s);
     snprintf(err, err_len, "out of memory for the subspace's table (%zu floats)", n);
     return GW_ENOMEM;
@@ -319,6 +321,9 @@ int subspace_init(subspace *s, const model_config *cfg, int k, int refresh, uint
   if (rc != 0) {
     subspace_free(s);
     snprintf(err, err_len, "the model has no embedding the subspace's table can come from");
+  } else if (!refresh) {
+    free(s->w); /* the table's start is all a fixed table needs */
+    s->w = NULL;
   }
   return rc;
 }

@@ -48,9 +48,9 @@ typedef struct subspace {
   int refresh;       /* iterations between table steps; 0: never (a fixed table) */
   float *U;          /* (C, k): column j is basis vector j */
   float *table;      /* (V + P, C): tok rows, then pos rows; every row orthogonal to U */
-  float *gsum;       /* (V + P, C): this process's gradient outside U since the last table step */
+  float *gsum;       /* (V + P, C): this process's gradient outside U since the last table step (refresh > 0) */
   long long version; /* table steps published */
-  /* the table's trainable copy and its AdamW moments (the data node's) */
+  /* the table's trainable copy and its AdamW moments (refresh > 0) */
   float *w, *m, *v;
   long long step;
   size_t max_rows;     /* activation rows one call may hand over (B*T) */
