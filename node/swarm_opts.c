@@ -28,7 +28,7 @@ void cmd_swarm_help(void) {
       "                  [--http [IP:]PORT [--http-public]]\n"
       "                  [--val-fraction F | --val-dataset PATH] [--eval-every N]\n"
       "                  [--eval-microbatches N] [--checkpoint-every N]\n"
-      "                  [--wire-dtype DTYPE[/GRAD]] [--wire-accept LIST]\n"
+      "                  [--wire-dtype DTYPE[/GRAD]] [--wire-accept LIST] [--subspace K:0]\n"
       "                  [--replicate-every K] [--replicas R]\n"
       "                  [--kill-stage S --at-iteration N [--late-relays K]]\n"
       "                  [--kill-data-node --at-iteration N [--replace-after MS]]\n"
