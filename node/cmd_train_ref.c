@@ -219,19 +219,18 @@ static int print_eval(ref *r, int it, float *bufs[2], int32_t *tok, int32_t *tgt
   return 0;
 }
 
-/* --subspace after every stage's step: block writes back into U; every
- * refresh iterations the table steps (at refresh times the rate: it learns
- * from refresh iterations' gradient at once) and the data node's embedding
- * takes it. */
-static int subspace_after_step(ref *r) {
-  int rc = 0;
-  for (int s = 1; rc == 0 && s <= r->run.stages; s++) rc = subspace_project_block(&r->sub, r->st[s]);
+/* --subspace after every stage's step: every refresh iterations the table
+ * steps first (at refresh times the rate: it learns from refresh
+ * iterations' gradient at once), then every stage is held to it and to U. */
+static int subspace_after_steps(ref *r) {
   long long steps = stage_step_count(r->st[0]);
-  if (rc == 0 && subspace_table_due(&r->sub, steps - 1)) {
+  if (subspace_table_due(&r->sub, steps - 1)) {
     float lr = adamw_lr_at(&r->opt, steps) * (float)r->sub.refresh;
     subspace_table_step(&r->sub, &r->opt, lr, 1.0f / (float)r->run.microbatches);
   }
-  return rc ? rc : subspace_head_post_step(&r->sub, r->st[0]);
+  int rc = 0;
+  for (int s = 0; rc == 0 && s <= r->run.stages; s++) rc = subspace_after_step(&r->sub, r->st[s]);
+  return rc;
 }
 
 /* --subspace: U and the table from the seed and the data node's initial
@@ -239,17 +238,14 @@ static int subspace_after_step(ref *r) {
 static int subspace_setup(ref *r, char *err, size_t err_len) {
   size_t rows = (size_t)r->run.batch * r->run.seq;
   int rc = subspace_init(&r->sub, &r->run.model, r->sub_k, r->sub_refresh, r->run.seed, rows, err, err_len);
-  if (rc == 0) rc = subspace_head_post_step(&r->sub, r->st[0]);
-  for (int s = 1; rc == 0 && s <= r->run.stages; s++) rc = subspace_project_block(&r->sub, r->st[s]);
+  for (int s = 0; rc == 0 && s <= r->run.stages; s++) rc = subspace_after_step(&r->sub, r->st[s]);
   if (rc == 0 && !(r->zbuf = malloc(rows * (size_t)r->sub_k * sizeof(float)))) rc = GW_ENOMEM;
   return rc;
 }
 
 static int step_all(ref *r) {
-  if (r->sub_k) {
-    int rc = subspace_head_pre_step(&r->sub, r->st[0]);
-    for (int s = 1; rc == 0 && s <= r->run.stages; s++)
-      rc = subspace_block_pre_step(&r->sub, r->st[s]);
+  for (int s = 0; r->sub_k && s <= r->run.stages; s++) {
+    int rc = subspace_before_step(&r->sub, r->st[s]);
     if (rc != 0) return rc;
   }
   for (int s = 0; s <= r->run.stages; s++) {
@@ -258,7 +254,7 @@ static int step_all(ref *r) {
     if (rc == 0) rc = stage_zero_grads(r->st[s]);
     if (rc != 0) return rc;
   }
-  return r->sub_k ? subspace_after_step(r) : 0;
+  return r->sub_k ? subspace_after_steps(r) : 0;
 }
 
 /* ---- --deterministic ---- */
@@ -343,9 +339,9 @@ static int det_step(ref *r, int s, const float *const *vecs, uint32_t m, float *
     train_agg_mean(vecs, m, n, m, avg);
     rc = stage_write(st, STAGE_GRADS, 0, n, avg);
     /* --subspace K:0, as a swarm's APPLY job does it (train/compute.c) */
-    if (rc == 0 && r->sub_k) rc = s ? subspace_block_pre_step(&r->sub, st) : subspace_head_pre_step(&r->sub, st);
+    if (rc == 0 && r->sub_k) rc = subspace_before_step(&r->sub, st);
     if (rc == 0) rc = stage_step(st, &r->opt, adamw_lr_at(&r->opt, stage_step_count(st) + 1), 1.0f);
-    if (rc == 0 && r->sub_k) rc = s ? subspace_project_block(&r->sub, st) : subspace_head_post_step(&r->sub, st);
+    if (rc == 0 && r->sub_k) rc = subspace_after_step(&r->sub, st);
   }
   return rc ? rc : stage_zero_grads(st);
 }

@@ -40,19 +40,6 @@ size_t train_compute_n_params(const stage_spec *spec) {
   return n;
 }
 
-/* Subspace crossings: what every member of a stage does to its weights
- * after a step, and to the seeded ones at creation (alike everywhere, so
- * members stay bit-identical). */
-static int subspace_hold(train_compute *c) {
-  int rc = c->spec.has_head ? subspace_head_post_step(&c->sub, c->st) : 0;
-  return rc == 0 && c->spec.n_layers > 0 ? subspace_project_block(&c->sub, c->st) : rc;
-}
-
-static int subspace_before_step(train_compute *c) {
-  int rc = c->spec.has_head ? subspace_head_pre_step(&c->sub, c->st) : 0;
-  return rc == 0 && c->spec.n_layers > 0 ? subspace_block_pre_step(&c->sub, c->st) : rc;
-}
-
 static int ensure_stage(train_compute *c) {
   if (c->st) return 0;
   gpu_options opt = {.threads = c->threads};
@@ -61,7 +48,7 @@ static int ensure_stage(train_compute *c) {
   if (rc == 0 && c->sub_k) {
     size_t rows = (size_t)c->spec.batch * (size_t)c->spec.seq_len;
     rc = subspace_init(&c->sub, &c->spec.model, c->sub_k, c->sub_refresh, c->init_seed, rows, c->err, sizeof(c->err));
-    if (rc == 0) rc = subspace_hold(c);
+    if (rc == 0) rc = subspace_after_step(&c->sub, c->st); /* the seeded weights, as after a step */
   }
   if (rc != 0) {
     fprintf(stderr, "gwtf: cannot create the stage: %s\n", c->err);
@@ -78,9 +65,9 @@ static int apply(train_compute *c, train_job *job) {
   size_t n = stage_n_params(c->st);
   if (job->in_bytes != n * sizeof(float)) return GW_EINVAL;
   int rc = stage_write(c->st, STAGE_GRADS, 0, n, job->in);
-  if (rc == 0 && c->sub_k) rc = subspace_before_step(c);
+  if (rc == 0 && c->sub_k) rc = subspace_before_step(&c->sub, c->st);
   if (rc == 0) rc = stage_step(c->st, &c->opt, adamw_lr_at(&c->opt, stage_step_count(c->st) + 1), 1.0f);
-  if (rc == 0 && c->sub_k) rc = subspace_hold(c);
+  if (rc == 0 && c->sub_k) rc = subspace_after_step(&c->sub, c->st);
   if (rc == 0) rc = stage_zero_grads(c->st);
   if (rc == 0) rc = hash_into(c, job);
   return rc;

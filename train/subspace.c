@@ -240,6 +240,18 @@ int subspace_head_post_step(subspace *s, stage *head) {
   return rc;
 }
 
+int subspace_before_step(subspace *s, stage *st) {
+  const stage_spec *spec = stage_get_spec(st);
+  int rc = spec->has_head ? subspace_head_pre_step(s, st) : 0;
+  return rc == 0 && spec->n_layers > 0 ? subspace_block_pre_step(s, st) : rc;
+}
+
+int subspace_after_step(subspace *s, stage *st) {
+  const stage_spec *spec = stage_get_spec(st);
+  int rc = spec->has_head ? subspace_head_post_step(s, st) : 0;
+  return rc == 0 && spec->n_layers > 0 ? subspace_project_block(s, st) : rc;
+}
+
 /* table = w (I - U U^T) */
 static void publish(subspace *s) {
   size_t rows = (size_t)s->V + (size_t)s->P;

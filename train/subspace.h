@@ -100,6 +100,12 @@ int subspace_head_pre_step(subspace *s, stage *head);
 /* The data node after its step (and after a table step): its embedding's
  * part outside U is the table again. */
 int subspace_head_post_step(subspace *s, stage *head);
+/* Around any stage's step, whatever it holds (the head, blocks, or both):
+ * before it the pre-steps above, after it the projection and the head's
+ * reset to the table. Every member of a stage does the same, so members
+ * stay bit-identical; after stage_create too (the seeded weights). */
+int subspace_before_step(subspace *s, stage *st);
+int subspace_after_step(subspace *s, stage *st);
 /* One AdamW step of the table with gsum (scaled by grad_scale), at lr,
  * then publishes it (table = w (I - U U^T)) and clears gsum. */
 void subspace_table_step(subspace *s, const adamw_config *opt, float lr, float grad_scale);
