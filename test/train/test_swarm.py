@@ -469,10 +469,19 @@ def subspace(tmp):
             last[e["name"]] = e["f"]
     carriers = {name: f for name, f in last.items() if int(f["tensors"]) > 0}
     check("d0" in carriers and len(carriers) >= 4, f"activations sent by {sorted(carriers)} only")
-    sent, fp32 = sum(int(f["bytes"]) for f in carriers.values()), sum(int(f["fp32_bytes"]) for f in carriers.values())
-    # 256 rows: int8 z 256 x (32 + 4) = 9216 bytes, + 512 of token ids forward,
-    # against 256 x 128 x 4 = 131072; the first tensors before a HELLO go as fp32 z
-    check(fp32 >= 12 * sent, f"{sent} bytes sent for {fp32} in fp32: not subspace crossings")
+    # 256 rows: int8 z 256 x (32 + 4) = 9216 bytes, + 512 of token ids to a
+    # relay, against 256 x 128 x 4 = 131072. A tensor sent before the
+    # receiver's HELLO goes as fp32 z (32768 bytes; early, as in wire_bf16):
+    # on a loaded machine a few per peer, enough to pull the whole ratio
+    # under 12, so they are left out of it and bounded.
+    sent = fp32 = 0
+    for name, f in carriers.items():
+        early, early_bytes = int(f["early"]), int(f["early_bytes"])
+        check(early <= 8, f"{name} sent {early} tensors before a HELLO: more than first contacts")
+        check(early_bytes <= early * (32768 + 512), f"{name}: {early_bytes} early bytes for {early} tensors: not z")
+        sent += int(f["bytes"]) - early_bytes
+        fp32 += int(f["fp32_bytes"]) - early * 131072
+    check(fp32 >= 12 * sent, f"{sent} bytes sent for {fp32} in fp32 (early tensors apart): not subspace crossings")
     got, want = final_hashes(ev, n), ref_hashes(tmp, n, 1, "--wire-dtype", "int8", "--subspace", "32:0")
     check([got.get(i) for i in range(4)] == want, f"weights {got}, train-ref --deterministic --subspace {want}")
     full = ref_hashes(tmp, n, 1, "--wire-dtype", "int8")
